@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian package attnres needs to build, test and run its demo.
+# Idempotent: when everything is present it only asks dpkg and exits.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config make
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev              # CBLAS GEMMs
+  nlohmann-json3-dev           # JSON: configs in safetensors headers, manifests, metrics
+  libcli11-dev                 # command-line parsing
+  libtomlplusplus-dev          # TOML training configs
+  zlib1g-dev                   # gzip-compressed corpora
+  libsentencepiece-dev         # sp: tokenizers (training and encoding)
+  libopenmpi-dev openmpi-bin   # data-parallel training and sweeps
+  python3 python3-torch python3-numpy   # independent reference implementation in the tests
+  python3-doc                  # the offline default corpus (Python docs reST sources)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

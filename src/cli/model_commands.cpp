@@ -1,0 +1,30 @@
+// `attnres info`: the parameter table and counts of a model configuration or checkpoint.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "model/param_layout.hpp"
+#include "model/safetensors.hpp"
+
+namespace attnres::cli {
+
+void register_model_commands(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Print a checkpoint's model config, parameter names, shapes and counts");
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("checkpoint", *path, "weights file (.safetensors)")->required();
+  cmd->callback([path] {
+    const ModelConfig config = read_weights_config(*path);
+    const ParamLayout layout(config);
+    std::printf("config: %s\n", nlohmann::json(config).dump().c_str());
+    for (const auto& p : layout.params()) {
+      std::string shape;
+      for (auto s : p.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
+      std::printf("  %-40s [%s]\n", p.name.c_str(), shape.c_str());
+    }
+    std::printf("parameters: %lld\n", static_cast<long long>(layout.total()));
+  });
+}
+
+}  // namespace attnres::cli

@@ -1,0 +1,33 @@
+// Causal multi-head attention, flash style: keys are visited in tiles with an online
+// softmax, so memory is O(T) per query and no T x T matrix is ever stored. The backward
+// recomputes probabilities from the saved log-sum-exp.
+#pragma once
+
+#include <cstdint>
+
+namespace attnres::kernels {
+
+inline constexpr int kMaxHeadDim = 256;
+
+// q, out: [batch, q_len, n_heads*head_dim]; k, v: [batch, kv_stride, n_heads*head_dim].
+// Query i sits at position q_pos0 + i and attends keys 0 .. q_pos0 + i (a KV cache uses
+// q_pos0 > 0; training uses q_pos0 = 0 and q_len = kv_stride).
+struct AttentionShape {
+  std::int64_t batch = 0;
+  int q_len = 0;
+  int kv_stride = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  int q_pos0 = 0;
+};
+
+// lse: [batch, n_heads, q_len], the log-sum-exp of each query's scaled scores.
+template <class Real>
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionShape& s);
+
+// dq, dk, dv are overwritten. Requires q_pos0 == 0 and q_len == kv_stride (training).
+template <class Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
+                        const Real* out, const Real* lse, const AttentionShape& s);
+
+}  // namespace attnres::kernels

@@ -1,0 +1,58 @@
+#include "kernels/gemm.hpp"
+
+#include <cblas.h>
+
+namespace attnres::kernels {
+
+namespace {
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
+               blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+               const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+}  // namespace
+
+template <class Real>
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Real alpha, const Real* a,
+          std::int64_t lda, const Real* b, std::int64_t ldb, Real beta, Real* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+            static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+            static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+template <class Real>
+void linear_forward(Real* y, const Real* x, const Real* w, std::int64_t n, std::int64_t in, std::int64_t out,
+                    bool accumulate) {
+  gemm<Real>(false, true, n, out, in, Real(1), x, in, w, in, accumulate ? Real(1) : Real(0), y, out);
+}
+
+template <class Real>
+void linear_backward_input(Real* dx, const Real* dy, const Real* w, std::int64_t n, std::int64_t in,
+                           std::int64_t out, bool accumulate) {
+  gemm<Real>(false, false, n, in, out, Real(1), dy, out, w, in, accumulate ? Real(1) : Real(0), dx, in);
+}
+
+template <class Real>
+void linear_backward_weight(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
+                            std::int64_t out) {
+  gemm<Real>(true, false, out, in, n, Real(1), dy, out, x, in, Real(1), dw, in);
+}
+
+#define ATTNRES_INSTANTIATE(Real)                                                                              \
+  template void gemm<Real>(bool, bool, std::int64_t, std::int64_t, std::int64_t, Real, const Real*,           \
+                           std::int64_t, const Real*, std::int64_t, Real, Real*, std::int64_t);               \
+  template void linear_forward<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t, std::int64_t, \
+                                     bool);                                                                    \
+  template void linear_backward_input<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,      \
+                                            std::int64_t, bool);                                               \
+  template void linear_backward_weight<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,     \
+                                             std::int64_t);
+ATTNRES_INSTANTIATE(float)
+ATTNRES_INSTANTIATE(double)
+#undef ATTNRES_INSTANTIATE
+
+}  // namespace attnres::kernels

@@ -1,0 +1,422 @@
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.hpp"
+#include "kernels/depth_read.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+#include "util/error.hpp"
+
+namespace attnres {
+
+namespace k = kernels;
+
+namespace {
+constexpr std::int64_t kCrossEntropyRows = 256;
+bool is_attention(int j) { return j % 2 == 0; }
+}  // namespace
+
+std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
+  std::vector<ReadPlan> plans;
+  if (!c.uses_depth_reads()) return plans;
+  const int L = c.n_sublayers(), S = c.sublayers_per_block(), N = c.effective_blocks();
+  auto block_end = [&](int n) { return (n + 1) * S - 1; };  // sublayer whose output is b_{n+1}
+  for (int j = 0; j <= L; ++j) {
+    ReadPlan p;
+    p.sources.push_back(ReadPlan::kEmbedding);
+    const int n = j == L ? N : j / S;  // completed blocks before this read
+    for (int m = 0; m < n; ++m) p.sources.push_back(block_end(m));
+    if (j < L && j % S != 0) p.sources.push_back(j - 1);  // partial sum of the current block
+    if (j < L && is_attention(j) && c.residual == ResidualMode::rd) {
+      switch (c.value_route) {
+        case ValueRoute::tied: break;  // one query serves both routes: one read
+        case ValueRoute::decoupled:
+          p.n_routes = 2;
+          p.separate_value = true;
+          break;
+        case ValueRoute::average:
+          p.n_routes = 2;
+          p.average = true;
+          break;
+        case ValueRoute::frozen:
+          p.n_routes = 2;
+          p.uniform_value = true;
+          p.separate_value = true;
+          break;
+      }
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+template <class Real>
+Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_seq, bool with_grad)
+    : config_(config),
+      layout_(config),
+      max_batch_(max_batch),
+      max_seq_(max_seq),
+      with_grad_(with_grad),
+      plans_(make_read_plans(config)) {
+  require(max_batch >= 1, "batch size must be at least 1");
+  require(max_seq >= 1 && max_seq <= config.max_seq_len, "sequence length ", max_seq,
+          " must be between 1 and model.max_seq_len = ", config.max_seq_len);
+  params_.assign(static_cast<std::size_t>(layout_.total()), Real(0));
+  w_ = bind_weights<Real>(config_, layout_, params_);
+  if (with_grad_) {
+    grads_.assign(static_cast<std::size_t>(layout_.total()), Real(0));
+    g_ = bind_weights<Real>(config_, layout_, grads_);
+  }
+  buf_.sub.resize(static_cast<std::size_t>(config_.n_sublayers()));
+  std::int64_t size = 0;
+  carve(nullptr, size);
+  arena_.assign(static_cast<std::size_t>(size), Real(0));
+  std::int64_t used = 0;
+  carve(arena_.data(), used);
+  k::rope_tables(buf_.rope_cos, buf_.rope_sin, config_.max_seq_len, config_.head_dim(), config_.rope_theta);
+  const std::int64_t bt = max_batch_ * max_seq_;
+  inputs_.assign(static_cast<std::size_t>(bt), 0);
+  targets_.assign(static_cast<std::size_t>(bt), 0);
+  ce_row_loss_.assign(static_cast<std::size_t>(kCrossEntropyRows), 0.0);
+}
+
+// Lays every buffer out in the arena; with base == nullptr it only counts.
+template <class Real>
+void Model<Real>::carve(Real* base, std::int64_t& used) {
+  auto take = [&](std::int64_t n) -> Real* {
+    Real* p = base != nullptr ? base + used : nullptr;
+    used += n;
+    return p;
+  };
+  const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden;
+  const bool reads = config_.uses_depth_reads();
+  Buffers& b = buf_;
+  b.emb = take(bt * d);
+  for (int j = 0; j < config_.n_sublayers(); ++j) {
+    Sublayer& s = b.sub[static_cast<std::size_t>(j)];
+    if (reads) {
+      const ReadPlan& p = plans_[static_cast<std::size_t>(j)];
+      const auto n_src = static_cast<std::int64_t>(p.sources.size());
+      s.h = take(bt * d);
+      if (p.separate_value) s.hv = take(bt * d);
+      s.rms = take(bt * n_src);
+      s.read_logits = take(p.n_routes * bt * n_src);
+    }
+    s.x = take(bt * d);
+    s.rstd = take(bt);
+    if (reads && plans_[static_cast<std::size_t>(j)].separate_value) {
+      s.xv = take(bt * d);
+      s.rstdv = take(bt);
+    }
+    if (is_attention(j)) {
+      s.q = take(bt * d);
+      s.k = take(bt * d);
+      s.v = take(bt * d);
+      s.att = take(bt * d);
+      s.lse = take(bt * config_.n_heads);
+    } else {
+      s.gate = take(bt * H);
+      s.up = take(bt * H);
+      s.act = take(bt * H);
+    }
+    s.out = take(bt * d);
+    if (with_grad_) s.dout = take(bt * d);
+  }
+  if (reads) {
+    const auto n_src = static_cast<std::int64_t>(plans_.back().sources.size());
+    b.h_final = take(bt * d);
+    b.rms_final = take(bt * n_src);
+    b.logits_final = take(bt * n_src);
+  }
+  b.x_final = take(bt * d);
+  b.rstd_final = take(bt);
+  const int half = config_.head_dim() / 2;
+  b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
+  b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
+  b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
+  if (with_grad_) {
+    b.demb = take(bt * d);
+    for (Real** p : {&b.dx_final, &b.dh, &b.dhv, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
+    for (Real** p : {&b.dgate, &b.dup, &b.dact}) *p = take(bt * H);
+    b.reduce = take(std::max(k::rmsnorm_scratch_size(bt, config_.d_model), k::depth_read_scratch_size(bt, config_.d_model)));
+  }
+}
+
+template <class Real>
+void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets) {
+  require(batch >= 1 && batch <= max_batch_, "batch size ", batch, " exceeds the model's capacity ", max_batch_);
+  require(seq >= 1 && seq <= max_seq_, "sequence length ", seq, " exceeds the model's capacity ", max_seq_);
+  const std::int64_t row = with_targets ? seq + 1 : seq;
+  require(static_cast<std::int64_t>(tokens.size()) == batch * row, "expected ", batch * row, " tokens, got ",
+          tokens.size());
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (int t = 0; t < seq; ++t) {
+      const std::int32_t in = tokens[static_cast<std::size_t>(b * row + t)];
+      require(in >= 0 && in < config_.vocab_size, "token id ", in, " is outside the vocabulary [0, ",
+              config_.vocab_size, ")");
+      inputs_[static_cast<std::size_t>(b * seq + t)] = in;
+      if (with_targets) {
+        const std::int32_t out = tokens[static_cast<std::size_t>(b * row + t + 1)];
+        require(out >= 0 && out < config_.vocab_size, "token id ", out, " is outside the vocabulary [0, ",
+                config_.vocab_size, ")");
+        targets_[static_cast<std::size_t>(b * seq + t)] = out;
+      }
+    }
+  n_tok_ = batch * seq;
+}
+
+template <class Real>
+const Real* Model<Real>::source(int index) const {
+  return index == ReadPlan::kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
+}
+
+template <class Real>
+Real* Model<Real>::dsource(int index) {
+  return index == ReadPlan::kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
+}
+
+template <class Real>
+const Real* Model<Real>::input_of(int j) const {
+  return j == 0 ? buf_.emb : buf_.sub[static_cast<std::size_t>(j - 1)].out;
+}
+
+template <class Real>
+Real* Model<Real>::dinput_of(int j) {
+  return j == 0 ? buf_.demb : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
+}
+
+// Pre-norm: every output adds to the stream entering the sublayer. AttnRes: to the partial
+// sum of the current block, which the first sublayer of a block starts afresh.
+template <class Real>
+const Real* Model<Real>::write_base(int j) const {
+  if (!config_.uses_depth_reads()) return input_of(j);
+  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].out;
+}
+
+template <class Real>
+Real* Model<Real>::dwrite_base(int j) {
+  if (!config_.uses_depth_reads()) return dinput_of(j);
+  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
+}
+
+template <class Real>
+void Model<Real>::run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
+                           Real* out, Real* out_v, Real* rms, Real* logits) {
+  const Real* sources[k::kMaxSources];
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = source(plan.sources[s]);
+  k::DepthRead<Real> rd;
+  rd.sources = sources;
+  rd.n_sources = static_cast<int>(plan.sources.size());
+  rd.n_tok = n_tok_;
+  rd.d = config_.d_model;
+  rd.eps = static_cast<Real>(config_.norm_eps);
+  rd.gamma = key_norm;
+  rd.n_routes = plan.n_routes;
+  rd.queries[0] = query;
+  rd.queries[1] = plan.uniform_value ? nullptr : value_query;
+  rd.average = plan.average;
+  Real* outs[k::kMaxRoutes] = {out, out_v};
+  k::depth_read_forward(rd, outs, rms, logits);
+}
+
+template <class Real>
+void Model<Real>::run_read_backward(const ReadPlan& plan, const Real* query, const Real* value_query,
+                                    const Real* key_norm, Real* dquery, Real* dvalue_query, Real* dkey_norm,
+                                    const Real* dout, const Real* dout_v, const Real* rms, const Real* logits) {
+  const Real* sources[k::kMaxSources];
+  Real* dsources[k::kMaxSources];
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) {
+    sources[s] = source(plan.sources[s]);
+    dsources[s] = dsource(plan.sources[s]);
+  }
+  k::DepthRead<Real> rd;
+  rd.sources = sources;
+  rd.n_sources = static_cast<int>(plan.sources.size());
+  rd.n_tok = n_tok_;
+  rd.d = config_.d_model;
+  rd.eps = static_cast<Real>(config_.norm_eps);
+  rd.gamma = key_norm;
+  rd.n_routes = plan.n_routes;
+  rd.queries[0] = query;
+  rd.queries[1] = plan.uniform_value ? nullptr : value_query;
+  rd.average = plan.average;
+  const Real* douts[k::kMaxRoutes] = {dout, dout_v};
+  Real* dqueries[k::kMaxRoutes] = {dquery, plan.uniform_value ? nullptr : dvalue_query};
+  k::depth_read_backward(rd, rms, logits, douts, dsources, dqueries, dkey_norm, buf_.reduce);
+}
+
+template <class Real>
+void Model<Real>::forward_trunk(std::int64_t batch, int seq) {
+  const std::int64_t n = n_tok_;
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  const Real eps = static_cast<Real>(config_.norm_eps);
+  const bool reads = config_.uses_depth_reads();
+  k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n, d);
+  const k::AttentionShape shape{batch, seq, seq, config_.n_heads, config_.head_dim(), 0};
+  for (int j = 0; j < config_.n_sublayers(); ++j) {
+    Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
+    const bool attn = is_attention(j);
+    const Real* h = input_of(j);
+    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
+    if (reads) {
+      run_read(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query, attn ? lw.attn_key_norm : lw.mlp_key_norm,
+               s.h, s.hv, s.rms, s.read_logits);
+      h = s.h;
+    }
+    const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
+    k::rmsnorm_forward(s.x, s.rstd, h, norm_w, n, d, eps);
+    const bool separate = plan != nullptr && plan->separate_value;
+    if (separate) k::rmsnorm_forward(s.xv, s.rstdv, s.hv, norm_w, n, d, eps);
+    const Real* base = write_base(j);
+    if (base != nullptr) k::copy(s.out, base, n * d);
+    if (attn) {
+      k::linear_forward(s.q, s.x, lw.wq, n, d, d);
+      k::linear_forward(s.k, s.x, lw.wk, n, d, d);
+      k::linear_forward(s.v, separate ? s.xv : s.x, lw.wv, n, d, d);
+      k::rope_forward(s.q, n, seq, 0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+      k::rope_forward(s.k, n, seq, 0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+      k::attention_forward(s.att, s.lse, s.q, s.k, s.v, shape);
+      k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr);
+    } else {
+      k::linear_forward(s.gate, s.x, lw.w_gate, n, d, H);
+      k::linear_forward(s.up, s.x, lw.w_up, n, d, H);
+      k::swiglu_forward(s.act, s.gate, s.up, n * H);
+      k::linear_forward(s.out, s.act, lw.w_down, n, H, d, base != nullptr);
+    }
+  }
+  const Real* h_final = buf_.sub.back().out;
+  if (reads) {
+    run_read(plans_.back(), w_.final_query, nullptr, w_.final_key_norm, buf_.h_final, nullptr, buf_.rms_final,
+             buf_.logits_final);
+    h_final = buf_.h_final;
+  }
+  k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, h_final, w_.final_norm, n, d, eps);
+}
+
+template <class Real>
+void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
+  const std::int64_t n = n_tok_;
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  const bool reads = config_.uses_depth_reads();
+  const k::AttentionShape shape{batch, seq, seq, config_.n_heads, config_.head_dim(), 0};
+  Buffers& b = buf_;
+
+  // Final read and norm. (grads_ and the activation gradients were zeroed by the caller.)
+  const Real* h_final = reads ? b.h_final : b.sub.back().out;
+  k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, h_final, w_.final_norm, b.rstd_final, n, d, b.reduce);
+  if (reads) {
+    run_read_backward(plans_.back(), w_.final_query, nullptr, w_.final_key_norm, g_.final_query, nullptr,
+                      g_.final_key_norm, b.dh, nullptr, b.rms_final, b.logits_final);
+  } else {
+    k::add_into(b.sub.back().dout, b.dh, n * d);
+  }
+
+  for (int j = config_.n_sublayers() - 1; j >= 0; --j) {
+    Sublayer& s = b.sub[static_cast<std::size_t>(j)];
+    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
+    LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(j / 2)];
+    const bool attn = is_attention(j);
+    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
+    const bool separate = plan != nullptr && plan->separate_value;
+    // s.dout is complete: every later user of this partial sum has been visited.
+    if (Real* dbase = dwrite_base(j)) k::add_into(dbase, s.dout, n * d);
+    if (attn) {
+      k::linear_backward_weight(lg.wo, s.dout, s.att, n, d, d);
+      k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d);
+      k::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, shape);
+      k::rope_backward(b.dq, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
+      k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
+      k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d);
+      k::linear_backward_weight(lg.wk, b.dk, s.x, n, d, d);
+      k::linear_backward_weight(lg.wv, b.dv, separate ? s.xv : s.x, n, d, d);
+      k::linear_backward_input(b.dx, b.dq, lw.wq, n, d, d);
+      k::linear_backward_input(b.dx, b.dk, lw.wk, n, d, d, true);
+      if (separate) k::linear_backward_input(b.dxv, b.dv, lw.wv, n, d, d);
+      else k::linear_backward_input(b.dx, b.dv, lw.wv, n, d, d, true);
+    } else {
+      k::linear_backward_weight(lg.w_down, s.dout, s.act, n, H, d);
+      k::linear_backward_input(b.dact, s.dout, lw.w_down, n, H, d);
+      k::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, n * H);
+      k::linear_backward_weight(lg.w_gate, b.dgate, s.x, n, d, H);
+      k::linear_backward_weight(lg.w_up, b.dup, s.x, n, d, H);
+      k::linear_backward_input(b.dx, b.dgate, lw.w_gate, n, d, H);
+      k::linear_backward_input(b.dx, b.dup, lw.w_up, n, d, H, true);
+    }
+    const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
+    Real* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
+    const Real* h = reads ? s.h : input_of(j);
+    k::rmsnorm_backward(b.dh, dnorm_w, b.dx, h, norm_w, s.rstd, n, d, b.reduce);
+    if (separate) k::rmsnorm_backward(b.dhv, dnorm_w, b.dxv, s.hv, norm_w, s.rstdv, n, d, b.reduce);
+    if (reads) {
+      run_read_backward(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query,
+                        attn ? lw.attn_key_norm : lw.mlp_key_norm, attn ? lg.attn_query : lg.mlp_query,
+                        lg.attn_value_query, attn ? lg.attn_key_norm : lg.mlp_key_norm, b.dh, b.dhv, s.rms,
+                        s.read_logits);
+    } else {
+      k::add_into(dinput_of(j), b.dh, n * d);
+    }
+  }
+  k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n, d);
+}
+
+template <class Real>
+double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
+  set_inputs(tokens, batch, seq, true);
+  forward_trunk(batch, seq);
+  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n_tok_,
+                                                      config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
+                                                      nullptr);
+  return total / static_cast<double>(n_tok_);
+}
+
+template <class Real>
+double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
+  require(with_grad_, "this model was built without gradient buffers");
+  set_inputs(tokens, batch, seq, true);
+  forward_trunk(batch, seq);
+  const std::int64_t n = n_tok_, d = config_.d_model;
+  std::fill(grads_.begin(), grads_.end(), Real(0));
+  k::zero(buf_.demb, n * d);
+  for (Sublayer& s : buf_.sub) k::zero(s.dout, n * d);
+  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
+                                                      config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
+                                                      buf_.dx_final, g_.lm_head);
+  backward_trunk(batch, seq);
+  return total / static_cast<double>(n);
+}
+
+template <class Real>
+void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<Real> out) {
+  set_inputs(inputs, batch, seq, false);
+  require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
+  forward_trunk(batch, seq);
+  k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size);
+}
+
+template <class Real>
+void Model<Real>::read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const {
+  const ReadPlan& plan = plans_.at(static_cast<std::size_t>(read));
+  const int n = static_cast<int>(plan.sources.size());
+  require(route >= 0 && route < plan.n_routes, "read ", read, " has no route ", route);
+  require(token >= 0 && token < n_tok_, "token index out of range");
+  require(static_cast<int>(alpha.size()) == n, "alpha buffer has the wrong size");
+  const Real* logits = read == static_cast<int>(plans_.size()) - 1
+                           ? buf_.logits_final
+                           : buf_.sub[static_cast<std::size_t>(read)].read_logits;
+  const bool uniform = route == 1 && plan.uniform_value;
+  k::depth_weights(logits + (route * n_tok_ + token) * n, n, uniform, alpha.data());
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace attnres

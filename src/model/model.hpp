@@ -1,0 +1,134 @@
+// The decoder-only Transformer in every residual mode of the spec, with an explicit
+// forward and hand-written backward. Real is float for training, double for exact checks.
+//
+// Parameters and gradients live in flat buffers (ParamLayout); every activation lives in
+// one arena sized up front for (max_batch, max_seq), so a step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "model/config.hpp"
+#include "model/param_layout.hpp"
+#include "model/weights.hpp"
+
+namespace attnres {
+
+// Which buffers one depth read mixes: kEmbedding or the output (partial sum) of sublayer j.
+struct ReadPlan {
+  static constexpr int kEmbedding = -1;
+  std::vector<int> sources;
+  int n_routes = 1;
+  bool average = false;           // rd average: one input, the mean of both routes
+  bool uniform_value = false;     // rd frozen: route 1 is uniform
+  bool separate_value = false;    // rd decoupled / frozen: V reads its own input
+};
+
+template <class Real>
+class Model {
+ public:
+  Model(const ModelConfig& config, std::int64_t max_batch, int max_seq, bool with_grad);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::span<Real> params() { return params_; }
+  std::span<const Real> params() const { return params_; }
+  std::span<Real> grads() { return grads_; }
+  std::span<const Real> grads() const { return grads_; }
+  std::int64_t max_batch() const { return max_batch_; }
+  int max_seq() const { return max_seq_; }
+
+  // tokens: [batch, seq+1]; position t of a row predicts token t+1. Returns the mean
+  // next-token cross-entropy in nats.
+  double forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq);
+  // As forward, and overwrites grads() with the gradient of the mean loss.
+  double forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq);
+  // Logits [batch, seq, vocab] for inputs [batch, seq].
+  void logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<Real> out);
+
+  // Depth routing of the last forward pass, for diagnostics. Reads are numbered by
+  // sublayer (0 .. 2*n_layers-1); read 2*n_layers is the final read.
+  const ReadPlan& read_plan(int read) const { return plans_.at(read); }
+  int n_reads() const { return static_cast<int>(plans_.size()); }
+  // alpha [n_sources] of one token (row-major index into the last forward's batch*seq).
+  void read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const;
+
+ private:
+  struct Sublayer {
+    Real* h = nullptr;   // read output (null in prenorm: the input is the previous output)
+    Real* hv = nullptr;  // value-route read output (separate_value only)
+    Real* rms = nullptr;
+    Real* read_logits = nullptr;
+    Real* x = nullptr;  // normalised input
+    Real* rstd = nullptr;
+    Real* xv = nullptr;
+    Real* rstdv = nullptr;
+    Real *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *lse = nullptr;  // attention
+    Real *gate = nullptr, *up = nullptr, *act = nullptr;                             // MLP
+    Real* out = nullptr;   // partial sum after this sublayer's write-back
+    Real* dout = nullptr;  // its gradient
+  };
+  struct Buffers {
+    Real* emb = nullptr;
+    Real* demb = nullptr;
+    std::vector<Sublayer> sub;
+    Real* h_final = nullptr;
+    Real* rms_final = nullptr;
+    Real* logits_final = nullptr;
+    Real* x_final = nullptr;
+    Real* rstd_final = nullptr;
+    // Gradient scratch shared by all sublayers.
+    Real *dx_final = nullptr, *dh = nullptr, *dhv = nullptr, *dx = nullptr, *dxv = nullptr;
+    Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
+    Real *dgate = nullptr, *dup = nullptr, *dact = nullptr;
+    Real* reduce = nullptr;
+    Real* ce_logits = nullptr;
+    Real *rope_cos = nullptr, *rope_sin = nullptr;
+  };
+
+  void carve(Real* base, std::int64_t& used);
+  void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
+  void forward_trunk(std::int64_t batch, int seq);
+  void backward_trunk(std::int64_t batch, int seq);
+  const Real* input_of(int j) const;  // prenorm: the stream entering sublayer j
+  Real* dinput_of(int j);
+  const Real* write_base(int j) const;  // what sublayer j's output adds to (null: starts a block)
+  Real* dwrite_base(int j);
+  const Real* source(int index) const;
+  Real* dsource(int index);
+  void run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
+                Real* out, Real* out_v, Real* rms, Real* logits);
+  void run_read_backward(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
+                         Real* dquery, Real* dvalue_query, Real* dkey_norm, const Real* dout, const Real* dout_v,
+                         const Real* rms, const Real* logits);
+
+  ModelConfig config_;
+  ParamLayout layout_;
+  std::int64_t max_batch_;
+  int max_seq_;
+  bool with_grad_;
+  std::vector<ReadPlan> plans_;
+  std::vector<Real> params_;
+  std::vector<Real> grads_;
+  ModelWeights<Real> w_;
+  ModelWeights<Real> g_;
+  std::vector<Real> arena_;
+  Buffers buf_;
+  std::vector<std::int32_t> inputs_;
+  std::vector<std::int32_t> targets_;
+  std::vector<double> ce_row_loss_;
+  std::int64_t n_tok_ = 0;  // batch * seq of the last forward
+};
+
+// The depth-read plans of a configuration: one per sublayer, then the final read.
+std::vector<ReadPlan> make_read_plans(const ModelConfig& config);
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace attnres

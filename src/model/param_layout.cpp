@@ -1,0 +1,93 @@
+#include "model/param_layout.hpp"
+
+#include <cmath>
+
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace attnres {
+
+ParamLayout::ParamLayout(const ModelConfig& c) {
+  c.validate();
+  const std::int64_t d = c.d_model, h = c.mlp_hidden, V = c.vocab_size;
+  const double std_matrix = 0.02;
+  const double std_out = 0.02 / std::sqrt(2.0 * c.n_layers);  // residual-writing projections
+  const bool reads = c.uses_depth_reads();
+  add("tok_emb.weight", {V, d}, ParamKind::matrix, std_matrix);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);
+    add(p + "attn.wq.weight", {d, d}, ParamKind::matrix, std_matrix);
+    add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
+    add(p + "attn.wv.weight", {d, d}, ParamKind::matrix, std_matrix);
+    add(p + "attn.wo.weight", {d, d}, ParamKind::matrix, std_out);
+    add(p + "mlp_norm.weight", {d}, ParamKind::norm_weight);
+    add(p + "mlp.w_gate.weight", {h, d}, ParamKind::matrix, std_matrix);
+    add(p + "mlp.w_up.weight", {h, d}, ParamKind::matrix, std_matrix);
+    add(p + "mlp.w_down.weight", {d, h}, ParamKind::matrix, std_out);
+    if (reads) {
+      add(p + "attn_res.query", {d}, ParamKind::query);
+      add(p + "attn_res.key_norm.weight", {d}, ParamKind::norm_weight);
+      if (c.has_value_query()) add(p + "attn_res.value_query", {d}, ParamKind::query);
+      add(p + "mlp_res.query", {d}, ParamKind::query);
+      add(p + "mlp_res.key_norm.weight", {d}, ParamKind::norm_weight);
+    }
+  }
+  if (reads) {
+    add("final_res.query", {d}, ParamKind::query);
+    add("final_res.key_norm.weight", {d}, ParamKind::norm_weight);
+  }
+  add("final_norm.weight", {d}, ParamKind::norm_weight);
+  if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
+}
+
+void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {
+  ParamInfo info;
+  info.name = std::move(name);
+  info.numel = 1;
+  for (auto s : shape) info.numel *= s;
+  info.shape = std::move(shape);
+  info.offset = total_;
+  info.kind = kind;
+  info.init_std = init_std;
+  total_ += info.numel;
+  params_.push_back(std::move(info));
+}
+
+const ParamInfo* ParamLayout::find(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParamLayout::at(const std::string& name) const {
+  const ParamInfo* p = find(name);
+  if (p == nullptr) fail("model has no parameter '", name, "'");
+  return *p;
+}
+
+template <class Real>
+void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params) {
+  require(static_cast<std::int64_t>(params.size()) == layout.total(), "init_params: buffer size mismatch");
+  for (const auto& p : layout.params()) {
+    Real* out = params.data() + p.offset;
+    switch (p.kind) {
+      case ParamKind::matrix: {
+        Rng rng(seed, p.name);
+        for (std::int64_t i = 0; i < p.numel; ++i) out[i] = static_cast<Real>(rng.normal() * p.init_std);
+        break;
+      }
+      case ParamKind::norm_weight:
+        for (std::int64_t i = 0; i < p.numel; ++i) out[i] = Real(1);
+        break;
+      case ParamKind::query:
+        for (std::int64_t i = 0; i < p.numel; ++i) out[i] = Real(0);
+        break;
+    }
+  }
+}
+
+template void init_params<float>(const ParamLayout&, std::uint64_t, std::span<float>);
+template void init_params<double>(const ParamLayout&, std::uint64_t, std::span<double>);
+
+}  // namespace attnres

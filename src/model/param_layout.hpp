@@ -1,0 +1,52 @@
+// Where every named parameter lives in the flat parameter buffer, how it is initialised
+// and whether it is weight-decayed. Gradients and optimizer moments use the same layout.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace attnres {
+
+enum class ParamKind {
+  matrix,       // N(0, std); weight-decayed
+  norm_weight,  // ones (RMSNorm weights and depth-read key-norm weights); no decay
+  query,        // zeros (pseudo-queries, spec §2); no decay
+};
+
+struct ParamInfo {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+  ParamKind kind = ParamKind::matrix;
+  double init_std = 0;  // matrices only
+
+  bool weight_decay() const { return kind == ParamKind::matrix; }
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& config);
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  std::int64_t total() const { return total_; }
+  const ParamInfo* find(const std::string& name) const;
+  const ParamInfo& at(const std::string& name) const;  // throws Error when absent
+
+ private:
+  void add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
+
+  std::vector<ParamInfo> params_;
+  std::int64_t total_ = 0;
+};
+
+// Initialisation keyed by (seed, parameter name): a parameter's values do not depend on
+// which other parameters exist, so two arms with one seed share their common weights exactly.
+template <class Real>
+void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params);
+
+}  // namespace attnres

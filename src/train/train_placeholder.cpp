@@ -1,0 +1,1 @@
+// Keeps the attnres_train library non-empty until the training loop lands.

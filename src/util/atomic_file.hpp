@@ -1,0 +1,22 @@
+// Files are never half-written: write to a temporary beside the target, fsync, rename.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <span>
+#include <string>
+
+namespace attnres {
+
+// Calls write(file) on a temporary file, then fsyncs and renames it over `path`.
+// On any failure the temporary is removed and an Error naming `path` is thrown.
+void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
+
+void write_text_atomically(const std::string& path, const std::string& text);
+
+// fwrite that throws on short writes.
+void write_bytes(std::FILE* file, const void* data, std::size_t size, const std::string& path);
+
+std::string read_text_file(const std::string& path);
+
+}  // namespace attnres

@@ -1,0 +1,208 @@
+// The depth read against the spec's §6.1 vectors and finite differences (float64).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/depth_read.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+namespace k = attnres::kernels;
+
+namespace {
+
+// One token, sources given row by row.
+struct OneTokenRead {
+  std::vector<std::vector<double>> v;
+  std::vector<double> gamma;
+  std::vector<std::vector<double>> queries;  // empty vector = uniform route
+  bool average = false;
+  double eps = 1e-6;
+
+  std::vector<const double*> src() const {
+    std::vector<const double*> p;
+    for (const auto& s : v) p.push_back(s.data());
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST(DepthRead, SpecVectorA) {
+  std::vector<std::vector<double>> v = {{1, 0, 0, 0}, {0, 1, 0, 0}};
+  std::vector<double> w = {2, 0, 0, 0}, gamma = {1, 1, 1, 1}, h(4), rms(2), logits(2);
+  std::vector<const double*> src = {v[0].data(), v[1].data()};
+  k::DepthRead<double> rd;
+  rd.sources = src.data();
+  rd.n_sources = 2;
+  rd.n_tok = 1;
+  rd.d = 4;
+  rd.eps = 1e-6;
+  rd.gamma = gamma.data();
+  rd.queries[0] = w.data();
+  double* out[] = {h.data(), nullptr};
+  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  EXPECT_NEAR(logits[0], 3.999992, 1e-6);
+  EXPECT_NEAR(logits[1], 0.0, 1e-12);
+  EXPECT_NEAR(h[0], 0.9820136, 1e-7);
+  EXPECT_NEAR(h[1], 0.0179864, 1e-7);
+  EXPECT_EQ(h[2], 0.0);
+}
+
+TEST(DepthRead, SpecVectorBForwardAndBackward) {
+  std::vector<std::vector<double>> v = {{1, -2, 0.5, 3}, {0.2, 0.4, -1, 0}, {-3, 1, 1, 2}};
+  std::vector<double> w = {0.5, -0.25, 1, 0.1}, gamma = {1, 2, 0.5, 1.5}, g = {1, 0, -1, 0.5};
+  std::vector<const double*> src = {v[0].data(), v[1].data(), v[2].data()};
+  k::DepthRead<double> rd;
+  rd.sources = src.data();
+  rd.n_sources = 3;
+  rd.n_tok = 1;
+  rd.d = 4;
+  rd.eps = 1e-6;
+  rd.gamma = gamma.data();
+  rd.queries[0] = w.data();
+  std::vector<double> h(4), rms(3), logits(3), alpha(3);
+  double* out[] = {h.data(), nullptr};
+  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  const double r_ref[] = {0.529812868, 1.825738815, 0.516397711};
+  const double z_ref[] = {1.165588311, -1.095443289, -0.619677253};
+  const double a_ref[] = {0.786166366, 0.081952256, 0.131881378};
+  const double h_ref[] = {0.406912683, -1.407670452, 0.443012305, 2.622261854};
+  k::depth_weights(logits.data(), 3, false, alpha.data());
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NEAR(rms[s], r_ref[s], 1e-8);
+    EXPECT_NEAR(logits[s], z_ref[s], 1e-8);
+    EXPECT_NEAR(alpha[s], a_ref[s], 1e-8);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i], h_ref[i], 1e-8);
+
+  std::vector<std::vector<double>> dv(3, std::vector<double>(4, 0.0));
+  std::vector<double> dw(4, 0.0), dgamma(4, 0.0), scratch(k::depth_read_scratch_size(1, 4));
+  double* dsrc[] = {dv[0].data(), dv[1].data(), dv[2].data()};
+  const double* dout[] = {g.data(), nullptr};
+  double* dq[] = {dw.data(), nullptr};
+  k::depth_read_backward(rd, rms.data(), logits.data(), dout, dsrc, dq, dgamma.data(), scratch.data());
+  const double dv_ref[3][4] = {{0.890529627, -0.057744158, -0.658493554, 0.298520584},
+                               {0.075216396, 0.003367939, -0.081952275, 0.039292162},
+                               {0.056184052, 0.122280272, -0.300744596, -0.024313781}};
+  const double dw_ref[] = {1.173149911, -1.799127044, -0.064467343, 0.485410803};
+  const double dg_ref[] = {0.586574956, 0.224890880, -0.128934687, 0.032360720};
+  for (int s = 0; s < 3; ++s)
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(dv[s][i], dv_ref[s][i], 1e-8) << "source " << s << " dim " << i;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(dw[i], dw_ref[i], 1e-8);
+    EXPECT_NEAR(dgamma[i], dg_ref[i], 1e-8);
+  }
+
+  // With w = 0 the read is the plain mean of the sources.
+  std::vector<double> zero(4, 0.0);
+  rd.queries[0] = zero.data();
+  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  const double mean_ref[] = {-0.6, -0.2, 0.1666667, 1.6666667};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i], mean_ref[i], 1e-7);
+}
+
+namespace {
+
+// Finite-difference check of a multi-token read in every route configuration.
+struct ReadCase {
+  int n_sources;
+  int n_routes;
+  bool uniform_second;
+  bool average;
+};
+
+void check_read_gradients(const ReadCase& c) {
+  const int d = 6, n_tok = 70;  // more than one reduction chunk
+  std::vector<std::vector<double>> v;
+  for (int s = 0; s < c.n_sources; ++s) v.push_back(random_vector<double>(n_tok * d, 10 + s));
+  std::vector<double> gamma = random_vector<double>(d, 3, 0.5);
+  for (auto& x : gamma) x += 1.0;
+  std::vector<std::vector<double>> q = {random_vector<double>(d, 4), random_vector<double>(d, 5)};
+  const int n_out = c.average ? 1 : c.n_routes;
+  std::vector<std::vector<double>> upstream;
+  for (int o = 0; o < n_out; ++o) upstream.push_back(random_vector<double>(n_tok * d, 20 + o));
+
+  auto make = [&](std::vector<const double*>& src) {
+    src.clear();
+    for (auto& s : v) src.push_back(s.data());
+    k::DepthRead<double> rd;
+    rd.sources = src.data();
+    rd.n_sources = c.n_sources;
+    rd.n_tok = n_tok;
+    rd.d = d;
+    rd.eps = 1e-6;
+    rd.gamma = gamma.data();
+    rd.n_routes = c.n_routes;
+    rd.queries[0] = q[0].data();
+    rd.queries[1] = c.n_routes > 1 && !c.uniform_second ? q[1].data() : nullptr;
+    rd.average = c.average;
+    return rd;
+  };
+  std::vector<std::vector<double>> out(2, std::vector<double>(n_tok * d));
+  std::vector<double> rms(n_tok * c.n_sources), logits(2 * n_tok * c.n_sources);
+  auto loss = [&]() {
+    std::vector<const double*> src;
+    auto rd = make(src);
+    double* outs[] = {out[0].data(), out[1].data()};
+    k::depth_read_forward(rd, outs, rms.data(), logits.data());
+    double l = 0;
+    for (int o = 0; o < n_out; ++o) l += weighted_sum(out[o], upstream[o]);
+    return l;
+  };
+  loss();
+  std::vector<std::vector<double>> dv(c.n_sources, std::vector<double>(n_tok * d, 0.0));
+  std::vector<std::vector<double>> dq(2, std::vector<double>(d, 0.0));
+  std::vector<double> dgamma(d, 0.0), scratch(k::depth_read_scratch_size(n_tok, d));
+  {
+    std::vector<const double*> src;
+    auto rd = make(src);
+    std::vector<double*> dsrc;
+    for (auto& x : dv) dsrc.push_back(x.data());
+    const double* douts[] = {upstream[0].data(), n_out > 1 ? upstream[1].data() : nullptr};
+    double* dqs[] = {dq[0].data(), dq[1].data()};
+    k::depth_read_backward(rd, rms.data(), logits.data(), douts, dsrc.data(), dqs, dgamma.data(), scratch.data());
+  }
+  for (int s = 0; s < c.n_sources; ++s)
+    EXPECT_LT(max_rel_error(dv[s], numeric_gradient(loss, v[s])), 1e-7) << "source " << s;
+  EXPECT_LT(max_rel_error(dgamma, numeric_gradient(loss, gamma)), 1e-7) << "gamma";
+  if (c.n_sources > 1) {
+    EXPECT_LT(max_rel_error(dq[0], numeric_gradient(loss, q[0])), 1e-7) << "query";
+    if (c.n_routes > 1 && !c.uniform_second) {
+      EXPECT_LT(max_rel_error(dq[1], numeric_gradient(loss, q[1])), 1e-7) << "value query";
+    }
+  } else {
+    for (double x : dq[0]) EXPECT_EQ(x, 0.0);  // a single source gives its query no gradient
+  }
+  if (c.uniform_second) {
+    for (double x : dq[1]) EXPECT_EQ(x, 0.0);
+  }
+}
+
+}  // namespace
+
+TEST(DepthRead, GradientOneRoute) { check_read_gradients({4, 1, false, false}); }
+TEST(DepthRead, GradientSingleSource) { check_read_gradients({1, 1, false, false}); }
+TEST(DepthRead, GradientTwoRoutes) { check_read_gradients({3, 2, false, false}); }
+TEST(DepthRead, GradientAveragedRoutes) { check_read_gradients({3, 2, false, true}); }
+TEST(DepthRead, GradientUniformValueRoute) { check_read_gradients({5, 2, true, false}); }
+
+TEST(DepthRead, NoInverseSqrtDScale) {
+  // Pitfall from the spec: a 1/sqrt(d) logit scale gives alpha_0 ~ 0.881 on vector A.
+  std::vector<double> v0 = {1, 0, 0, 0}, v1 = {0, 1, 0, 0}, w = {2, 0, 0, 0}, gamma = {1, 1, 1, 1};
+  std::vector<const double*> src = {v0.data(), v1.data()};
+  k::DepthRead<double> rd;
+  rd.sources = src.data();
+  rd.n_sources = 2;
+  rd.n_tok = 1;
+  rd.d = 4;
+  rd.eps = 1e-6;
+  rd.gamma = gamma.data();
+  rd.queries[0] = w.data();
+  std::vector<double> h(4), rms(2), logits(2), alpha(2);
+  double* out[] = {h.data(), nullptr};
+  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  k::depth_weights(logits.data(), 2, false, alpha.data());
+  EXPECT_GT(alpha[0], 0.98);
+}

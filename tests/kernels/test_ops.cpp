@@ -1,0 +1,194 @@
+// Finite-difference checks (float64) of every forward/backward op the model uses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+namespace k = attnres::kernels;
+
+constexpr double kTol = 1e-7;
+
+TEST(Ops, LinearGradients) {
+  const int n = 5, in = 4, out = 3;
+  auto x = random_vector<double>(n * in, 1), w = random_vector<double>(out * in, 2);
+  auto up = random_vector<double>(n * out, 3);
+  std::vector<double> y(n * out);
+  auto loss = [&] {
+    k::linear_forward(y.data(), x.data(), w.data(), n, in, out);
+    return weighted_sum(y, up);
+  };
+  std::vector<double> dx(n * in), dw(out * in, 0.0);
+  k::linear_backward_input(dx.data(), up.data(), w.data(), n, in, out);
+  k::linear_backward_weight(dw.data(), up.data(), x.data(), n, in, out);
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
+  EXPECT_LT(max_rel_error(dw, numeric_gradient(loss, w)), kTol);
+}
+
+TEST(Ops, RmsNormGradients) {
+  const int n = 70, d = 5;
+  auto x = random_vector<double>(n * d, 1), w = random_vector<double>(d, 2), up = random_vector<double>(n * d, 3);
+  std::vector<double> y(n * d), rstd(n);
+  auto loss = [&] {
+    k::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), n, d, 1e-6);
+    return weighted_sum(y, up);
+  };
+  loss();
+  std::vector<double> dx(n * d), dw(d, 0.0), scratch(k::rmsnorm_scratch_size(n, d));
+  k::rmsnorm_backward(dx.data(), dw.data(), up.data(), x.data(), w.data(), rstd.data(), n, d, scratch.data());
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
+  EXPECT_LT(max_rel_error(dw, numeric_gradient(loss, w)), kTol);
+}
+
+TEST(Ops, SwigluGradients) {
+  const int n = 40;
+  auto gate = random_vector<double>(n, 1, 2.0), upv = random_vector<double>(n, 2), w = random_vector<double>(n, 3);
+  std::vector<double> act(n);
+  auto loss = [&] {
+    k::swiglu_forward(act.data(), gate.data(), upv.data(), n);
+    return weighted_sum(act, w);
+  };
+  std::vector<double> dg(n), du(n);
+  k::swiglu_backward(dg.data(), du.data(), w.data(), gate.data(), upv.data(), n);
+  EXPECT_LT(max_rel_error(dg, numeric_gradient(loss, gate)), kTol);
+  EXPECT_LT(max_rel_error(du, numeric_gradient(loss, upv)), kTol);
+}
+
+TEST(Ops, RopeGradientsAndRotateHalfConvention) {
+  const int T = 5, heads = 2, hd = 6, d = heads * hd, rows = 2 * T;
+  std::vector<double> cos(T * hd / 2), sin(T * hd / 2);
+  k::rope_tables(cos.data(), sin.data(), T, hd, 10000.0);
+  auto x = random_vector<double>(rows * d, 1), up = random_vector<double>(rows * d, 2);
+  std::vector<double> y;
+  auto loss = [&] {
+    y = x;
+    k::rope_forward(y.data(), rows, T, 0, heads, hd, cos.data(), sin.data());
+    return weighted_sum(y, up);
+  };
+  loss();
+  // Rotate-half: dim 0 pairs with dim hd/2 of the same head (row 1 = position 1).
+  const double angle = 1.0;  // position 1, frequency index 0
+  EXPECT_NEAR(y[d + 0], x[d + 0] * std::cos(angle) - x[d + hd / 2] * std::sin(angle), 1e-12);
+  EXPECT_NEAR(y[d + hd / 2], x[d + hd / 2] * std::cos(angle) + x[d + 0] * std::sin(angle), 1e-12);
+  std::vector<double> dx = up;
+  k::rope_backward(dx.data(), rows, T, 0, heads, hd, cos.data(), sin.data());
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
+}
+
+namespace {
+// Plain O(T^2) causal attention, as an independent check of the tiled kernel.
+std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& kk,
+                                    const std::vector<double>& v, int B, int T, int H, int hd) {
+  const int d = H * hd;
+  std::vector<double> out(B * T * d, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int e = 0; e < hd; ++e) dot += q[(b * T + i) * d + h * hd + e] * kk[(b * T + j) * d + h * hd + e];
+          s[j] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int j = 0; j <= i; ++j)
+          for (int e = 0; e < hd; ++e) out[(b * T + i) * d + h * hd + e] += s[j] / sum * v[(b * T + j) * d + h * hd + e];
+      }
+  return out;
+}
+}  // namespace
+
+TEST(Ops, AttentionMatchesNaiveAndGradients) {
+  const int B = 2, T = 70, H = 2, hd = 4, d = H * hd;  // T > one key tile
+  auto q = random_vector<double>(B * T * d, 1), kk = random_vector<double>(B * T * d, 2);
+  auto v = random_vector<double>(B * T * d, 3), up = random_vector<double>(B * T * d, 4);
+  const k::AttentionShape shape{B, T, T, H, hd, 0};
+  std::vector<double> out(B * T * d), lse(B * H * T);
+  auto loss = [&] {
+    k::attention_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), shape);
+    return weighted_sum(out, up);
+  };
+  loss();
+  EXPECT_LT(max_rel_error(out, naive_attention(q, kk, v, B, T, H, hd)), 1e-12);
+  std::vector<double> dq(B * T * d), dk(B * T * d), dv(B * T * d);
+  k::attention_backward(dq.data(), dk.data(), dv.data(), up.data(), q.data(), kk.data(), v.data(), out.data(),
+                        lse.data(), shape);
+  EXPECT_LT(max_rel_error(dq, numeric_gradient(loss, q)), 1e-6);
+  EXPECT_LT(max_rel_error(dk, numeric_gradient(loss, kk)), 1e-6);
+  EXPECT_LT(max_rel_error(dv, numeric_gradient(loss, v)), 1e-6);
+}
+
+TEST(Ops, AttentionWithCachedKeysMatchesFullPass) {
+  const int B = 2, T = 9, H = 2, hd = 4, d = H * hd;
+  auto q = random_vector<double>(B * T * d, 1), kk = random_vector<double>(B * T * d, 2);
+  auto v = random_vector<double>(B * T * d, 3);
+  std::vector<double> full(B * T * d), lse(B * H * T);
+  k::attention_forward(full.data(), lse.data(), q.data(), kk.data(), v.data(), k::AttentionShape{B, T, T, H, hd, 0});
+  // The last query alone, at position T-1, against all T cached keys.
+  std::vector<double> q_last(B * d), out(B * d), lse1(B * H);
+  for (int b = 0; b < B; ++b)
+    for (int e = 0; e < d; ++e) q_last[b * d + e] = q[(b * T + T - 1) * d + e];
+  k::attention_forward(out.data(), lse1.data(), q_last.data(), kk.data(), v.data(),
+                       k::AttentionShape{B, 1, T, H, hd, T - 1});
+  for (int b = 0; b < B; ++b)
+    for (int e = 0; e < d; ++e) EXPECT_NEAR(out[b * d + e], full[(b * T + T - 1) * d + e], 1e-14);
+}
+
+TEST(Ops, CrossEntropyGradients) {
+  const int n = 300, d = 4, V = 7;  // n > one chunk of rows
+  auto x = random_vector<double>(n * d, 1), w = random_vector<double>(V * d, 2);
+  std::vector<std::int32_t> targets(n);
+  for (int i = 0; i < n; ++i) targets[i] = (i * 5 + 3) % V;
+  std::vector<double> logits(256 * V), row_loss(256);
+  const k::CrossEntropyScratch<double> scratch{logits.data(), row_loss.data(), 256};
+  auto loss = [&] {
+    return k::lm_head_cross_entropy<double>(x.data(), w.data(), targets.data(), n, d, V, scratch, 0.0, nullptr,
+                                            nullptr) / n;
+  };
+  // Reference loss computed directly.
+  double ref = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> z(V, 0.0);
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j < V; ++j) {
+      for (int e = 0; e < d; ++e) z[j] += x[i * d + e] * w[j * d + e];
+      mx = std::max(mx, z[j]);
+    }
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+    ref += mx + std::log(sum) - z[targets[i]];
+  }
+  EXPECT_NEAR(loss(), ref / n, 1e-12);
+  std::vector<double> dx(n * d), dw(V * d, 0.0);
+  k::lm_head_cross_entropy<double>(x.data(), w.data(), targets.data(), n, d, V, scratch, 1.0 / n, dx.data(),
+                                  dw.data());
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
+  EXPECT_LT(max_rel_error(dw, numeric_gradient(loss, w)), kTol);
+}
+
+TEST(Ops, EmbeddingGradients) {
+  const int n = 12, d = 40, V = 5;  // d > one column block
+  auto table = random_vector<double>(V * d, 1), up = random_vector<double>(n * d, 2);
+  std::vector<std::int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 3) % V;
+  std::vector<double> out(n * d);
+  auto loss = [&] {
+    k::embedding_forward(out.data(), tokens.data(), table.data(), n, d);
+    return weighted_sum(out, up);
+  };
+  std::vector<double> dtable(V * d, 0.0);
+  k::embedding_backward(dtable.data(), tokens.data(), up.data(), n, d);
+  EXPECT_LT(max_rel_error(dtable, numeric_gradient(loss, table)), kTol);
+}

@@ -1,0 +1,232 @@
+// Structural invariants of the residual modes (spec §4, §5): exact equalities between
+// arms, the zero-query limit, parameter counts and seed-keyed initialisation.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/model_util.hpp"
+#include "model/model.hpp"
+#include "util/error.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+
+namespace {
+
+struct Run {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+// Copies weights by name from `from` into `to` (names missing in `from` keep their values).
+void copy_shared_weights(const Model<float>& from, Model<float>& to) {
+  for (const auto& p : to.layout().params()) {
+    const ParamInfo* q = from.layout().find(p.name);
+    if (q == nullptr) continue;
+    std::memcpy(to.params().data() + p.offset, from.params().data() + q->offset, sizeof(float) * p.numel);
+  }
+}
+
+std::vector<float> grad_of(const Model<float>& m, const std::string& name) {
+  const ParamInfo& p = m.layout().at(name);
+  return {m.grads().begin() + p.offset, m.grads().begin() + p.offset + p.numel};
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+constexpr int B = 2, T = 6;
+
+}  // namespace
+
+TEST(Invariants, RdTiedEqualsBlockBitForBit) {
+  const ModelConfig block_cfg = tiny_config(ResidualMode::block);
+  const ModelConfig tied_cfg = tiny_config(ResidualMode::rd, ValueRoute::tied);
+  Model<float> block(block_cfg, B, T, true), tied(tied_cfg, B, T, true);
+  randomize_weights(block, 5);
+  ASSERT_EQ(block.layout().total(), tied.layout().total());
+  copy_shared_weights(block, tied);
+  const auto tokens = random_tokens(B, T, block_cfg.vocab_size, 9);
+  const double lb = block.forward_backward(tokens, B, T);
+  const double lt = tied.forward_backward(tokens, B, T);
+  EXPECT_EQ(lb, lt);
+  for (const auto& p : block.layout().params())
+    EXPECT_TRUE(bitwise_equal(grad_of(block, p.name), grad_of(tied, p.name))) << p.name;
+}
+
+TEST(Invariants, RdDecoupledAtInitialisationEqualsBlock) {
+  const ModelConfig block_cfg = tiny_config(ResidualMode::block);
+  const ModelConfig rd_cfg = tiny_config(ResidualMode::rd, ValueRoute::decoupled);
+  Model<float> block(block_cfg, B, T, true), rd(rd_cfg, B, T, true);
+  init_params<float>(block.layout(), 11, block.params());
+  init_params<float>(rd.layout(), 11, rd.params());
+  // Seed-keyed init: every shared tensor starts identical.
+  for (const auto& p : block.layout().params()) {
+    const ParamInfo& q = rd.layout().at(p.name);
+    EXPECT_EQ(std::memcmp(block.params().data() + p.offset, rd.params().data() + q.offset, sizeof(float) * p.numel), 0)
+        << p.name;
+  }
+  const auto tokens = random_tokens(B, T, block_cfg.vocab_size, 2);
+  const double lb = block.forward_backward(tokens, B, T);
+  const double lr = rd.forward_backward(tokens, B, T);
+  EXPECT_EQ(lb, lr);  // both routes are uniform: the same function, bit for bit
+  for (const auto& p : block.layout().params()) {
+    const auto gb = grad_of(block, p.name);
+    auto gr = grad_of(rd, p.name);
+    const auto dot = p.name.rfind(".attn_res.query");
+    if (dot != std::string::npos && dot + 15 == p.name.size()) {
+      // Block's query collects what RD splits between its two routes.
+      const auto gv = grad_of(rd, p.name.substr(0, dot) + ".attn_res.value_query");
+      double mag = 0;
+      for (std::size_t i = 0; i < gr.size(); ++i) {
+        mag = std::max(mag, double(std::abs(gv[i])));
+        gr[i] += gv[i];
+      }
+      if (p.name != "layers.0.attn_res.query") {
+        EXPECT_GT(mag, 0.0) << p.name;
+      }
+    }
+    EXPECT_LT(max_rel_error(gr, gb), 1e-5) << p.name;
+  }
+}
+
+TEST(Invariants, ZeroQueriesMatchPrenormAsEpsilonVanishes) {
+  for (ResidualMode mode : {ResidualMode::block, ResidualMode::full}) {
+    for (int n_blocks : {1, 2}) {
+      ModelConfig c = tiny_config(mode, ValueRoute::decoupled, 2, n_blocks);
+      c.norm_eps = 0.0;
+      ModelConfig p = c;
+      p.residual = ResidualMode::prenorm;
+      Model<double> attnres(c, B, T, false), prenorm(p, B, T, false);
+      randomize_weights(prenorm, 3);
+      randomize_weights(attnres, 3);
+      // Same shared weights; all queries zero.
+      for (const auto& info : attnres.layout().params()) {
+        double* dst = attnres.params().data() + info.offset;
+        if (const ParamInfo* q = prenorm.layout().find(info.name))
+          std::memcpy(dst, prenorm.params().data() + q->offset, sizeof(double) * info.numel);
+        else if (info.kind == ParamKind::query)
+          std::fill(dst, dst + info.numel, 0.0);
+      }
+      std::vector<std::int32_t> inputs(B * T);
+      for (int i = 0; i < B * T; ++i) inputs[i] = (i * 7) % c.vocab_size;
+      std::vector<double> la(B * T * c.vocab_size), lp(la.size());
+      attnres.logits(inputs, B, T, la);
+      prenorm.logits(inputs, B, T, lp);
+      EXPECT_LT(max_rel_error(la, lp), 1e-12) << to_string(mode) << " n_blocks=" << n_blocks;
+    }
+  }
+}
+
+TEST(Invariants, BlocksOfOneSublayerEqualFull) {
+  ModelConfig full_cfg = tiny_config(ResidualMode::full);
+  ModelConfig block_cfg = tiny_config(ResidualMode::block, ValueRoute::decoupled, 2, 4);  // n_blocks = 2*n_layers
+  Model<float> full(full_cfg, B, T, true), block(block_cfg, B, T, true);
+  randomize_weights(full, 4);
+  copy_shared_weights(full, block);
+  const auto tokens = random_tokens(B, T, full_cfg.vocab_size, 6);
+  EXPECT_EQ(full.forward_backward(tokens, B, T), block.forward_backward(tokens, B, T));
+  EXPECT_TRUE(bitwise_equal({full.grads().begin(), full.grads().end()}, {block.grads().begin(), block.grads().end()}));
+}
+
+TEST(Invariants, RdAddsExactlyOneVectorPerLayer) {
+  for (int layers : {2, 4, 16}) {
+    ModelConfig block = tiny_config(ResidualMode::block, ValueRoute::decoupled, layers, 2);
+    ModelConfig rd = block;
+    rd.residual = ResidualMode::rd;
+    EXPECT_EQ(ParamLayout(rd).total() - ParamLayout(block).total(), std::int64_t(layers) * block.d_model);
+    for (ValueRoute r : {ValueRoute::tied, ValueRoute::frozen}) {
+      rd.value_route = r;
+      EXPECT_EQ(ParamLayout(rd).total(), ParamLayout(block).total()) << to_string(r);
+    }
+    rd.value_route = ValueRoute::average;
+    EXPECT_EQ(ParamLayout(rd).total() - ParamLayout(block).total(), std::int64_t(layers) * block.d_model);
+  }
+}
+
+TEST(Invariants, PaperScaleParameterCounts) {
+  // 16 x 576 and 24 x 832 with heads of 64, SwiGLU 5d and a tied 32,000 vocabulary (spec §8).
+  ModelConfig s;
+  s.vocab_size = 32000;
+  s.d_model = 576;
+  s.n_layers = 16;
+  s.n_heads = 9;
+  s.mlp_hidden = 5 * 576;
+  s.residual = ResidualMode::block;
+  s.n_blocks = 8;
+  const double s_count = double(ParamLayout(s).total());
+  EXPECT_NEAR(s_count / 1e6, 119.3, 0.5);
+  ModelConfig m = s;
+  m.d_model = 832;
+  m.n_layers = 24;
+  m.n_heads = 13;
+  m.mlp_hidden = 5 * 832;
+  EXPECT_NEAR(double(ParamLayout(m).total()) / 1e6, 342.3, 0.5);
+}
+
+TEST(Invariants, InitialisationFollowsTheSpec) {
+  ModelConfig c = tiny_config(ResidualMode::rd);
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.mlp_hidden = 160;
+  c.vocab_size = 500;
+  const ParamLayout layout(c);
+  std::vector<float> a(layout.total()), b(layout.total());
+  init_params<float>(layout, 1, std::span<float>(a));
+  init_params<float>(layout, 2, std::span<float>(b));
+  EXPECT_NE(a, b);
+  auto stddev = [&](const std::string& name) {
+    const ParamInfo& p = layout.at(name);
+    double s = 0;
+    for (std::int64_t i = 0; i < p.numel; ++i) s += double(a[p.offset + i]) * a[p.offset + i];
+    return std::sqrt(s / p.numel);
+  };
+  EXPECT_NEAR(stddev("tok_emb.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stddev("layers.0.attn.wq.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stddev("layers.0.mlp.w_down.weight"), 0.02 / std::sqrt(4.0), 0.001);
+  EXPECT_NEAR(stddev("layers.1.attn.wo.weight"), 0.02 / std::sqrt(4.0), 0.001);
+  for (const auto& p : layout.params()) {
+    const float expected = p.kind == ParamKind::query ? 0.0f : 1.0f;
+    if (p.kind != ParamKind::matrix) {
+      for (std::int64_t i = 0; i < p.numel; ++i) EXPECT_EQ(a[p.offset + i], expected) << p.name;
+    }
+  }
+}
+
+TEST(Invariants, DepthTensorsExistOnlyWhereUsed) {
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::prenorm)).find("layers.0.attn_res.query"), nullptr);
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::prenorm)).find("final_res.query"), nullptr);
+  EXPECT_NE(ParamLayout(tiny_config(ResidualMode::block)).find("final_res.key_norm.weight"), nullptr);
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::block)).find("layers.0.attn_res.value_query"), nullptr);
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::rd, ValueRoute::tied)).find("layers.0.attn_res.value_query"), nullptr);
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::rd, ValueRoute::frozen)).find("layers.0.attn_res.value_query"), nullptr);
+  EXPECT_NE(ParamLayout(tiny_config(ResidualMode::rd, ValueRoute::average)).find("layers.1.attn_res.value_query"), nullptr);
+  ModelConfig untied = tiny_config(ResidualMode::block);
+  untied.tie_embeddings = false;
+  EXPECT_NE(ParamLayout(untied).find("lm_head.weight"), nullptr);
+  EXPECT_EQ(ParamLayout(tiny_config(ResidualMode::block)).find("lm_head.weight"), nullptr);
+}
+
+TEST(Invariants, RepeatedStepsAreBitIdentical) {
+  const ModelConfig c = tiny_config(ResidualMode::rd);
+  Model<float> a(c, B, T, true), b(c, B, T, true);
+  randomize_weights(a, 1);
+  randomize_weights(b, 1);
+  const auto tokens = random_tokens(B, T, c.vocab_size, 1);
+  EXPECT_EQ(a.forward_backward(tokens, B, T), b.forward_backward(tokens, B, T));
+  EXPECT_TRUE(bitwise_equal({a.grads().begin(), a.grads().end()}, {b.grads().begin(), b.grads().end()}));
+}
+
+TEST(Invariants, BadConfigsAreRejected) {
+  ModelConfig c = tiny_config(ResidualMode::block, ValueRoute::decoupled, 2, 3);
+  EXPECT_THROW(c.validate(), Error);  // 3 does not divide 4 sublayers
+  c = tiny_config(ResidualMode::block, ValueRoute::decoupled, 3, 3);  // blocks of 2 sublayers: fine
+  EXPECT_NO_THROW(c.validate());
+  c = tiny_config(ResidualMode::block, ValueRoute::decoupled, 3, 2);  // blocks of 3: odd
+  EXPECT_THROW(c.validate(), Error);
+  c = tiny_config(ResidualMode::block);
+  c.n_heads = 3;
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(parse_residual_mode("blocks"), Error);
+}
