@@ -1,0 +1,449 @@
+#!/usr/bin/python3
+"""Independent float64 PyTorch reference for attnres (see /work/shared/docs/attnres-spec.md).
+
+Test oracle: clarity over speed. Every gradient comes from torch autograd; all math is float64 on CPU.
+
+Residual modes: "prenorm" (standard pre-norm Transformer), "full" (Full AttnRes, n_blocks = 2*n_layers),
+"block" (Block AttnRes), "rd" (RD-AttnRes; value_route = decoupled | tied | average | frozen).
+
+Command line (used by the C++ tests):
+  /usr/bin/python3 tests/reference/attnres_ref.py --weights W.safetensors --tokens TOK.safetensors
+      --out OUT.safetensors [--adamw-steps N --lr LR --weight-decay WD --clip C --warmup W
+      --min-lr-ratio R --schedule cosine|wsd --decay-fraction F --total-steps S]
+  W:   every parameter (F32 or F64), metadata "config" = JSON string of the model config.
+  TOK: tensor "tokens", I32 or I64, shape [B, T+1]; inputs = tokens[:, :T], targets = tokens[:, 1:].
+  OUT (all F64): "logits" [B,T,V], "loss" [] and "grad.<name>" for every parameter, at the given weights;
+       with --adamw-steps N also "losses" [N] (loss before each update) and "param.<name>" (after N updates,
+       the same batch every step).
+
+Optimiser (one update s = 0..N-1; lr_max = --lr):
+  learning rate
+    if s < warmup:         lr = lr_max * (s + 1) / warmup
+    else, floor = min_lr_ratio * lr_max:
+      cosine:  p = (s - warmup) / max(1, total_steps - warmup)
+               lr = floor + (lr_max - floor) * 0.5 * (1 + cos(pi * p))
+      wsd:     decay_start = total_steps - floor(decay_fraction * total_steps + 0.5)   (round half up)
+               if s < decay_start: lr = lr_max
+               else: frac = (s - decay_start) / max(1, total_steps - decay_start)
+                     lr = lr_max + (floor - lr_max) * frac
+  gradient clipping over all parameters (torch.nn.utils.clip_grad_norm_), only when clip > 0:
+    total = sqrt(sum over all parameters and elements of g^2); coef = clip / (total + 1e-6)
+    if coef < 1: g = g * coef
+  AdamW (torch.optim.AdamW, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, t = s + 1, m = v = 0 at t = 0):
+    p = p * (1 - lr * wd)          only for 2-D parameters (all weight matrices incl. tok_emb, lm_head);
+                                   never for norm weights, key-norm weights or pseudo-queries
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+Defaults: lr 1e-3, weight-decay 0, clip 0 (off), warmup 0, min-lr-ratio 0, schedule cosine,
+decay-fraction 0.2, total-steps = N.
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+torch.use_deterministic_algorithms(True)
+torch.backends.cuda.matmul.allow_tf32 = False  # irrelevant on CPU; keep the reference exact anywhere
+torch.backends.cudnn.allow_tf32 = False
+
+RESIDUALS = ("prenorm", "full", "block", "rd")
+VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
+
+# ----------------------------------------------------------------------------------------------------------
+# safetensors (minimal reader/writer: json + numpy)
+# ----------------------------------------------------------------------------------------------------------
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+           "U8": "u1", "BOOL": "?"}
+_NP_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<i4"): "I32"}
+
+
+def load_safetensors(path):
+    """Returns ({name: np.ndarray}, {metadata str: str})."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = blob[8 + n:]
+    meta = header.pop("__metadata__", None) or {}
+    out = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        raw = data[begin:end]
+        if info["dtype"] == "BF16":
+            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=_DTYPES[info["dtype"]])
+        if arr.size != int(np.prod(shape)):
+            raise ValueError(f"{path}: tensor {name}: {arr.size} elements for shape {list(shape)}")
+        out[name] = arr.reshape(shape).copy()
+    return out, meta
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """tensors: {name: np.ndarray | torch.Tensor} of float64/float32/int64/int32."""
+    header, chunks, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    for name, t in tensors.items():
+        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        a = np.asarray(a, dtype=a.dtype.newbyteorder("<"))  # (not ascontiguousarray: it turns 0-d into 1-d)
+        b = a.tobytes(order="C")
+        header[name] = {"dtype": _NP_TO_ST[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        chunks.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in chunks:
+            f.write(b)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# config and parameters
+# ----------------------------------------------------------------------------------------------------------
+def _as_bool(v):
+    if isinstance(v, str):
+        if v.lower() in ("true", "1"):
+            return True
+        if v.lower() in ("false", "0"):
+            return False
+        raise ValueError(f"not a bool: {v!r}")
+    return bool(v)
+
+
+def parse_config(c):
+    """Normalises a config dict (or JSON string). Raises on bad or inconsistent values."""
+    if isinstance(c, str):
+        c = json.loads(c)
+    cfg = {
+        "vocab_size": int(c["vocab_size"]), "d_model": int(c["d_model"]), "n_layers": int(c["n_layers"]),
+        "n_heads": int(c["n_heads"]), "mlp_hidden": int(c["mlp_hidden"]), "residual": str(c["residual"]),
+        "value_route": str(c.get("value_route", "decoupled")), "tie_embeddings": _as_bool(c["tie_embeddings"]),
+        "norm_eps": float(c["norm_eps"]), "rope_theta": float(c["rope_theta"]),
+        "max_seq_len": int(c["max_seq_len"]) if "max_seq_len" in c else None,
+    }
+    if cfg["residual"] not in RESIDUALS:
+        raise ValueError(f"unknown residual {cfg['residual']!r}; expected one of {RESIDUALS}")
+    if cfg["value_route"] not in VALUE_ROUTES:
+        raise ValueError(f"unknown value_route {cfg['value_route']!r}; expected one of {VALUE_ROUTES}")
+    d, H, L = cfg["d_model"], cfg["n_heads"], 2 * cfg["n_layers"]
+    if d % H != 0 or (d // H) % 2 != 0:
+        raise ValueError(f"d_model {d} must split into {H} heads of even size")
+    if cfg["residual"] == "full":
+        cfg["n_blocks"] = L
+    elif cfg["residual"] in ("block", "rd"):
+        N = int(c["n_blocks"])
+        if N <= 0 or L % N != 0 or ((L // N) % 2 != 0 and N != L):
+            raise ValueError(f"n_blocks {N} must divide {L} sublayers into blocks of an even size (or equal {L})")
+        cfg["n_blocks"] = N
+    else:
+        cfg["n_blocks"] = int(c.get("n_blocks", 0))
+    return cfg
+
+
+def param_shapes(cfg):
+    """The exact parameter set {name: shape} for a config."""
+    V, d, F = cfg["vocab_size"], cfg["d_model"], cfg["mlp_hidden"]
+    depth = cfg["residual"] != "prenorm"
+    s = {"tok_emb.weight": (V, d)}
+    for i in range(cfg["n_layers"]):
+        p = f"layers.{i}."
+        s[p + "attn_norm.weight"] = (d,)
+        for w in ("wq", "wk", "wv", "wo"):
+            s[p + f"attn.{w}.weight"] = (d, d)
+        s[p + "mlp_norm.weight"] = (d,)
+        s[p + "mlp.w_gate.weight"] = (F, d)
+        s[p + "mlp.w_up.weight"] = (F, d)
+        s[p + "mlp.w_down.weight"] = (d, F)
+        if depth:
+            s[p + "attn_res.query"] = (d,)
+            s[p + "attn_res.key_norm.weight"] = (d,)
+            if cfg["residual"] == "rd" and cfg["value_route"] in ("decoupled", "average"):
+                s[p + "attn_res.value_query"] = (d,)
+            s[p + "mlp_res.query"] = (d,)
+            s[p + "mlp_res.key_norm.weight"] = (d,)
+    if depth:
+        s["final_res.query"] = (d,)
+        s["final_res.key_norm.weight"] = (d,)
+    s["final_norm.weight"] = (d,)
+    if not cfg["tie_embeddings"]:
+        s["lm_head.weight"] = (V, d)
+    return s
+
+
+def check_params(cfg, params):
+    want = param_shapes(cfg)
+    missing = sorted(set(want) - set(params))
+    unexpected = sorted(set(params) - set(want))
+    if missing or unexpected:
+        raise ValueError(f"parameter set mismatch for residual={cfg['residual']}: missing {missing}, "
+                         f"unexpected {unexpected}")
+    bad = [f"{n}: {list(params[n].shape)} != {list(want[n])}" for n in want if tuple(params[n].shape) != want[n]]
+    if bad:
+        raise ValueError("parameter shape mismatch: " + "; ".join(bad))
+
+
+def random_params(cfg, seed=0, std=0.02, query_std=0.0):
+    """Random float64 weights for tests: matrices ~ N(0, std), norm/key-norm weights 1 + N(0, 0.1),
+    pseudo-queries ~ N(0, query_std) (0 = the spec's zero initialisation)."""
+    g = torch.Generator().manual_seed(seed)
+    P = {}
+    for name, shape in param_shapes(cfg).items():
+        if len(shape) == 2:
+            P[name] = torch.randn(shape, generator=g) * std
+        elif name.endswith("query"):
+            P[name] = torch.randn(shape, generator=g) * query_std
+        else:
+            P[name] = 1.0 + 0.1 * torch.randn(shape, generator=g)
+    return P
+
+
+# ----------------------------------------------------------------------------------------------------------
+# model pieces
+# ----------------------------------------------------------------------------------------------------------
+def rms_norm(x, w, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def depth_read(sources, w, gamma, eps, uniform=False):
+    """One AttnRes read (spec §2). sources: list of [..., d] tensors; returns (h, alpha [n, ...]).
+    r_s = (mean_k v_sk^2 + eps)^-1/2, z_s = sum_k w_k gamma_k r_s v_sk (no 1/sqrt(d)),
+    alpha = softmax_s(z), h = sum_s alpha_s v_s (raw sources). uniform=True: alpha = 1/n (frozen route)."""
+    v = torch.stack(sources)  # [n, ..., d]
+    if uniform:
+        alpha = torch.full(v.shape[:-1], 1.0 / len(sources))
+    else:
+        r = ((v * v).mean(-1, keepdim=True) + eps) ** -0.5
+        z = (v * r * (w * gamma)).sum(-1)  # [n, ...]
+        alpha = torch.softmax(z, dim=0)
+    h = (alpha.unsqueeze(-1) * v).sum(0)
+    return h, alpha
+
+
+def rope(x, theta):
+    """x: [B, H, T, hd]. HF-Llama rotate-half RoPE, positions 0..T-1."""
+    T, hd = x.shape[-2], x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)  # theta^(-2i/hd), i < hd/2
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # [T, hd/2]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def attention(P, p, cfg, x_qk, x_v):
+    B, T, d = x_qk.shape
+    H = cfg["n_heads"]
+    hd = d // H
+
+    def heads(t):
+        return t.view(B, T, H, hd).transpose(1, 2)
+
+    q = rope(heads(x_qk @ P[p + "attn.wq.weight"].T), cfg["rope_theta"])
+    k = rope(heads(x_qk @ P[p + "attn.wk.weight"].T), cfg["rope_theta"])
+    v = heads(x_v @ P[p + "attn.wv.weight"].T)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    s = s.masked_fill(~causal, float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v  # [B, H, T, hd]
+    return o.transpose(1, 2).reshape(B, T, d) @ P[p + "attn.wo.weight"].T
+
+
+def mlp(P, p, x):
+    gate = x @ P[p + "mlp.w_gate.weight"].T
+    up = x @ P[p + "mlp.w_up.weight"].T
+    return (torch.nn.functional.silu(gate) * up) @ P[p + "mlp.w_down.weight"].T
+
+
+def forward(cfg, P, inputs, record=None):
+    """inputs: int64 [B, T] -> logits [B, T, V]. record: optional list receiving (name, alpha) per read."""
+    eps = cfg["norm_eps"]
+    T = inputs.shape[1]
+    if cfg["max_seq_len"] is not None and T > cfg["max_seq_len"]:
+        raise ValueError(f"sequence length {T} > max_seq_len {cfg['max_seq_len']}")
+    emb = P["tok_emb.weight"][inputs]  # [B, T, d]
+    L = 2 * cfg["n_layers"]
+
+    if cfg["residual"] == "prenorm":
+        x = emb
+        for k in range(cfg["n_layers"]):
+            p = f"layers.{k}."
+            a = rms_norm(x, P[p + "attn_norm.weight"], eps)
+            x = x + attention(P, p, cfg, a, a)
+            x = x + mlp(P, p, rms_norm(x, P[p + "mlp_norm.weight"], eps))
+    else:  # full / block / rd
+        S = L // cfg["n_blocks"]  # sublayers per block (1 for full)
+        blocks, partial = [emb], None  # blocks = [b_0, ..., b_{n-1}]; partial = b_n^{i-1} (None when i = 1)
+        for j in range(L):
+            k, is_mlp = divmod(j, 2)
+            p = f"layers.{k}."
+            if j % S == 0 and j > 0:  # a new block starts: the finished partial becomes b_n
+                blocks.append(partial)
+                partial = None
+            sources = blocks + ([partial] if partial is not None else [])
+            if is_mlp:
+                h, al = depth_read(sources, P[p + "mlp_res.query"], P[p + "mlp_res.key_norm.weight"], eps)
+                if record is not None:
+                    record.append((p + "mlp_res", al))
+                out = mlp(P, p, rms_norm(h, P[p + "mlp_norm.weight"], eps))
+            else:
+                gamma, nw = P[p + "attn_res.key_norm.weight"], P[p + "attn_norm.weight"]
+                h_qk, al = depth_read(sources, P[p + "attn_res.query"], gamma, eps)
+                if record is not None:
+                    record.append((p + "attn_res", al))
+                route = cfg["value_route"] if cfg["residual"] == "rd" else "tied"
+                if route == "tied":  # block / full, and rd+tied: one route feeds Q, K and V
+                    x_qk = x_v = rms_norm(h_qk, nw, eps)
+                elif route == "decoupled":
+                    h_v, al_v = depth_read(sources, P[p + "attn_res.value_query"], gamma, eps)
+                    x_qk, x_v = rms_norm(h_qk, nw, eps), rms_norm(h_v, nw, eps)
+                elif route == "average":
+                    h_v, al_v = depth_read(sources, P[p + "attn_res.value_query"], gamma, eps)
+                    x_qk = x_v = rms_norm(0.5 * (h_qk + h_v), nw, eps)
+                elif route == "frozen":
+                    h_v, al_v = depth_read(sources, None, None, eps, uniform=True)
+                    x_qk, x_v = rms_norm(h_qk, nw, eps), rms_norm(h_v, nw, eps)
+                else:
+                    raise ValueError(route)
+                if record is not None and route != "tied":
+                    record.append((p + "attn_res.value", al_v))
+                out = attention(P, p, cfg, x_qk, x_v)
+            partial = out if partial is None else partial + out  # write-back b_n^i = b_n^{i-1} + f_j
+        blocks.append(partial)  # b_N
+        x, al = depth_read(blocks, P["final_res.query"], P["final_res.key_norm.weight"], eps)
+        if record is not None:
+            record.append(("final_res", al))
+
+    x = rms_norm(x, P["final_norm.weight"], eps)
+    head = P["tok_emb.weight"] if cfg["tie_embeddings"] else P["lm_head.weight"]
+    return x @ head.T
+
+
+def loss_and_logits(cfg, P, tokens):
+    """tokens: int64 [B, T+1]. Mean cross-entropy over all B*T positions."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    logits = forward(cfg, P, inputs)
+    logp = torch.log_softmax(logits, dim=-1)
+    loss = -logp.gather(-1, targets.unsqueeze(-1)).mean()
+    return loss, logits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# training
+# ----------------------------------------------------------------------------------------------------------
+def lr_at(s, lr_max, warmup=0, total_steps=1, min_lr_ratio=0.0, schedule="cosine", decay_fraction=0.2):
+    """Learning rate of update s (0-based); formulas in the module docstring."""
+    if s < warmup:
+        return lr_max * (s + 1) / warmup
+    floor = min_lr_ratio * lr_max
+    if schedule == "cosine":
+        p = (s - warmup) / max(1, total_steps - warmup)
+        return floor + (lr_max - floor) * 0.5 * (1.0 + math.cos(math.pi * p))
+    if schedule == "wsd":
+        decay_start = total_steps - int(math.floor(decay_fraction * total_steps + 0.5))
+        if s < decay_start:
+            return lr_max
+        frac = (s - decay_start) / max(1, total_steps - decay_start)
+        return lr_max + (floor - lr_max) * frac
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0, min_lr_ratio=0.0,
+                schedule="cosine", decay_fraction=0.2, total_steps=None, beta1=0.9, beta2=0.95, eps=1e-8):
+    """Runs `steps` AdamW updates on the same batch. Returns (losses [steps], new params dict)."""
+    total_steps = steps if total_steps is None else total_steps
+    P = {n: t.detach().clone().requires_grad_(True) for n, t in P.items()}
+    m = {n: torch.zeros_like(t) for n, t in P.items()}
+    v = {n: torch.zeros_like(t) for n, t in P.items()}
+    losses = []
+    for s in range(steps):
+        for t in P.values():
+            t.grad = None
+        loss, _ = loss_and_logits(cfg, P, tokens)
+        loss.backward()
+        losses.append(loss.item())
+        grads = {n: t.grad for n, t in P.items()}
+        if clip > 0:
+            total = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+            coef = clip / (total + 1e-6)
+            if coef < 1.0:
+                grads = {n: g * coef for n, g in grads.items()}
+        lr_s = lr_at(s, lr, warmup, total_steps, min_lr_ratio, schedule, decay_fraction)
+        t_ = s + 1
+        with torch.no_grad():
+            for n, p in P.items():
+                g = grads[n]
+                if p.dim() == 2:
+                    p.mul_(1.0 - lr_s * weight_decay)
+                m[n] = beta1 * m[n] + (1.0 - beta1) * g
+                v[n] = beta2 * v[n] + (1.0 - beta2) * g * g
+                denom = v[n].sqrt() / math.sqrt(1.0 - beta2 ** t_) + eps
+                p.sub_((lr_s / (1.0 - beta1 ** t_)) * m[n] / denom)
+    return torch.tensor(losses), {n: t.detach() for n, t in P.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------------------
+def load_model(path):
+    arrays, meta = load_safetensors(path)
+    if "config" not in meta:
+        raise ValueError(f"{path}: no 'config' in safetensors metadata")
+    cfg = parse_config(meta["config"])
+    P = {n: torch.from_numpy(a.astype(np.float64)) for n, a in arrays.items()}
+    check_params(cfg, P)
+    return cfg, P
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--adamw-steps", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--clip", type=float, default=0.0)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.0)
+    ap.add_argument("--schedule", choices=("cosine", "wsd"), default="cosine")
+    ap.add_argument("--decay-fraction", type=float, default=0.2)
+    ap.add_argument("--total-steps", type=int, default=None)
+    a = ap.parse_args(argv)
+
+    cfg, P = load_model(a.weights)
+    tok_arrays, _ = load_safetensors(a.tokens)
+    if "tokens" not in tok_arrays:
+        raise ValueError(f"{a.tokens}: no tensor 'tokens'")
+    tokens = torch.from_numpy(tok_arrays["tokens"].astype(np.int64))
+    if tokens.dim() != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"tokens must be [B, T+1] with T >= 1, got {list(tokens.shape)}")
+    if tokens.min() < 0 or tokens.max() >= cfg["vocab_size"]:
+        raise ValueError("token id out of range")
+
+    Pg = {n: t.clone().requires_grad_(True) for n, t in P.items()}
+    loss, logits = loss_and_logits(cfg, Pg, tokens)
+    loss.backward()
+    out = {"logits": logits.detach(), "loss": loss.detach().reshape(())}
+    for n, t in Pg.items():
+        out["grad." + n] = t.grad
+    if a.adamw_steps > 0:
+        losses, newP = train_adamw(cfg, P, tokens, a.adamw_steps, a.lr, a.weight_decay, a.clip, a.warmup,
+                                   a.min_lr_ratio, a.schedule, a.decay_fraction, a.total_steps)
+        out["losses"] = losses
+        for n, t in newP.items():
+            out["param." + n] = t
+    save_safetensors(a.out, {n: t.to(torch.float64) for n, t in out.items()}, {"config": json.dumps(cfg)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
