@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config make
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev              # CBLAS GEMMs
+  libopenblas-openmp-dev       # CBLAS GEMMs (the OpenMP build: one thread pool with the model's loops)
   nlohmann-json3-dev           # JSON: configs in safetensors headers, manifests, metrics
   libcli11-dev                 # command-line parsing
   libtomlplusplus-dev          # TOML training configs

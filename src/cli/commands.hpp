@@ -2,6 +2,12 @@
 // A command's callback throws attnres::Error for anything the user got wrong.
 #pragma once
 
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "train/train_config.hpp"
+
 namespace CLI {
 class App;
 }
@@ -10,6 +16,18 @@ namespace attnres::cli {
 
 void register_prepare_command(CLI::App& app);    // prepare_command.cpp: corpora -> token shards
 void register_tokenizer_command(CLI::App& app);  // tokenizer_command.cpp: train / encode tokenizers
-void register_model_commands(CLI::App& app);     // model_commands.cpp: info, smoke training
+void register_model_commands(CLI::App& app);     // model_commands.cpp: info
+void register_train_commands(CLI::App& app);     // train_commands.cpp: train, eval
+void register_report_command(CLI::App& app);     // report_command.cpp: experiment summary and report
+
+void register_experiment_command(CLI::App& app);  // experiment_command.cpp: paired multi-seed runs
+
+// Shared by the commands that take a training configuration (train_commands.cpp):
+// --preset / --config / --set, and SIGINT/SIGTERM handlers that request a clean stop.
+void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& config_file,
+                        std::vector<std::string>& settings);
+TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
+                              const std::vector<std::string>& settings);
+const std::atomic<bool>* install_stop_handlers();
 
 }  // namespace attnres::cli

@@ -1,5 +1,96 @@
-// Placeholder until the data pipeline lands (owned by the data-pipeline work).
+// attnres prepare: corpus files -> train/val/test token shards + manifest.json.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cli/commands.hpp"
+#include "data/corpus.hpp"
+#include "data/prepare.hpp"
+#include "data/tokenizer.hpp"
+#include "data/tokenizer_train.hpp"
+#include "util/error.hpp"
+#include "util/threads.hpp"
+
 namespace attnres::cli {
-void register_prepare_command(CLI::App&) {}
+namespace {
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;
+  std::string tokenizer;
+  std::string out;
+  data::SplitFractions fractions;
+  std::int64_t shard_tokens = data::kDefaultShardTokens;
+  int vocab_size = data::kDefaultSpVocab;
+  std::int64_t max_sentences = data::kDefaultMaxSentences;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void run_prepare(const PrepareArgs& args) {
+  if (args.threads > 0) set_num_threads(args.threads);
+  args.fractions.validate();
+  const bool default_corpus = args.inputs.empty();
+  std::vector<data::InputFile> inputs = default_corpus ? data::default_corpus() : data::expand_inputs(args.inputs);
+  if (default_corpus && !args.quiet)
+    std::fprintf(stderr, "prepare: no --input: using the Python documentation sources (%zu files under %s)\n",
+                 inputs.size(), std::filesystem::path(inputs.front().path).parent_path().parent_path().c_str());
+
+  std::string spec = args.tokenizer;
+  if (spec.empty()) {
+    // No tokenizer given: train one on this corpus's training split and keep it with the data.
+    data::begin_output_dir(args.out);
+    const std::string model = (std::filesystem::path(args.out) / "tokenizer.model").string();
+    data::SpTrainOptions train;
+    train.vocab_size = args.vocab_size;
+    train.fractions = args.fractions;
+    train.max_sentences = args.max_sentences;
+    train.progress = !args.quiet;
+    data::train_sp_tokenizer(inputs, model, train);
+    spec = "sp:" + model;
+  }
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(spec);
+
+  data::PrepareOptions options;
+  options.inputs = std::move(inputs);
+  options.out_dir = args.out;
+  options.fractions = args.fractions;
+  options.shard_tokens = args.shard_tokens;
+  options.progress = !args.quiet;
+  data::prepare_dataset(options, *tokenizer);
+}
+
+}  // namespace
+
+void register_prepare_command(CLI::App& app) {
+  auto args = std::make_shared<PrepareArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "prepare",
+      "Tokenize a corpus into train/val/test token shards with a manifest.\n"
+      "Inputs: JSONL (text in \"text\", optional \"id\"), .txt files (one document each), directories of them\n"
+      "(recursive), and .gz versions. Without --input, the Python documentation sources of Debian's python3-doc\n"
+      "are used; without --tokenizer, a SentencePiece BPE model is trained on the training split and saved as\n"
+      "OUT/tokenizer.model. See docs/data.md.");
+  cmd->add_option("--input", args->inputs, "Input files or directories (default: the python3-doc corpus)");
+  auto* tokenizer = cmd->add_option("--tokenizer", args->tokenizer,
+                                    "Tokenizer spec: bytes, gpt2:DIR or sp:FILE (default: train sp on the corpus)");
+  cmd->add_option("--out", args->out, "Output directory")->required();
+  cmd->add_option("--val-fraction", args->fractions.val, "Fraction of documents for validation")
+      ->capture_default_str();
+  cmd->add_option("--test-fraction", args->fractions.test, "Fraction of documents for test")->capture_default_str();
+  cmd->add_option("--shard-tokens", args->shard_tokens, "Most tokens per shard file")->capture_default_str();
+  cmd->add_option("--vocab-size", args->vocab_size, "Vocabulary of the trained sp tokenizer (without --tokenizer)")
+      ->capture_default_str()
+      ->excludes(tokenizer);
+  cmd->add_option("--max-sentences", args->max_sentences,
+                  "Most training lines for the sp tokenizer (a deterministic sample beyond)")
+      ->capture_default_str()
+      ->excludes(tokenizer);
+  cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--quiet", args->quiet, "No progress output");
+  cmd->callback([args] { run_prepare(*args); });
+}
+
 }  // namespace attnres::cli

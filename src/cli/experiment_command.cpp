@@ -1,0 +1,87 @@
+// `attnres experiment`: the paired multi-seed comparison, then its summary.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "experiment/runner.hpp"
+#include "experiment/summary.hpp"
+#include "util/error.hpp"
+
+namespace attnres::cli {
+
+namespace {
+
+struct ExperimentArgs {
+  std::string preset, config, data, out, arms = "block,rd", seeds = "1,2,3", worker;
+  std::vector<std::string> settings;
+  std::int64_t tokens = 0;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+void register_experiment_command(CLI::App& app) {
+  auto a = std::make_shared<ExperimentArgs>();
+  auto* cmd = app.add_subcommand(
+      "experiment",
+      "Train every arm with every seed (same seed: same initial shared weights and data order),\n"
+      "evaluate at the milestones, compute paired statistics against the first arm, routing\n"
+      "diagnostics and systems numbers. Resumable: rerun the same command; finished runs are skipped.");
+  add_config_options(cmd, a->preset, a->config, a->settings);
+  cmd->add_option("--arms", a->arms, "comma-separated: prenorm, full, block, rd, rd-tied, rd-average, rd-frozen; "
+                                     "the first is the baseline")
+      ->capture_default_str();
+  cmd->add_option("--seeds", a->seeds, "comma-separated seeds")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "training tokens per run (default: the preset's budget)");
+  cmd->add_option("--data", a->data, "prepared data directory")->required();
+  cmd->add_option("--out", a->out, "experiment directory")->required();
+  cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run starting at K (0-based)");
+  cmd->callback([a] {
+    experiment::ExperimentOptions o;
+    o.base = load_train_config(a->preset, a->config, a->settings);
+    if (a->tokens > 0) o.base.tokens = a->tokens;
+    o.preset = a->preset.empty() ? a->config : a->preset;
+    o.arms = split_list(a->arms);
+    for (const auto& s : split_list(a->seeds)) {
+      try {
+        o.seeds.push_back(std::stoull(s));
+      } catch (const std::exception&) {
+        fail("--seeds: '", s, "' is not a non-negative integer");
+      }
+    }
+    if (!a->worker.empty()) {
+      const auto slash = a->worker.find('/');
+      require(slash != std::string::npos, "--worker must be K/N, e.g. 0/2");
+      try {
+        o.worker = std::stoi(a->worker.substr(0, slash));
+        o.workers = std::stoi(a->worker.substr(slash + 1));
+      } catch (const std::exception&) {
+        fail("--worker must be K/N, e.g. 0/2");
+      }
+    }
+    o.data_dir = a->data;
+    o.out_dir = a->out;
+    o.stop = install_stop_handlers();
+    if (!experiment::run_experiment(o)) {
+      std::printf("experiment '%s' is not complete yet (stopped, or other workers still running); rerun to continue\n",
+                  a->out.c_str());
+      return;
+    }
+    const experiment::ExperimentSummary summary = experiment::summarize(a->out);
+    std::printf("%s\n", experiment::format_summary_table(summary).c_str());
+    std::printf("summary: %s/summary.json\nreport:  attnres report --experiment %s\n", a->out.c_str(),
+                a->out.c_str());
+  });
+}
+
+}  // namespace attnres::cli

@@ -1,0 +1,44 @@
+// `attnres prepare`: corpus -> tokenized shards + manifest.json (format in docs/data.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/corpus.hpp"
+#include "data/tokenizer.hpp"
+
+namespace attnres::data {
+
+inline constexpr std::int64_t kDefaultShardTokens = 100'000'000;
+inline constexpr int kManifestVersion = 1;
+inline constexpr const char* kManifestName = "manifest.json";
+
+struct PrepareOptions {
+  std::vector<InputFile> inputs;
+  std::string out_dir;
+  SplitFractions fractions;
+  std::int64_t shard_tokens = kDefaultShardTokens;
+  bool progress = true;
+  std::size_t batch_bytes = 8 << 20;  // text parsed and tokenized per parallel round
+};
+
+struct PrepareSummary {
+  std::uint64_t documents[kNumSplits] = {};
+  std::uint64_t tokens[kNumSplits] = {};
+  std::uint64_t skipped_empty = 0;
+  std::uint64_t raw_bytes = 0;
+  double seconds = 0;
+};
+
+// Creates `dir` if needed and removes what an earlier prepare left there: the manifest first (so
+// the directory stops looking prepared), then shards and temporaries. Other files are kept.
+void begin_output_dir(const std::string& dir);
+
+// Reads every input in order, splits documents, encodes each as [eot, tokens...] and appends it
+// to its split's shards in input order, using all OpenMP threads; the output bytes do not depend
+// on the thread count. The previous manifest in out_dir is removed first and the new one written
+// last, so a failed or interrupted run never leaves a directory that looks prepared.
+PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace attnres::data

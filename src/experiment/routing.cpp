@@ -1,0 +1,64 @@
+#include "experiment/routing.hpp"
+
+#include <algorithm>
+
+#include "experiment/stats.hpp"
+#include "kernels/depth_read.hpp"
+#include "util/error.hpp"
+
+namespace attnres::experiment {
+
+std::vector<LayerRoutingStats> routing_diagnostics(Model<float>& model, const data::TokenDataset& split, int batch,
+                                                   int seq, std::int64_t max_tokens) {
+  std::vector<LayerRoutingStats> layers;
+  const ModelConfig& c = model.config();
+  if (!c.uses_depth_reads()) return layers;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const ReadPlan& plan = model.read_plan(2 * l);
+    LayerRoutingStats s;
+    s.layer = l;
+    s.sources = static_cast<int>(plan.sources.size());
+    s.qk_mean.assign(plan.sources.size(), 0.0);
+    s.has_value_route = plan.n_routes == 2;
+    if (s.has_value_route) s.v_mean.assign(plan.sources.size(), 0.0);
+    layers.push_back(std::move(s));
+  }
+  const data::BatchLoader order(split, 1, seq, 0);
+  std::int64_t windows = std::min<std::int64_t>(order.num_windows(), std::max<std::int64_t>(1, max_tokens / seq));
+  require(windows >= 1, "split '", split.split(), "' is too small for routing diagnostics");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
+  std::vector<float> a(kernels::kMaxSources), b(kernels::kMaxSources);
+  std::vector<double> p(kernels::kMaxSources), q(kernels::kMaxSources);
+  std::int64_t counted = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
+    const int nb = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
+    for (int i = 0; i < nb; ++i)
+      order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
+    model.forward(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(nb) * (seq + 1)), nb, seq);
+    const std::int64_t n_tok = std::int64_t(nb) * seq;
+    for (auto& s : layers) {
+      const auto n = static_cast<std::size_t>(s.sources);
+      for (std::int64_t t = 0; t < n_tok; ++t) {
+        model.read_weights(2 * s.layer, 0, t, std::span<float>(a.data(), n));
+        for (std::size_t k = 0; k < n; ++k) s.qk_mean[k] += a[k];
+        if (!s.has_value_route) continue;
+        model.read_weights(2 * s.layer, 1, t, std::span<float>(b.data(), n));
+        for (std::size_t k = 0; k < n; ++k) {
+          s.v_mean[k] += b[k];
+          p[k] = a[k];
+          q[k] = b[k];
+        }
+        s.js_nats += js_divergence_nats(std::span<const double>(p.data(), n), std::span<const double>(q.data(), n));
+      }
+    }
+    counted += n_tok;
+  }
+  for (auto& s : layers) {
+    for (auto& x : s.qk_mean) x /= double(counted);
+    for (auto& x : s.v_mean) x /= double(counted);
+    s.js_nats /= double(counted);
+  }
+  return layers;
+}
+
+}  // namespace attnres::experiment

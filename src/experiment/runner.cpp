@@ -1,0 +1,181 @@
+#include "experiment/runner.hpp"
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/loader.hpp"
+#include "experiment/routing.hpp"
+#include "experiment/summary.hpp"
+#include "model/safetensors.hpp"
+#include "train/evaluate.hpp"
+#include "train/trainer.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+#include "util/status_line.hpp"
+
+extern char** environ;
+
+namespace attnres::experiment {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& arm_names() {
+  static const std::vector<std::string> names = {"prenorm", "full", "block", "rd", "rd-tied", "rd-average", "rd-frozen"};
+  return names;
+}
+
+ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
+  if (arm == "prenorm") m.residual = ResidualMode::prenorm;
+  else if (arm == "full") m.residual = ResidualMode::full;
+  else if (arm == "block") m.residual = ResidualMode::block;
+  else if (arm.rfind("rd", 0) == 0) {
+    m.residual = ResidualMode::rd;
+    if (arm == "rd") m.value_route = ValueRoute::decoupled;
+    else if (arm == "rd-tied") m.value_route = ValueRoute::tied;
+    else if (arm == "rd-average") m.value_route = ValueRoute::average;
+    else if (arm == "rd-frozen") m.value_route = ValueRoute::frozen;
+    else fail("unknown arm '", arm, "' (expected prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)");
+  } else {
+    fail("unknown arm '", arm, "' (expected prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)");
+  }
+  return m;
+}
+
+namespace {
+
+// Trains one run in a child process, so its speed and peak memory are its own.
+// Returns the child's exit status (0: finished or stopped cleanly).
+int train_in_child(const std::string& config_path, const std::string& data, const std::string& out, bool resume,
+                   const std::string& label) {
+  std::vector<std::string> args = {"/proc/self/exe", "train", "--config", config_path, "--data", data, "--out", out,
+                                   "--label", label};
+  if (resume) args.push_back("--resume");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  require(rc == 0, "cannot start a training process for '", out, "'");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    require(errno == EINTR, "waiting for the training process of '", out, "' failed");
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+nlohmann::json routing_json(const std::vector<LayerRoutingStats>& layers) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& l : layers) {
+    nlohmann::json j = {{"layer", l.layer}, {"sources", l.sources}, {"qk_mean", l.qk_mean}};
+    if (l.has_value_route) {
+      j["v_mean"] = l.v_mean;
+      j["js_nats"] = l.js_nats;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool run_experiment(const ExperimentOptions& o) {
+  require(!o.arms.empty(), "--arms must name at least one arm");
+  require(!o.seeds.empty(), "--seeds must name at least one seed");
+  require(o.workers >= 1 && o.worker >= 0 && o.worker < o.workers, "--worker K/N needs 0 <= K < N");
+  for (std::size_t i = 0; i < o.arms.size(); ++i) {
+    apply_arm(o.base.model, o.arms[i]);  // validates the name
+    for (std::size_t k = 0; k < i; ++k) require(o.arms[i] != o.arms[k], "arm '", o.arms[i], "' is listed twice");
+  }
+  const TrainConfig base = resolve_vocab(o.base, o.data_dir);
+  base.validate();
+  fs::create_directories(o.out_dir);
+  StatusLine status(o.progress);
+
+  // experiment.json fixes the protocol; a resumed experiment must ask for the same one.
+  nlohmann::json milestones = nlohmann::json::array();
+  for (auto s : base.milestone_steps()) milestones.push_back(s * base.tokens_per_step());
+  const nlohmann::json spec = {{"version", 1},
+                               {"arms", o.arms},
+                               {"baseline", o.arms.front()},
+                               {"seeds", o.seeds},
+                               {"tokens", base.total_steps() * base.tokens_per_step()},
+                               {"milestones", milestones},
+                               {"preset", o.preset},
+                               {"data", fs::absolute(o.data_dir).string()},
+                               {"model", nlohmann::json(apply_arm(base.model, o.arms.front()))},
+                               {"train", {{"config_toml", to_toml(base)}}}};
+  const std::string spec_path = (fs::path(o.out_dir) / "experiment.json").string();
+  if (fs::exists(spec_path)) {
+    nlohmann::json existing;
+    try {
+      existing = nlohmann::json::parse(read_text_file(spec_path));
+    } catch (const nlohmann::json::exception& e) {
+      fail("'", spec_path, "' is corrupt: ", e.what());
+    }
+    require(existing == spec, "'", o.out_dir, "' holds a different experiment (", spec_path,
+            " differs in arms, seeds, budget, data or config); choose another --out");
+  } else {
+    write_text_atomically(spec_path, spec.dump(1));
+  }
+
+  int index = -1;
+  for (std::uint64_t seed : o.seeds) {
+    for (const std::string& arm : o.arms) {
+      ++index;
+      if (index % o.workers != o.worker) continue;
+      const std::string result_path = run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed));
+      if (fs::exists(result_path)) continue;
+      if (o.stop != nullptr && o.stop->load()) return false;
+      const fs::path run_dir = fs::path(result_path).parent_path();
+      fs::create_directories(run_dir);
+      TrainConfig config = base;
+      config.model = apply_arm(base.model, arm);
+      config.seed = seed;  // identical shared initial weights across arms
+      config.data_seed = seed;  // identical data order across arms
+      const std::string config_path = (run_dir / "run.toml").string();
+      write_text_atomically(config_path, to_toml(config));
+      const std::string label = arm + " seed " + std::to_string(seed);
+      const bool resume = fs::exists(run_dir / "checkpoint.safetensors");
+      const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, label);
+      require(rc == 0, "training ", label, " failed (exit status ", rc, "); its log is above, its files in '",
+              run_dir.string(), "'; rerun the same command to resume");
+      const std::string train_result = (run_dir / "train_result.json").string();
+      if (!fs::exists(train_result)) return false;  // stopped by a signal; resumable
+      const nlohmann::json tr = nlohmann::json::parse(read_text_file(train_result));
+
+      // Test NLL and routing diagnostics of the final weights.
+      Model<float> model(config.model, config.batch_size, config.seq_len, false);
+      load_weights<float>((run_dir / "model.safetensors").string(), config.model, model.layout(), model.params());
+      const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
+      const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
+      const EvalResult test_eval = evaluate_split(model, test, config.batch_size, config.seq_len, config.eval_tokens);
+      nlohmann::json result = {{"arm", arm},
+                               {"seed", seed},
+                               {"params", tr.at("params")},
+                               {"milestones", tr.at("milestones")},
+                               {"test_nll", test_eval.nll},
+                               {"tokens_per_sec", tr.at("tokens_per_sec")},
+                               {"step_time_ms", tr.at("step_time_ms")},
+                               {"peak_rss_bytes", tr.at("peak_rss_bytes")},
+                               {"curve", tr.at("curve")}};
+      if (config.model.uses_depth_reads())
+        result["routing"] = {{"layers", routing_json(routing_diagnostics(model, val, config.batch_size, config.seq_len,
+                                                                          o.diagnostic_tokens))}};
+      write_text_atomically(result_path, result.dump(1));
+      status.message(concat(label, ": done, test NLL ", test_eval.nll));
+    }
+  }
+  for (std::uint64_t seed : o.seeds)
+    for (const std::string& arm : o.arms)
+      if (!fs::exists(run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)))) return false;
+  return true;
+}
+
+}  // namespace attnres::experiment

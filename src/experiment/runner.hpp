@@ -1,0 +1,36 @@
+// The paired multi-seed experiment (spec §8): every arm trained with every seed, identical
+// initial shared weights and data order per seed, evaluated at the same milestones.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/train_config.hpp"
+
+namespace attnres::experiment {
+
+// An arm name (prenorm, full, block, rd, rd-tied, rd-average, rd-frozen) applied to a model.
+ModelConfig apply_arm(ModelConfig model, const std::string& arm);
+const std::vector<std::string>& arm_names();
+
+struct ExperimentOptions {
+  TrainConfig base;                 // the arms change only model.residual / model.value_route
+  std::string preset;               // recorded in experiment.json
+  std::vector<std::string> arms;    // the first is the baseline
+  std::vector<std::uint64_t> seeds;
+  std::string data_dir;
+  std::string out_dir;
+  int worker = 0;   // this process runs runs with index % workers == worker
+  int workers = 1;
+  std::int64_t diagnostic_tokens = 1 << 14;  // validation tokens for routing diagnostics
+  const std::atomic<bool>* stop = nullptr;
+  bool progress = true;
+};
+
+// Runs (or resumes) this worker's share of the runs; finished runs are skipped. Returns true
+// when every run of the experiment has a result.
+bool run_experiment(const ExperimentOptions& options);
+
+}  // namespace attnres::experiment

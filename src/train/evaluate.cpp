@@ -1,0 +1,29 @@
+#include "train/evaluate.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace attnres {
+
+EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, int batch, int seq,
+                          std::int64_t max_tokens) {
+  const data::BatchLoader order(split, 1, seq, 0);
+  std::int64_t windows = order.num_windows();
+  if (max_tokens > 0) windows = std::min<std::int64_t>(windows, std::max<std::int64_t>(1, max_tokens / seq));
+  require(windows >= 1, "split '", split.split(), "' of '", split.dir(), "' is too small for one window of ", seq + 1,
+          " tokens");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
+  double total = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
+    const int b = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
+    for (int i = 0; i < b; ++i)
+      order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
+    const double mean = model.forward(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(b) * (seq + 1)), b, seq);
+    total += mean * b * seq;
+  }
+  return {total / double(windows * seq), windows * seq};
+}
+
+}  // namespace attnres

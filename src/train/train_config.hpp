@@ -1,0 +1,57 @@
+// Training configuration: presets, TOML files and `--set key=value` overrides, validated
+// strictly (an unknown key or an out-of-range value is an error naming the key).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "optim/adamw.hpp"
+
+namespace attnres {
+
+struct TrainConfig {
+  ModelConfig model;              // model.vocab_size = 0: take it from the data's tokenizer
+  int batch_size = 8;             // sequences per step
+  int seq_len = 128;              // tokens per sequence
+  std::int64_t tokens = 1 << 20;  // training budget
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  double warmup_fraction = 0.05;  // of the steps
+  LrDecay decay = LrDecay::cosine;
+  double decay_fraction = 0.2;  // wsd only
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;
+  std::uint64_t seed = 1;       // initialisation
+  std::uint64_t data_seed = 1;  // batch order
+  std::vector<double> milestones = {0.125, 0.25, 0.5, 1.0};  // fractions of `tokens`
+  std::int64_t eval_tokens = 1 << 16;                        // validation tokens per evaluation
+  int checkpoint_every = 200;                                // steps
+  int threads = 0;                                           // 0: all cores
+
+  std::int64_t tokens_per_step() const { return std::int64_t(batch_size) * seq_len; }
+  std::int64_t total_steps() const { return tokens / tokens_per_step(); }
+  std::vector<std::int64_t> milestone_steps() const;  // step counts after which to evaluate
+  LrSchedule schedule() const;
+  AdamWConfig adamw() const;
+
+  void validate() const;  // throws Error naming the key
+};
+
+// The presets: tiny (tests, demo), small (an hour on a CPU), S (~120M) and M (~343M).
+std::vector<std::string> preset_names();
+TrainConfig preset(const std::string& name);
+
+// Applies one "section.key = value" setting (TOML syntax for the value), e.g.
+// "model.residual=rd", "train.lr=1e-3", "train.milestones=[0.5, 1.0]".
+void apply_setting(TrainConfig& config, const std::string& assignment, const std::string& where);
+// Reads a TOML file with [model] and [train] tables over the given base config.
+void apply_toml_file(TrainConfig& config, const std::string& path);
+
+std::string to_toml(const TrainConfig& config);  // a complete config file, for the run directory
+
+}  // namespace attnres

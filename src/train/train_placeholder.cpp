@@ -1,1 +1,0 @@
-// Keeps the attnres_train library non-empty until the training loop lands.

@@ -1,0 +1,121 @@
+// Report generation: report.md has the tables, report.html is one self-contained page with SVG plots;
+// and the `attnres report` command end to end.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "experiment/fixture.hpp"
+#include "experiment/report.hpp"
+#include "util/atomic_file.hpp"
+
+namespace attnres::experiment {
+namespace {
+
+using testing::SyntheticExperiment;
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST(Report, WritesMarkdownAndSelfContainedHtml) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = summarize(exp.dir());
+  const std::string out = exp.dir() + "/out";
+  const ReportFiles files = write_report(s, out);
+  EXPECT_EQ(files.markdown, out + "/report.md");
+  EXPECT_EQ(files.html, out + "/report.html");
+  ASSERT_TRUE(std::filesystem::exists(files.markdown));
+  ASSERT_TRUE(std::filesystem::exists(files.html));
+
+  const std::string md = read_text_file(files.markdown);
+  EXPECT_NE(md.find("| tokens | arm | seeds | mean NLL |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| --- | --- | ---: |"), std::string::npos);
+  EXPECT_NE(md.find("| 1K | block | 3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rd | 2 |"), std::string::npos);
+  EXPECT_NE(md.find("rd/seed-3"), std::string::npos);  // the missing run is reported
+  EXPECT_NE(md.find("Jensen"), std::string::npos);
+  EXPECT_NE(md.find("Systems"), std::string::npos);
+
+  const std::string html = read_text_file(files.html);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+  // Plots: validation, ΔNLL, colour scale, heatmaps (block, rd Q/K and V, rd-tied), JS bars, training loss.
+  EXPECT_GE(count(html, "<svg"), 9u);
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
+  EXPECT_EQ(html.find("http://"), std::string::npos);
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find(" src="), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_NE(html.find("<table>"), std::string::npos);
+  EXPECT_NE(html.find("#D55E00"), std::string::npos);  // rd's colour
+  EXPECT_EQ(html.find("nan"), std::string::npos);      // no unformatted NaN leaked into coordinates
+  EXPECT_EQ(html.find("inf\""), std::string::npos);
+}
+
+TEST(Report, HtmlWithoutRoutingOrCurves) {
+  SyntheticExperiment exp;
+  // Only prenorm and the baseline finished, without curves or routing.
+  for (const std::string arm : {"rd", "rd-tied"})
+    for (int seed : {1, 2, 3}) std::filesystem::remove(exp.result_path(arm, seed));
+  for (const std::string arm : {"block", "prenorm"})
+    for (int seed : {1, 2, 3}) {
+      auto r = testing::make_result(arm, seed);
+      r.erase("routing");
+      r.erase("curve");
+      testing::write_json(exp.result_path(arm, seed), r);
+    }
+  const ExperimentSummary s = compute_summary(exp.dir());
+  const std::string html = render_html(s);
+  EXPECT_EQ(html.find("Depth routing"), std::string::npos);
+  EXPECT_EQ(html.find("Training loss"), std::string::npos);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find("nan"), std::string::npos);
+}
+
+TEST(Report, NiceTicks) {
+  const std::vector<double> a = nice_ticks(0, 1, 5);
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_DOUBLE_EQ(a[3], 0.6);
+  const std::vector<double> b = nice_ticks(3.42, 3.87, 6);
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_DOUBLE_EQ(b.front(), 3.5);
+  EXPECT_DOUBLE_EQ(b.back(), 3.8);
+  const std::vector<double> c = nice_ticks(-0.045, 0.012, 6);
+  EXPECT_DOUBLE_EQ(c.front(), -0.04);
+  EXPECT_DOUBLE_EQ(c.back(), 0.01);
+  EXPECT_EQ(std::count(c.begin(), c.end(), 0.0), 1);
+  EXPECT_EQ(arm_color("rd", 5), "#D55E00");
+  EXPECT_EQ(arm_color("mystery", 0), arm_color("other", 0));
+}
+
+int run_cli(const std::string& args, std::string* output) {
+  const std::string log = (std::filesystem::temp_directory_path() / ("attnres-report-cli-" + std::to_string(::getpid()))).string();
+  const int status = std::system(("'" + std::string(ATTNRES_BINARY) + "' " + args + " >'" + log + "' 2>&1").c_str());
+  *output = read_text_file(log);
+  std::filesystem::remove(log);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ReportCommand, EndToEnd) {
+  if (!std::filesystem::exists(ATTNRES_BINARY)) GTEST_SKIP() << "attnres binary not built: " << ATTNRES_BINARY;
+  SyntheticExperiment exp;
+  std::string out;
+  ASSERT_EQ(run_cli("report --experiment '" + exp.dir() + "'", &out), 0) << out;
+  EXPECT_NE(out.find("Validation NLL"), std::string::npos) << out;
+  EXPECT_NE(out.find(exp.dir() + "/report.html"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(exp.dir() + "/summary.json"));
+  EXPECT_TRUE(std::filesystem::exists(exp.dir() + "/report.md"));
+
+  std::ofstream(exp.result_path("block", 1)) << "not json";
+  ASSERT_EQ(run_cli("report --experiment '" + exp.dir() + "' --quiet", &out), 1) << out;
+  EXPECT_NE(out.find("attnres: error: "), std::string::npos) << out;
+  EXPECT_NE(out.find("runs/block/seed-1/result.json"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace attnres::experiment

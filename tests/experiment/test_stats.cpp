@@ -1,0 +1,133 @@
+// JS divergence, Student t distribution and paired statistics against closed forms and tables.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "experiment/stats.hpp"
+#include "util/error.hpp"
+
+namespace attnres::experiment {
+namespace {
+
+using V = std::vector<double>;
+
+TEST(JsDivergence, IdenticalIsZero) {
+  const V p = {0.1, 0.2, 0.3, 0.4};
+  EXPECT_DOUBLE_EQ(js_divergence_nats(p, p), 0.0);
+  EXPECT_DOUBLE_EQ(js_divergence_nats(V{1.0}, V{1.0}), 0.0);
+}
+
+TEST(JsDivergence, DisjointIsLn2) {
+  EXPECT_NEAR(js_divergence_nats(V{1, 0}, V{0, 1}), std::log(2.0), 1e-15);
+  // Interleaved supports: GCC 12.2 with AVX-512 (-march=native) miscompiles constant lists like
+  // {0.5, 0.5, 0, 0} (upper half zero) into a broadcast of 0.5.
+  EXPECT_NEAR(js_divergence_nats(V{0.5, 0, 0.5, 0}, V{0, 0.25, 0, 0.75}), std::log(2.0), 1e-15);
+  EXPECT_NEAR(nats_to_bits(js_divergence_nats(V{1, 0}, V{0, 1})), 1.0, 1e-15);
+}
+
+TEST(JsDivergence, HandComputed) {
+  // M = [0.75, 0.25]; KL(P‖M) = ½ ln(4/3), KL(Q‖M) = ln(4/3): JS = ¾ ln(4/3).
+  EXPECT_NEAR(js_divergence_nats(V{0.5, 0.5}, V{1, 0}), 0.75 * std::log(4.0 / 3.0), 1e-15);
+  // Symmetric in its arguments.
+  const V p = {0.2, 0.5, 0.3}, q = {0.6, 0.1, 0.3};
+  EXPECT_DOUBLE_EQ(js_divergence_nats(p, q), js_divergence_nats(q, p));
+  double expected = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double m = (p[i] + q[i]) / 2;
+    expected += 0.5 * p[i] * std::log(p[i] / m) + 0.5 * q[i] * std::log(q[i] / m);
+  }
+  EXPECT_NEAR(js_divergence_nats(p, q), expected, 1e-15);
+}
+
+TEST(JsDivergence, RejectsBadInput) {
+  EXPECT_THROW(js_divergence_nats(V{0.5, 0.5}, V{1.0}), Error);
+  EXPECT_THROW(js_divergence_nats(V{-0.5, 1.5}, V{0.5, 0.5}), Error);
+}
+
+TEST(IncompleteBeta, ClosedForms) {
+  for (double x : {0.0, 0.1, 0.37, 0.5, 0.93, 1.0}) {
+    EXPECT_NEAR(incomplete_beta(1, 1, x), x, 1e-14);
+    EXPECT_NEAR(incomplete_beta(3, 1, x), x * x * x, 1e-14);
+    EXPECT_NEAR(incomplete_beta(1, 2.5, x), 1 - std::pow(1 - x, 2.5), 1e-14);
+  }
+  for (double a : {0.5, 2.0, 7.5, 40.0}) EXPECT_NEAR(incomplete_beta(a, a, 0.5), 0.5, 1e-13);
+}
+
+TEST(StudentT, QuantilesMatchTables) {
+  EXPECT_NEAR(student_t_quantile(0.975, 4), 2.776445, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 4.302653, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706205, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.995, 4), 4.604095, 1e-6);
+  EXPECT_NEAR(student_t_quantile(0.975, 1e6), 1.959966, 1e-5);  // tends to the normal quantile
+  EXPECT_NEAR(student_t_quantile(0.025, 4), -2.776445, 1e-6);
+  EXPECT_EQ(student_t_quantile(0.5, 3), 0.0);
+  EXPECT_THROW(student_t_quantile(1.0, 3), Error);
+  EXPECT_THROW(student_t_quantile(0.9, 0), Error);
+}
+
+TEST(StudentT, PValuesMatchClosedForms) {
+  EXPECT_NEAR(student_t_two_sided_p(2.5, 4), 0.06677, 1e-5);
+  EXPECT_NEAR(student_t_two_sided_p(-2.5, 4), 0.06677, 1e-5);
+  for (double t : {0.0, 0.3, 1.0, 2.0, 5.0, 40.0}) {
+    // dof 1 (Cauchy): p = 1 − (2/π) atan|t|; dof 2: p = 1 − |t| / sqrt(t² + 2).
+    EXPECT_NEAR(student_t_two_sided_p(t, 1), 1 - 2 / std::numbers::pi * std::atan(t), 1e-13) << t;
+    EXPECT_NEAR(student_t_two_sided_p(t, 2), 1 - t / std::sqrt(t * t + 2), 1e-13) << t;
+    EXPECT_NEAR(student_t_cdf(t, 2) + student_t_cdf(-t, 2), 1.0, 1e-14);
+  }
+  EXPECT_EQ(student_t_two_sided_p(INFINITY, 3), 0.0);
+  EXPECT_TRUE(std::isnan(student_t_two_sided_p(NAN, 3)));
+  // Quantile and CDF are inverse to each other.
+  for (double dof : {1.0, 3.0, 9.0, 30.0})
+    for (double p : {0.6, 0.9, 0.975, 0.999}) EXPECT_NEAR(student_t_cdf(student_t_quantile(p, dof), dof), p, 1e-12);
+}
+
+TEST(PairedStats, HandComputedFiveSeeds) {
+  const V d = {-0.03, -0.02, -0.04, -0.01, -0.05};
+  const PairedStats s = paired_stats(d);
+  EXPECT_EQ(s.n, 5);
+  EXPECT_EQ(s.wins, 5);
+  EXPECT_NEAR(s.mean, -0.03, 1e-15);
+  EXPECT_NEAR(s.sd, std::sqrt(0.001 / 4), 1e-15);
+  EXPECT_NEAR(s.t, -4.242640687, 1e-8);
+  EXPECT_NEAR(s.ci_low, -0.0496324316, 1e-8);
+  EXPECT_NEAR(s.ci_high, -0.0103675684, 1e-8);
+  EXPECT_NEAR(s.p_value, 0.0132355996, 1e-9);  // closed form of the dof-4 CDF
+}
+
+TEST(PairedStats, MixedSignsAndWins) {
+  const PairedStats s = paired_stats(V{0.02, -0.01, 0.0, -0.03});
+  EXPECT_EQ(s.wins, 2);  // strictly negative only; a tie is not a win
+  EXPECT_NEAR(s.mean, -0.005, 1e-15);
+}
+
+TEST(PairedStats, SmallAndDegenerateSamples) {
+  const PairedStats none = paired_stats(V{});
+  EXPECT_EQ(none.n, 0);
+  EXPECT_TRUE(std::isnan(none.mean));
+  const PairedStats one = paired_stats(V{-0.02});
+  EXPECT_EQ(one.n, 1);
+  EXPECT_EQ(one.wins, 1);
+  EXPECT_DOUBLE_EQ(one.mean, -0.02);
+  EXPECT_TRUE(std::isnan(one.sd) && std::isnan(one.ci_low) && std::isnan(one.ci_high) && std::isnan(one.p_value));
+  // A control that reproduces the baseline bit for bit.
+  const PairedStats tied = paired_stats(V{0, 0, 0});
+  EXPECT_EQ(tied.t, 0);
+  EXPECT_EQ(tied.p_value, 1);
+  EXPECT_EQ(tied.ci_low, 0);
+  EXPECT_EQ(tied.ci_high, 0);
+  const PairedStats constant = paired_stats(V{-0.01, -0.01});
+  EXPECT_EQ(constant.p_value, 0);
+  EXPECT_TRUE(std::isinf(constant.t) && constant.t < 0);
+}
+
+TEST(PerplexityChange, MatchesThePaper) {
+  // RD: mean NLL reduction 0.0301 is a perplexity reduction of 2.97%.
+  EXPECT_NEAR(ppl_change(-0.0301), -0.029651506, 1e-9);
+  EXPECT_NEAR(ppl_change(0.0), 0.0, 0.0);
+}
+
+}  // namespace
+}  // namespace attnres::experiment

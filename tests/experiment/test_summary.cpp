@@ -1,0 +1,260 @@
+// summarize() on a synthetic experiment directory: paired statistics, missing runs, routing, systems,
+// and clear errors for malformed files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "experiment/fixture.hpp"
+#include "experiment/summary.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+
+namespace attnres::experiment {
+namespace {
+
+using testing::SyntheticExperiment;
+using testing::make_result;
+using testing::write_json;
+using nlohmann::json;
+
+// The Error thrown by compute_summary(dir); fails the test when none is thrown.
+std::string summary_error(const std::string& dir) {
+  try {
+    compute_summary(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "compute_summary did not throw";
+  return "";
+}
+
+TEST(Summary, PairedStatisticsPerMilestone) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  ASSERT_EQ(s.milestones.size(), 4u);
+  EXPECT_EQ(s.runs.size(), 11u);
+  ASSERT_EQ(s.missing.size(), 1u);
+  EXPECT_EQ(s.missing[0].arm, "rd");
+  EXPECT_EQ(s.missing[0].seed, 3);
+
+  for (const Comparison* c : {&s.milestones[0], &s.milestones[3], &s.test}) {
+    SCOPED_TRACE(c->split + " " + std::to_string(c->tokens));
+    const ArmComparison* base = c->find("block");
+    ASSERT_NE(base, nullptr);
+    EXPECT_TRUE(base->is_baseline);
+    EXPECT_EQ(base->values.size(), 3u);
+    EXPECT_TRUE(base->deltas.empty());
+
+    // rd: seeds 1 and 2 only (seed 3 missing); deltas −0.02, −0.03.
+    const ArmComparison* rd = c->find("rd");
+    ASSERT_NE(rd, nullptr);
+    EXPECT_EQ(rd->values.size(), 2u);
+    EXPECT_EQ(rd->stats.n, 2);
+    EXPECT_EQ(rd->stats.wins, 2);
+    EXPECT_NEAR(rd->stats.mean, -0.025, 1e-12);
+    EXPECT_NEAR(rd->stats.sd, std::sqrt(0.00005), 1e-12);
+    EXPECT_NEAR(rd->stats.t, -5.0, 1e-9);
+    EXPECT_NEAR(rd->stats.p_value, 1 - 2 / std::numbers::pi * std::atan(5.0), 1e-10);
+    EXPECT_NEAR(rd->stats.ci_low, -0.025 - 12.7062047 * 0.005, 1e-8);
+    EXPECT_NEAR(rd->stats.ci_high, -0.025 + 12.7062047 * 0.005, 1e-8);
+    EXPECT_NEAR(rd->ppl_change, std::expm1(-0.025), 1e-12);
+
+    // rd-tied reproduces block exactly.
+    const ArmComparison* tied = c->find("rd-tied");
+    EXPECT_EQ(tied->stats.mean, 0.0);
+    EXPECT_EQ(tied->stats.p_value, 1.0);
+    EXPECT_EQ(tied->stats.wins, 0);
+
+    // prenorm: +0.06, +0.07, +0.08.
+    const ArmComparison* pre = c->find("prenorm");
+    EXPECT_EQ(pre->stats.n, 3);
+    EXPECT_EQ(pre->stats.wins, 0);
+    EXPECT_NEAR(pre->stats.mean, 0.07, 1e-12);
+    EXPECT_NEAR(pre->stats.sd, 0.01, 1e-12);
+    const double t = 0.07 / (0.01 / std::sqrt(3.0));
+    EXPECT_NEAR(pre->stats.t, t, 1e-8);
+    EXPECT_NEAR(pre->stats.p_value, 1 - t / std::sqrt(t * t + 2), 1e-10);  // dof 2 closed form
+  }
+  EXPECT_EQ(s.test.split, "test");
+  EXPECT_EQ(s.test.tokens, 8000);
+  EXPECT_NEAR(s.milestones[2].find("block")->mean, testing::base_nll(4000, 2), 1e-12);
+}
+
+TEST(Summary, RoutingAndJensenShannon) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  ASSERT_EQ(s.routing.size(), 3u);  // prenorm has no depth routing
+  EXPECT_EQ(s.routing[0].arm, "block");
+  EXPECT_FALSE(s.routing[0].two_routes);
+  EXPECT_TRUE(std::isnan(s.routing[0].all_layers.nats));
+  EXPECT_NEAR(s.routing[0].layers[1].qk_mean[0], (0.2 + 0.4 + 0.4) / 3, 1e-12);  // mean over seeds 1–3
+  const ArmRouting& rd = s.routing[1];
+  EXPECT_EQ(rd.arm, "rd");
+  EXPECT_TRUE(rd.two_routes);
+  EXPECT_TRUE(rd.per_token_js);
+  EXPECT_EQ(rd.n_seeds, 2);
+  ASSERT_EQ(rd.layers.size(), 2u);
+  EXPECT_EQ(rd.layers[0].js_nats, 0.0);
+  EXPECT_NEAR(rd.layers[1].qk_mean[0], 0.3, 1e-12);
+  EXPECT_NEAR(rd.layers[1].v_mean[0], 0.8, 1e-12);
+  EXPECT_NEAR(rd.layers[1].js_nats, 0.15, 1e-12);  // per-token JS 0.1 and 0.2
+  const std::vector<double> p = {0.3, 0.7}, q = {0.8, 0.2};
+  EXPECT_NEAR(rd.layers[1].js_of_means_nats, js_divergence_nats(p, q), 1e-12);
+  EXPECT_NEAR(rd.all_layers.nats, 0.075, 1e-12);
+  EXPECT_EQ(rd.all_layers.layers, 2);
+  EXPECT_NEAR(rd.multi_source_layers.nats, 0.15, 1e-12);
+  EXPECT_EQ(rd.multi_source_layers.layers, 1);
+  EXPECT_NEAR(rd.multi_source_layers.bits, 0.15 / std::log(2.0), 1e-12);
+  EXPECT_FALSE(s.routing[2].two_routes);  // rd-tied: one route
+}
+
+TEST(Summary, JsFallsBackToMeanDistributionsWithoutPerTokenValues) {
+  SyntheticExperiment exp;
+  for (int seed : {1, 2}) {
+    json r = make_result("rd", seed);
+    for (auto& l : r["routing"]["layers"]) l.erase("js_nats");
+    write_json(exp.result_path("rd", seed), r);
+  }
+  const ExperimentSummary s = compute_summary(exp.dir());
+  const ArmRouting& rd = s.routing[1];
+  EXPECT_FALSE(rd.per_token_js);
+  EXPECT_NEAR(rd.layers[1].js_nats, js_divergence_nats(std::vector<double>{0.3, 0.7}, std::vector<double>{0.8, 0.2}),
+              1e-12);
+}
+
+TEST(Summary, SystemsAgainstBaseline) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  ASSERT_EQ(s.systems.size(), 4u);
+  const ArmSystems& rd = s.systems[1];
+  EXPECT_EQ(rd.arm, "rd");
+  EXPECT_EQ(rd.runs, 2);
+  EXPECT_EQ(rd.params, 1064);
+  EXPECT_NEAR(rd.params_overhead, 0.064, 1e-12);
+  EXPECT_NEAR(rd.tokens_per_sec_ratio, 0.9, 1e-12);
+  EXPECT_NEAR(rd.step_time_ratio, 1.1, 1e-12);
+  EXPECT_NEAR(rd.peak_rss_ratio, 1.1, 1e-12);
+  EXPECT_NEAR(s.systems[0].tokens_per_sec_ratio, 1.0, 0);
+}
+
+TEST(Summary, MissingBaselineSeedLeavesOnePair) {
+  SyntheticExperiment exp;
+  std::filesystem::remove(exp.result_path("block", 2));
+  const ExperimentSummary s = compute_summary(exp.dir());
+  const ArmComparison* rd = s.milestones.back().find("rd");
+  EXPECT_EQ(rd->values.size(), 2u);  // the arm's own mean still uses both of its seeds
+  EXPECT_EQ(rd->stats.n, 1);         // but only seed 1 is paired
+  EXPECT_NEAR(rd->stats.mean, -0.02, 1e-12);
+  EXPECT_TRUE(std::isnan(rd->stats.ci_low));
+  EXPECT_TRUE(std::isnan(rd->stats.p_value));
+  EXPECT_EQ(s.milestones.back().find("prenorm")->stats.n, 2);
+  const std::string table = format_summary_table(s);
+  EXPECT_NE(table.find("n/a"), std::string::npos) << table;
+  EXPECT_NE(table.find("block/seed-2"), std::string::npos) << table;
+}
+
+TEST(Summary, WritesSummaryJsonAndTable) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = summarize(exp.dir());
+  const json j = json::parse(read_text_file(exp.dir() + "/summary.json"));
+  EXPECT_EQ(j["missing_runs"].size(), 1u);
+  EXPECT_EQ(j["missing_runs"][0]["arm"], "rd");
+  ASSERT_EQ(j["validation"].size(), 4u);
+  const json& rd = j["validation"][3]["arms"][1];
+  EXPECT_EQ(rd["arm"], "rd");
+  EXPECT_NEAR(rd["paired"]["mean"].get<double>(), -0.025, 1e-12);
+  EXPECT_EQ(rd["paired"]["wins"], 2);
+  EXPECT_NEAR(rd["ppl_reduction"].get<double>(), -std::expm1(-0.025), 1e-12);
+  EXPECT_FALSE(j["validation"][3]["arms"][0].contains("paired"));  // baseline: no pairing
+  EXPECT_NEAR(j["routing"][1]["js_mean_all_layers"]["nats"].get<double>(), 0.075, 1e-12);
+  EXPECT_EQ(j["routing"][1]["js_estimate"], "per_token_mean");
+
+  const std::string table = format_summary_table(s);
+  for (const char* want : {"Validation NLL", "Test NLL", "rd-tied", "2/2", "0/3", "-2.47%", "+7.25%", "rd/seed-3",
+                           "-0.0250 ± 0.0071", "0.126", "per-token", "0.900×", "+6.400%"})
+    EXPECT_NE(table.find(want), std::string::npos) << "missing '" << want << "' in\n" << table;
+}
+
+TEST(SummaryErrors, MalformedResultNamesTheFile) {
+  SyntheticExperiment exp;
+  std::ofstream(exp.result_path("rd", 1)) << "{\"arm\": \"rd\", \"seed\": 1,";
+  const std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("runs/rd/seed-1/result.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("invalid JSON"), std::string::npos) << msg;
+}
+
+TEST(SummaryErrors, MissingOrMistypedKeysAreNamed) {
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](json& r) { r["milestones"][1].erase("val_nll"); }, "key 'milestones[1].val_nll' is missing"},
+      {[](json& r) { r["test_nll"] = "low"; }, "key 'test_nll' must be a number"},
+      {[](json& r) { r.erase("params"); }, "key 'params' is missing"},
+      {[](json& r) { r["arm"] = "block"; }, "key 'arm' is 'block' but the file is in the directory of arm 'rd'"},
+      {[](json& r) { r["milestones"].erase(2); }, "has no entry at 4000 tokens"},
+      {[](json& r) { r["routing"]["layers"][1]["qk_mean"] = {0.5, 0.25, 0.25}; },
+       "key 'routing.layers[1].qk_mean' has 3 entries but 'sources' is 2"},
+      {[](json& r) { r["routing"]["layers"][1]["v_mean"] = {3.0, -2.0}; }, "routing.layers[1].v_mean[1]' must not be"},
+      {[](json& r) { r["routing"]["layers"][1]["js_nats"] = 0.9; }, "must lie in [0, ln 2]"},
+  };
+  for (const auto& c : cases) {
+    SyntheticExperiment exp;
+    json r = make_result("rd", 2);
+    c.edit(r);
+    write_json(exp.result_path("rd", 2), r);
+    const std::string msg = summary_error(exp.dir());
+    EXPECT_NE(msg.find("runs/rd/seed-2/result.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.want), std::string::npos) << msg;
+  }
+}
+
+TEST(SummaryErrors, SeedsDisagreeOnLayerStructure) {
+  SyntheticExperiment exp;
+  json r = make_result("block", 3);
+  r["routing"]["layers"][1] = {{"layer", 1}, {"sources", 3}, {"qk_mean", {0.2, 0.3, 0.5}}};
+  write_json(exp.result_path("block", 3), r);
+  const std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("runs/block/seed-3/result.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("runs/block/seed-1/result.json"), std::string::npos) << msg;
+}
+
+TEST(SummaryErrors, ExperimentFile) {
+  SyntheticExperiment exp;
+  const std::string path = exp.dir() + "/experiment.json";
+  json spec = json::parse(read_text_file(path));
+  spec["baseline"] = "full";
+  write_json(path, spec);
+  std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("experiment.json: key 'baseline' 'full' is not one of 'arms'"), std::string::npos) << msg;
+
+  spec["baseline"] = "block";
+  spec["milestones"] = {1000, 4000, 2000};
+  write_json(path, spec);
+  msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("key 'milestones[2]' must be larger"), std::string::npos) << msg;
+
+  std::filesystem::remove(path);
+  msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("experiment.json: not found"), std::string::npos) << msg;
+  EXPECT_THROW(compute_summary(exp.dir() + "/nope"), Error);
+}
+
+TEST(SummaryFormat, Numbers) {
+  EXPECT_EQ(format_number(NAN, 3), "n/a");
+  EXPECT_EQ(format_signed(-0.0301, 4), "-0.0301");
+  EXPECT_EQ(format_signed(0.5, 2), "+0.50");
+  EXPECT_EQ(format_percent(-0.029651, 2), "-2.97%");
+  EXPECT_EQ(format_p_value(0.06677), "0.067");
+  EXPECT_EQ(format_p_value(0.0042), "0.0042");
+  EXPECT_EQ(format_p_value(3e-6), "3.0e-06");
+  EXPECT_EQ(format_tokens(2e9), "2B");
+  EXPECT_EQ(format_tokens(250e6), "250M");
+  EXPECT_EQ(format_tokens(1.5e6), "1.5M");
+  EXPECT_EQ(format_tokens(512), "512");
+}
+
+}  // namespace
+}  // namespace attnres::experiment
