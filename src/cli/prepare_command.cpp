@@ -31,12 +31,17 @@ struct PrepareArgs {
 
 void run_prepare(const PrepareArgs& args) {
   if (args.threads > 0) set_num_threads(args.threads);
+  // Check what can be checked before the (possibly long) tokenizer training.
   args.fractions.validate();
+  require(args.shard_tokens > 0, "--shard-tokens must be positive, got ", args.shard_tokens);
   const bool default_corpus = args.inputs.empty();
   std::vector<data::InputFile> inputs = default_corpus ? data::default_corpus() : data::expand_inputs(args.inputs);
-  if (default_corpus && !args.quiet)
+  if (default_corpus && !args.quiet) {
+    const std::string& first = inputs.front().path;
+    const std::size_t root = first.find("/_sources/");
     std::fprintf(stderr, "prepare: no --input: using the Python documentation sources (%zu files under %s)\n",
-                 inputs.size(), std::filesystem::path(inputs.front().path).parent_path().parent_path().c_str());
+                 inputs.size(), first.substr(0, root == std::string::npos ? first.size() : root + 9).c_str());
+  }
 
   std::string spec = args.tokenizer;
   if (spec.empty()) {

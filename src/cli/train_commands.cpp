@@ -1,6 +1,7 @@
 // `attnres train` and `attnres eval`.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -18,6 +19,7 @@
 #include "train/trainer.hpp"
 #include "util/error.hpp"
 #include "util/atomic_file.hpp"
+#include "util/rng.hpp"
 #include "util/threads.hpp"
 
 namespace attnres::cli {
@@ -131,6 +133,82 @@ void run_eval(const EvalArgs& a) {
   }
 }
 
+struct SampleArgs {
+  std::string checkpoint, prompt, tokenizer;
+  int max_tokens = 200, top_k = 0, threads = 0;
+  double temperature = 1.0;
+  std::uint64_t seed = 1;
+};
+
+// Draws the next token from logits with temperature and optional top-k.
+std::int32_t sample_token(std::span<const float> logits, double temperature, int top_k, Rng& rng,
+                          std::vector<std::pair<float, std::int32_t>>& scratch) {
+  scratch.clear();
+  for (std::size_t i = 0; i < logits.size(); ++i) scratch.emplace_back(logits[i], static_cast<std::int32_t>(i));
+  if (temperature <= 0) return std::max_element(scratch.begin(), scratch.end())->second;
+  if (top_k > 0 && static_cast<std::size_t>(top_k) < scratch.size()) {
+    std::nth_element(scratch.begin(), scratch.begin() + top_k, scratch.end(), std::greater<>());
+    scratch.resize(static_cast<std::size_t>(top_k));
+  }
+  double mx = -1e300;
+  for (const auto& [l, i] : scratch) mx = std::max(mx, double(l));
+  double sum = 0;
+  for (auto& [l, i] : scratch) sum += std::exp((double(l) - mx) / temperature);
+  double u = rng.uniform() * sum;
+  for (const auto& [l, i] : scratch) {
+    u -= std::exp((double(l) - mx) / temperature);
+    if (u <= 0) return i;
+  }
+  return scratch.back().second;
+}
+
+void run_sample(const SampleArgs& a) {
+  set_num_threads(a.threads);
+  require(a.temperature >= 0, "--temperature must be non-negative (0: greedy)");
+  const SafetensorsFile file = read_safetensors(a.checkpoint);
+  const ModelConfig config = read_weights_config(a.checkpoint);
+  std::string spec = a.tokenizer;
+  if (spec.empty()) {
+    auto it = file.metadata.find("tokenizer");
+    require(it != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; pass --tokenizer SPEC");
+    spec = it->second;
+  }
+  const auto tokenizer = data::make_tokenizer(spec);
+  require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", spec, "' does not fit the model's vocabulary");
+  Model<float> model(config, 1, config.max_seq_len, false);
+  load_weights<float>(a.checkpoint, config, model.layout(), model.params());
+  KvCache<float> cache(config, 1, config.max_seq_len);
+  // Training documents start after an end-of-text token, so a prompt does too.
+  std::vector<std::int32_t> ids = {tokenizer->eot_id()};
+  for (auto id : tokenizer->encode(a.prompt)) ids.push_back(id);
+  require(static_cast<int>(ids.size()) < config.max_seq_len, "the prompt is longer than the model's context (",
+          config.max_seq_len, " tokens)");
+  std::vector<float> logits(static_cast<std::size_t>(config.vocab_size));
+  model.decode(ids, 1, static_cast<int>(ids.size()), cache, logits);
+  std::printf("%s", a.prompt.c_str());
+  Rng rng(a.seed, "sample");
+  std::vector<std::pair<float, std::int32_t>> scratch;
+  std::vector<std::int32_t> generated;
+  std::string shown;
+  for (int i = 0; i < a.max_tokens; ++i) {
+    const std::int32_t next = sample_token(std::span<const float>(logits.data(), static_cast<std::size_t>(tokenizer->vocab_size())),
+                                           a.temperature, a.top_k, rng, scratch);
+    if (next == tokenizer->eot_id()) break;
+    generated.push_back(next);
+    // Print what decodes so far (byte-level tokens may end mid-character).
+    const std::string text = tokenizer->decode(generated);
+    std::printf("%s", text.substr(std::min(shown.size(), text.size())).c_str());
+    std::fflush(stdout);
+    shown = text;
+    if (cache.length >= config.max_seq_len) {
+      std::fprintf(stderr, "\n[the context of %d tokens is full]\n", config.max_seq_len);
+      break;
+    }
+    model.decode(std::span<const std::int32_t>(&next, 1), 1, 1, cache, logits);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 void register_train_commands(CLI::App& app) {
@@ -172,6 +250,19 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)");
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
   eval_cmd->callback([eargs] { run_eval(*eargs); });
+
+  auto sargs = std::make_shared<SampleArgs>();
+  auto* sample_cmd = app.add_subcommand(
+      "sample", "Generate text from a checkpoint (KV cache: each new token costs one step of work)");
+  sample_cmd->add_option("--checkpoint", sargs->checkpoint, "weights file (model.safetensors)")->required();
+  sample_cmd->add_option("--prompt", sargs->prompt, "text to continue")->required();
+  sample_cmd->add_option("--max-tokens", sargs->max_tokens, "tokens to generate")->capture_default_str();
+  sample_cmd->add_option("--temperature", sargs->temperature, "softmax temperature (0: greedy)")->capture_default_str();
+  sample_cmd->add_option("--top-k", sargs->top_k, "sample among the k most likely tokens (0: all)");
+  sample_cmd->add_option("--seed", sargs->seed, "random seed")->capture_default_str();
+  sample_cmd->add_option("--tokenizer", sargs->tokenizer, "tokenizer spec (default: the one named in the checkpoint)");
+  sample_cmd->add_option("--threads", sargs->threads, "threads (0: all cores)");
+  sample_cmd->callback([sargs] { run_sample(*sargs); });
 }
 
 }  // namespace attnres::cli

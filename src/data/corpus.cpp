@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "data/hash.hpp"
 #include "data/unicode.hpp"
@@ -20,12 +21,18 @@ namespace {
 constexpr std::size_t kReadBlock = 1 << 20;
 
 bool classify(const std::string& name, InputFile& file) {
-  if (name.ends_with(".jsonl.gz")) file.format = InputFormat::kJsonl, file.gzip = true;
-  else if (name.ends_with(".jsonl")) file.format = InputFormat::kJsonl, file.gzip = false;
-  else if (name.ends_with(".txt.gz")) file.format = InputFormat::kText, file.gzip = true;
-  else if (name.ends_with(".txt")) file.format = InputFormat::kText, file.gzip = false;
-  else return false;
-  return true;
+  std::string_view base = name;
+  file.gzip = base.ends_with(".gz");
+  if (file.gzip) base.remove_suffix(3);
+  if (base.ends_with(".jsonl")) {
+    file.format = InputFormat::kJsonl;
+    return true;
+  }
+  if (base.ends_with(".txt")) {
+    file.format = InputFormat::kText;
+    return true;
+  }
+  return false;
 }
 
 bool is_blank(std::string_view s) {
@@ -282,10 +289,18 @@ bool CorpusReader::next_record(RawRecord& record) {
 
 bool CorpusReader::next_batch(std::vector<RawRecord>& batch, std::size_t max_bytes) {
   batch.clear();
+  if (deferred_error_) std::rethrow_exception(std::exchange(deferred_error_, nullptr));
   std::size_t bytes = 0;
   while (bytes < max_bytes) {
     RawRecord record;
-    if (!next_record(record)) break;
+    try {
+      if (!next_record(record)) break;
+    } catch (const Error&) {
+      // Hand out the records before the failure first: errors in them come earlier in the input.
+      if (batch.empty()) throw;
+      deferred_error_ = std::current_exception();
+      break;
+    }
     bytes += record.data.size() + 64;
     batch.push_back(std::move(record));
   }

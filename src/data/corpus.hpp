@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -96,6 +97,7 @@ class CorpusReader {
   std::uint64_t line_ = 0;
   bool stream_done_ = false;
   std::uint64_t raw_bytes_read_ = 0;
+  std::exception_ptr deferred_error_;  // a read error met after some records of a batch
 };
 
 struct Document {

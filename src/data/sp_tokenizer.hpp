@@ -60,6 +60,6 @@ inline constexpr int kMinSpVocab = 300;  // unk, end-of-text, 256 byte pieces an
 
 // Trains a BPE model on `sentences` (in the given order; the result is a pure function of them)
 // and returns the serialized model. Throws attnres::Error when SentencePiece refuses.
-std::string train_sentencepiece(std::span<const std::string> sentences, int vocab_size, int threads);
+std::string train_sentencepiece(std::span<const std::string> sentences, int vocab_size);
 
 }  // namespace attnres::data

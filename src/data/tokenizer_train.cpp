@@ -1,7 +1,5 @@
 #include "data/tokenizer_train.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "data/hash.hpp"
@@ -97,7 +95,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
     progress.finish(concat("training a ", options.vocab_size, "-piece BPE model on ", summary.sentences_used, " of ",
                            summary.sentences, " lines from ", summary.documents, " training documents"));
 
-  const std::string model = train_sentencepiece(sentences, options.vocab_size, omp_get_max_threads());
+  const std::string model = train_sentencepiece(sentences, options.vocab_size);
   write_file_atomically(out_file, [&](std::FILE* f) { write_bytes(f, model.data(), model.size(), out_file); });
   SpTokenizer check(out_file, "sp:" + out_file);  // fails loudly if the model is unusable
   summary.seconds = progress.seconds();

@@ -525,11 +525,12 @@ RunResult read_run_result(const std::string& path, const ExperimentSpec& spec, c
       }
       r.routing.push_back(std::move(l));
     }
-    if (!r.routing.empty()) {
-      const bool two = !r.routing.front().v_mean.empty();
-      for (const auto& l : r.routing)
-        if (l.v_mean.empty() == two)
-          f.bad("routing.layers", "must give 'v_mean' for every layer or for none");
+    const bool two = std::any_of(r.routing.begin(), r.routing.end(), [](const auto& l) { return !l.v_mean.empty(); });
+    for (auto& l : r.routing) {
+      if (!two || !l.v_mean.empty()) continue;
+      // A single source gets all the weight on either route, so its V distribution may be left out.
+      if (l.sources == 1) l.v_mean = {1.0};
+      else f.bad("routing.layers", concat("gives 'v_mean' for some layers but not for layer ", l.layer));
     }
     std::sort(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
   }
@@ -640,7 +641,7 @@ std::string format_signed(double value, int decimals) {
 std::string format_p_value(double p) {
   if (std::isnan(p)) return "n/a";
   if (p >= 0.01) return printf_string("%.3f", p);
-  if (p >= 0.0001) return printf_string("%.4f", p);
+  if (p >= 0.001) return printf_string("%.4f", p);
   return p == 0 ? "0" : printf_string("%.1e", p);
 }
 
@@ -702,7 +703,8 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
                         a.per_token_js ? "per-token" : "of means"});
     }
     t.notes = {
-        "Per attention sublayer, JS(α_QK, α_V) averaged over evaluation tokens, then over layers (count in brackets).",
+        "Per attention sublayer, JS between the two routes' depth weights, averaged over evaluation tokens, then over "
+        "layers (count in brackets).",
         "'all layers' counts single-source sublayers (JS = 0); 'multi-source' leaves them out. Max: ln 2 nats = 1 bit.",
         "estimate 'per-token': the runs' per-token average (the headline); 'of means': JS of the token-averaged "
         "distributions, a lower bound."};

@@ -1,8 +1,11 @@
+#include "util/threads.hpp"
 #include "kernels/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "kernels/fast_math.hpp"
 
 namespace attnres::kernels {
 
@@ -23,7 +26,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd;
   const Real scale = Real(1) / std::sqrt(Real(hd));
   const std::int64_t tasks = s.batch * nh * s.q_len;
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (tasks * s.head_dim * (s.q_pos0 + s.q_len) >= kParallelMin)
   for (std::int64_t task = 0; task < tasks; ++task) {
     const int i = static_cast<int>(task % s.q_len);
     const int h = static_cast<int>((task / s.q_len) % nh);
@@ -49,9 +52,15 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       l *= correction;
 #pragma omp simd
       for (int e = 0; e < hd; ++e) acc[e] *= correction;
+      Real tile_sum = 0;
+#pragma omp simd reduction(+ : tile_sum)
       for (int jj = 0; jj < jn; ++jj) {
-        const Real p = std::exp(scores[jj] - m_new);
-        l += p;
+        scores[jj] = exp_fast(scores[jj] - m_new);
+        tile_sum += scores[jj];
+      }
+      l += tile_sum;
+      for (int jj = 0; jj < jn; ++jj) {
+        const Real p = scores[jj];
         const Real* vj = vb + static_cast<std::int64_t>(j0 + jj) * d;
 #pragma omp simd
         for (int e = 0; e < hd; ++e) acc[e] += p * vj[e];
@@ -72,7 +81,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd, T = s.q_len;
   const Real scale = Real(1) / std::sqrt(Real(hd));
   // One task per (batch, head): dk and dv of a head are written by that task alone.
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (s.batch * T * T * hd >= kParallelMin)
   for (std::int64_t task = 0; task < s.batch * nh; ++task) {
     const int h = static_cast<int>(task % nh);
     const std::int64_t b = task / nh;
@@ -92,7 +101,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
       for (int j = 0; j <= i; ++j) {
         const std::int64_t rj = base + static_cast<std::int64_t>(j) * d;
         const Real* kj = k + rj;
-        const Real p = std::exp(scale * dot(qi, kj, hd) - li);
+        const Real p = exp_fast(scale * dot(qi, kj, hd) - li);
         const Real dp = dot(doi, v + rj, hd);
         const Real ds = p * (dp - D);
         Real* dvj = dv + rj;

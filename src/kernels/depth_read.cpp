@@ -43,7 +43,7 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
   const Real* q0 = rd.queries[0];
   const Real* q1 = rd.n_routes > 1 ? rd.queries[1] : nullptr;
   const Real* gamma = rd.gamma;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
   for (std::int64_t t = 0; t < rd.n_tok; ++t) {
     Real r[kMaxSources];
     Real alpha[kMaxRoutes][kMaxSources];
@@ -104,7 +104,7 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
   const Real* gamma = rd.gamma;
   // With averaged routes each route sees half of the output's gradient.
   const Real gscale = rd.average ? Real(1) / Real(R) : Real(1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
   for (std::int64_t c = 0; c < chunks; ++c) {
     Real* acc = scratch + c * kMaxRoutes * d;  // acc[r][k] = sum over tokens, sources of delta * n_s
     std::fill(acc, acc + R * d, Real(0));
@@ -173,7 +173,7 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
     }
   }
   // dw_r += acc_r * gamma; dgamma += sum_r acc_r * w_r (acc summed over chunks in order).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks * d >= kParallelMin)
   for (int k = 0; k < d; ++k) {
     for (int ro = 0; ro < R; ++ro) {
       if (rd.queries[ro] == nullptr) continue;

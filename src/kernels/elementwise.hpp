@@ -1,6 +1,7 @@
 // Small elementwise helpers shared by the model's forward and backward.
 #pragma once
 
+#include "util/threads.hpp"
 #include <cstdint>
 #include <cstring>
 
@@ -9,7 +10,7 @@ namespace attnres::kernels {
 // dst += src
 template <class Real>
 inline void add_into(Real* dst, const Real* src, std::int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 

@@ -1,3 +1,4 @@
+#include "util/threads.hpp"
 #include "kernels/embedding.hpp"
 
 #include <algorithm>
@@ -7,7 +8,7 @@ namespace attnres::kernels {
 
 template <class Real>
 void embedding_forward(Real* out, const std::int32_t* tokens, const Real* table, std::int64_t n, int d) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
   for (std::int64_t t = 0; t < n; ++t)
     std::memcpy(out + t * d, table + static_cast<std::int64_t>(tokens[t]) * d, sizeof(Real) * d);
 }
@@ -16,7 +17,7 @@ template <class Real>
 void embedding_backward(Real* dtable, const std::int32_t* tokens, const Real* dout, std::int64_t n, int d) {
   constexpr int kColumns = 32;
   const int blocks = (d + kColumns - 1) / kColumns;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
   for (int b = 0; b < blocks; ++b) {
     const int k0 = b * kColumns, k1 = std::min(d, k0 + kColumns);
     for (std::int64_t t = 0; t < n; ++t) {

@@ -11,7 +11,7 @@ std::int64_t rmsnorm_scratch_size(std::int64_t n, int d) { return num_chunks(n) 
 
 template <class Real>
 void rmsnorm_forward(Real* y, Real* rstd, const Real* x, const Real* w, std::int64_t n, int d, Real eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
   for (std::int64_t t = 0; t < n; ++t) {
     const Real* xt = x + t * d;
     Real* yt = y + t * d;
@@ -29,7 +29,7 @@ template <class Real>
 void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const Real* w, const Real* rstd,
                       std::int64_t n, int d, Real* scratch) {
   const std::int64_t chunks = num_chunks(n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMin)
   for (std::int64_t c = 0; c < chunks; ++c) {
     Real* acc = scratch + c * d;
     for (int k = 0; k < d; ++k) acc[k] = 0;

@@ -1,3 +1,4 @@
+#include "util/threads.hpp"
 #include "kernels/rope.hpp"
 
 #include <cmath>
@@ -23,7 +24,7 @@ void rotate(Real* x, std::int64_t rows, int seq_len, int pos0, int n_heads, int 
             const Real* sin, Real sign) {
   const int half = head_dim / 2;
   const int d = n_heads * head_dim;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * n_heads * head_dim >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t pos = pos0 + r % seq_len;
     const Real* c = cos + pos * half;

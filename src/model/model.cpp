@@ -252,13 +252,15 @@ void Model<Real>::run_read_backward(const ReadPlan& plan, const Real* query, con
 }
 
 template <class Real>
-void Model<Real>::forward_trunk(std::int64_t batch, int seq) {
+void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
   const Real eps = static_cast<Real>(config_.norm_eps);
   const bool reads = config_.uses_depth_reads();
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n, d);
-  const k::AttentionShape shape{batch, seq, seq, config_.n_heads, config_.head_dim(), 0};
+  const int pos0 = cache != nullptr ? cache->length : 0;
+  const k::AttentionShape shape{batch, seq, cache != nullptr ? cache->max_seq : seq, config_.n_heads,
+                                config_.head_dim(), pos0};
   for (int j = 0; j < config_.n_sublayers(); ++j) {
     Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
     const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
@@ -280,9 +282,20 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq) {
       k::linear_forward(s.q, s.x, lw.wq, n, d, d);
       k::linear_forward(s.k, s.x, lw.wk, n, d, d);
       k::linear_forward(s.v, separate ? s.xv : s.x, lw.wv, n, d, d);
-      k::rope_forward(s.q, n, seq, 0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
-      k::rope_forward(s.k, n, seq, 0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
-      k::attention_forward(s.att, s.lse, s.q, s.k, s.v, shape);
+      k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+      k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+      if (cache != nullptr) {
+        Real* kc = cache->keys(j / 2);
+        Real* vc = cache->values(j / 2);
+        for (std::int64_t b = 0; b < batch; ++b) {
+          const std::int64_t dst = (b * cache->max_seq + pos0) * d, src = b * seq * d;
+          k::copy(kc + dst, s.k + src, std::int64_t(seq) * d);
+          k::copy(vc + dst, s.v + src, std::int64_t(seq) * d);
+        }
+        k::attention_forward(s.att, s.lse, s.q, kc, vc, shape);
+      } else {
+        k::attention_forward(s.att, s.lse, s.q, s.k, s.v, shape);
+      }
       k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr);
     } else {
       k::linear_forward(s.gate, s.x, lw.w_gate, n, d, H);
@@ -400,6 +413,21 @@ void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batc
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
   forward_trunk(batch, seq);
   k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size);
+}
+
+template <class Real>
+void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, KvCache<Real>& cache,
+                         std::span<Real> out) {
+  require(batch == cache.batch, "decode: the cache was made for batch ", cache.batch);
+  require(cache.length + seq <= cache.max_seq && cache.max_seq <= config_.max_seq_len,
+          "the context is full (", cache.max_seq, " tokens)");
+  require(static_cast<std::int64_t>(out.size()) == batch * config_.vocab_size, "logits buffer has the wrong size");
+  set_inputs(inputs, batch, seq, false);
+  forward_trunk(batch, seq, &cache);
+  cache.length += seq;
+  for (std::int64_t b = 0; b < batch; ++b)
+    k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,
+                      w_.lm_head, 1, config_.d_model, config_.vocab_size);
 }
 
 template <class Real>

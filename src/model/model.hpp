@@ -27,6 +27,26 @@ struct ReadPlan {
   bool separate_value = false;    // rd decoupled / frozen: V reads its own input
 };
 
+// Keys and values of every attention layer for incremental decoding, so each new token costs
+// one step of work: [n_layers][batch][max_seq][d] for K and for V.
+template <class Real>
+struct KvCache {
+  KvCache(const ModelConfig& config, std::int64_t batch, int max_seq)
+      : batch(batch),
+        max_seq(max_seq),
+        d(config.d_model),
+        k(static_cast<std::size_t>(config.n_layers * batch * max_seq * config.d_model)),
+        v(k.size()) {}
+  Real* keys(int layer) { return k.data() + std::int64_t(layer) * batch * max_seq * d; }
+  Real* values(int layer) { return v.data() + std::int64_t(layer) * batch * max_seq * d; }
+
+  std::int64_t batch;
+  int max_seq;
+  int d;
+  int length = 0;  // positions filled
+  std::vector<Real> k, v;
+};
+
 template <class Real>
 class Model {
  public:
@@ -50,6 +70,10 @@ class Model {
   double forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq);
   // Logits [batch, seq, vocab] for inputs [batch, seq].
   void logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<Real> out);
+  // Appends inputs [batch, seq] at positions cache.length.. and writes the logits of each
+  // row's last position into out [batch, vocab]. Earlier positions come from the cache.
+  void decode(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, KvCache<Real>& cache,
+              std::span<Real> out);
 
   // Depth routing of the last forward pass, for diagnostics. Reads are numbered by
   // sublayer (0 .. 2*n_layers-1); read 2*n_layers is the final read.
@@ -93,7 +117,7 @@ class Model {
 
   void carve(Real* base, std::int64_t& used);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
-  void forward_trunk(std::int64_t batch, int seq);
+  void forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache = nullptr);
   void backward_trunk(std::int64_t batch, int seq);
   const Real* input_of(int j) const;  // prenorm: the stream entering sublayer j
   Real* dinput_of(int j);

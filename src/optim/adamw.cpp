@@ -1,3 +1,4 @@
+#include "util/threads.hpp"
 #include "optim/adamw.hpp"
 
 #include <algorithm>
@@ -31,7 +32,7 @@ void AdamW<Real>::step(std::span<Real> params, std::span<const Real> grads, doub
     Real* m = m_.data() + r.offset;
     Real* v = v_.data() + r.offset;
     const bool wd = r.decay && config_.weight_decay != 0;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (r.numel >= kParallelMin)
     for (std::int64_t i = 0; i < r.numel; ++i) {
       if (wd) p[i] *= decay;
       m[i] = rb1 * m[i] + one_b1 * g[i];
@@ -46,7 +47,7 @@ double clip_grad_norm(std::span<Real> grads, double max_norm) {
   constexpr std::size_t kChunk = 1 << 16;
   const std::size_t chunks = (grads.size() + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
   for (std::size_t c = 0; c < chunks; ++c) {
     double s = 0;
     const std::size_t end = std::min(grads.size(), (c + 1) * kChunk);
@@ -60,7 +61,7 @@ double clip_grad_norm(std::span<Real> grads, double max_norm) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
       const Real c = static_cast<Real>(coef);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (grads.size() >= std::size_t(kParallelMin))
       for (std::size_t i = 0; i < grads.size(); ++i) grads[i] *= c;
     }
   }

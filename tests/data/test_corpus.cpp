@@ -42,7 +42,7 @@ std::vector<std::tuple<std::string, std::uint64_t, std::string>> read_all(const 
   return out;
 }
 
-TEST(ExpandInputs, DirectoriesAreRecursiveSortedAndSkipHidden) {
+TEST(DataExpandInputs, DirectoriesAreRecursiveSortedAndSkipHidden) {
   TempDir tmp;
   write_file(tmp / "d/b.jsonl", "{}\n");
   write_file(tmp / "d/a/z.txt", "x");
@@ -60,7 +60,7 @@ TEST(ExpandInputs, DirectoriesAreRecursiveSortedAndSkipHidden) {
   EXPECT_FALSE(files[2].gzip);
 }
 
-TEST(ExpandInputs, Errors) {
+TEST(DataExpandInputs, Errors) {
   TempDir tmp;
   write_file(tmp / "notes.md", "x");
   fs::create_directories(tmp / "empty");
@@ -72,7 +72,7 @@ TEST(ExpandInputs, Errors) {
   expect_error([&] { expand_inputs(empty); }, "no .jsonl, .jsonl.gz, .txt or .txt.gz files under '" + (tmp / "empty") + "'");
 }
 
-TEST(CorpusReader, JsonlTextAndGzip) {
+TEST(DataCorpusReader, JsonlTextAndGzip) {
   TempDir tmp;
   write_file(tmp / "a.jsonl", "{\"text\": \"one\"}\r\n\n  \n{\"text\": \"two\"}\n{\"text\": \"three\"}");
   write_gzip(tmp / "b.jsonl.gz", "{\"text\": \"four\"}\n");
@@ -101,7 +101,7 @@ TEST(CorpusReader, JsonlTextAndGzip) {
   EXPECT_EQ(reader.stats()[0].records, 3u);
 }
 
-TEST(CorpusReader, LargeJsonlAcrossReadBlocks) {
+TEST(DataCorpusReader, LargeJsonlAcrossReadBlocks) {
   TempDir tmp;
   std::string jsonl, gz;
   for (int i = 0; i < 3000; ++i) jsonl += "{\"id\": " + std::to_string(i) + ", \"text\": \"" + std::string(1000, 'x') + "\"}\n";
@@ -116,7 +116,7 @@ TEST(CorpusReader, LargeJsonlAcrossReadBlocks) {
   }
 }
 
-TEST(CorpusReader, Errors) {
+TEST(DataCorpusReader, Errors) {
   TempDir tmp;
   write_file(tmp / "empty.jsonl", "");
   write_file(tmp / "blank.jsonl", "\n\n  \n");
@@ -147,7 +147,7 @@ Document parse(const std::string& data, InputFormat format = InputFormat::kJsonl
   return parse_record(r, input, SplitFractions{});
 }
 
-TEST(ParseRecord, Documents) {
+TEST(DataParseRecord, Documents) {
   const Document d = parse("{\"text\": \"caf\\u00e9\\n\", \"id\": \"x1\", \"url\": null}");
   EXPECT_EQ(d.text, "caf\xC3\xA9\n");
   EXPECT_FALSE(d.empty);
@@ -159,7 +159,7 @@ TEST(ParseRecord, Documents) {
   EXPECT_EQ(parse("plain text\n", InputFormat::kText, 1).text, "plain text\n");
 }
 
-TEST(ParseRecord, Errors) {
+TEST(DataParseRecord, Errors) {
   expect_error([] { parse("{\"text\": \"x\""); }, "/data/in.jsonl:7: malformed JSON");
   expect_error([] { parse("[1, 2]"); }, "/data/in.jsonl:7: expected a JSON object, got array");
   expect_error([] { parse("{\"body\": \"x\"}"); }, "/data/in.jsonl:7: missing \"text\" field");
@@ -168,7 +168,7 @@ TEST(ParseRecord, Errors) {
   expect_error([] { parse("line one\nline two \xFF\n", InputFormat::kText, 1); }, "/data/in.jsonl:2: invalid UTF-8");
 }
 
-TEST(Split, DeterministicFractionsAndNesting) {
+TEST(DataSplit, DeterministicFractionsAndNesting) {
   const SplitFractions f{0.1, 0.05};
   std::map<Split, int> counts;
   for (int i = 0; i < 100000; ++i) {
@@ -193,7 +193,7 @@ TEST(Split, DeterministicFractionsAndNesting) {
   EXPECT_NO_THROW((SplitFractions{}).validate());
 }
 
-TEST(DefaultCorpus, FindsPythonDocsOnce) {
+TEST(DataDefaultCorpus, FindsPythonDocsOnce) {
   bool present = false;
   for (const auto& e : fs::directory_iterator("/usr/share/doc"))
     if (e.path().filename().string().starts_with("python3") && fs::is_directory(e.path() / "html/_sources")) present = true;

@@ -49,7 +49,7 @@ Ids all_tokens(const TokenDataset& d) {
   return ids;
 }
 
-TEST(TokenDataset, ReadsAcrossShards) {
+TEST(DataTokenDataset, ReadsAcrossShards) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);
   const TokenDataset d = TokenDataset::open(dir, "train");
@@ -97,7 +97,7 @@ void plant_token(const std::string& dir, std::size_t index, std::uint16_t value)
   save_manifest(dir, m);
 }
 
-TEST(TokenDataset, RejectsDamagedData) {
+TEST(DataTokenDataset, RejectsDamagedData) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);
   const std::string shard = dir + "/train-00000.bin";
@@ -149,7 +149,7 @@ TEST(TokenDataset, RejectsDamagedData) {
   EXPECT_NO_THROW(TokenDataset::open(dir, "train"));
 }
 
-TEST(TokenDataset, ChecksTheTokenizer) {
+TEST(DataTokenDataset, ChecksTheTokenizer) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);
   const auto bytes = make_tokenizer("bytes");
@@ -168,7 +168,7 @@ TEST(TokenDataset, ChecksTheTokenizer) {
   expect_error([&] { open_dataset_tokenizer(TokenDataset::open(dir, "train")); }, "changed since");
 }
 
-TEST(BatchLoader, WindowsAndEpochOrder) {
+TEST(DataBatchLoader, WindowsAndEpochOrder) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);
   const TokenDataset d = TokenDataset::open(dir, "train");
@@ -208,7 +208,7 @@ TEST(BatchLoader, WindowsAndEpochOrder) {
   EXPECT_TRUE(std::equal(w.begin(), w.end(), batch.begin()));
 }
 
-TEST(BatchLoader, RanksPartitionTheGlobalBatchAndSeekResumes) {
+TEST(DataBatchLoader, RanksPartitionTheGlobalBatchAndSeekResumes) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);
   const TokenDataset d = TokenDataset::open(dir, "train");
@@ -236,7 +236,7 @@ TEST(BatchLoader, RanksPartitionTheGlobalBatchAndSeekResumes) {
   EXPECT_EQ(saved, (nlohmann::json{{"epoch", 2}, {"step", 3}}));
 }
 
-TEST(BatchLoader, Errors) {
+TEST(DataBatchLoader, Errors) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp, 2);
   const TokenDataset d = TokenDataset::open(dir, "train");

@@ -101,7 +101,7 @@ std::vector<std::string> dir_listing(const std::string& dir) {
   return names;
 }
 
-TEST(Prepare, ShardsHoldEveryDocumentInInputOrder) {
+TEST(DataPrepare, ShardsHoldEveryDocumentInInputOrder) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp);
   const auto tok = make_tokenizer("bytes");
@@ -152,7 +152,7 @@ TEST(Prepare, ShardsHoldEveryDocumentInInputOrder) {
                                                                 "val-00000.bin"}));
 }
 
-TEST(Prepare, OutputIndependentOfThreadCount) {
+TEST(DataPrepare, OutputIndependentOfThreadCount) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp, 300);
   const auto tok = make_tokenizer("bytes");
@@ -188,7 +188,7 @@ std::multiset<std::string> split_documents(const std::string& dir, const std::st
   return docs;
 }
 
-TEST(Prepare, SplitIndependentOfFileOrder) {
+TEST(DataPrepare, SplitIndependentOfFileOrder) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp);
   const auto tok = make_tokenizer("bytes");
@@ -199,7 +199,7 @@ TEST(Prepare, SplitIndependentOfFileOrder) {
     EXPECT_EQ(split_documents(tmp / "fwd", split), split_documents(tmp / "rev", split)) << split;
 }
 
-TEST(Prepare, ShardCapAndWideTokens) {
+TEST(DataPrepare, ShardCapAndWideTokens) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp);
   const WideTokenizer tok;
@@ -227,7 +227,7 @@ TEST(Prepare, ShardCapAndWideTokens) {
   EXPECT_THROW(TokenDataset::open(tmp / "out", "val"), Error);  // empty split
 }
 
-TEST(Prepare, FailureLeavesNothingThatLooksComplete) {
+TEST(DataPrepare, FailureLeavesNothingThatLooksComplete) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp);
   const auto tok = make_tokenizer("bytes");
@@ -257,7 +257,7 @@ void expect_cli_error(const CliResult& r, const std::string& needle) {
   EXPECT_NE(r.err.find("attnres: error: " + needle), std::string::npos) << "stderr: " << r.err;
 }
 
-TEST(PrepareCli, BadInputsNameFileAndLine) {
+TEST(DataPrepareCli, BadInputsNameFileAndLine) {
   TempDir tmp;
   write_file(tmp / "malformed.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
   expect_cli_error(run_cli(prepare_cli(quote(tmp / "malformed.jsonl"), tmp / "o1")), (tmp / "malformed.jsonl") + ":2: malformed JSON");
@@ -269,6 +269,9 @@ TEST(PrepareCli, BadInputsNameFileAndLine) {
   expect_cli_error(run_cli(prepare_cli(quote(tmp / "utf8.txt"), tmp / "o4")), (tmp / "utf8.txt") + ":3: invalid UTF-8");
   write_file(tmp / "empty.jsonl", "");
   expect_cli_error(run_cli(prepare_cli(quote(tmp / "empty.jsonl"), tmp / "o5")), (tmp / "empty.jsonl") + ": empty input");
+  // Several problems: the first in input order is reported, even across a read error.
+  expect_cli_error(run_cli(prepare_cli(quote(tmp / "malformed.jsonl") + " " + quote(tmp / "empty.jsonl"), tmp / "o5")),
+                   (tmp / "malformed.jsonl") + ":2: malformed JSON");
   expect_cli_error(run_cli(prepare_cli(quote(tmp / "nothere.jsonl"), tmp / "o6")), "input '" + (tmp / "nothere.jsonl") + "' does not exist");
   fs::create_symlink(tmp / "gone.jsonl", tmp / "dangling.jsonl");
   expect_cli_error(run_cli(prepare_cli(quote(tmp / "dangling.jsonl"), tmp / "o7")), "input '" + (tmp / "dangling.jsonl") + "' does not exist");
@@ -282,7 +285,7 @@ TEST(PrepareCli, BadInputsNameFileAndLine) {
   for (const char* out : {"o1", "o2", "o3", "o4", "o5", "o8"}) EXPECT_FALSE(fs::exists(tmp / (std::string(out) + "/manifest.json")));
 }
 
-TEST(PrepareCli, ReportsProgressAndSummary) {
+TEST(DataPrepareCli, ReportsProgressAndSummary) {
   TempDir tmp;
   const Corpus c = make_corpus(tmp);
   const CliResult r = run_cli(prepare_cli(quote(c.paths[0]) + " " + quote(c.paths[1]) + " " + quote(c.paths[2]), tmp / "out"));
@@ -293,7 +296,7 @@ TEST(PrepareCli, ReportsProgressAndSummary) {
   EXPECT_TRUE(fs::exists(tmp / "out/manifest.json"));
 }
 
-TEST(PrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
+TEST(DataPrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
   TempDir tmp;
   std::string jsonl;
   for (int i = 0; i < 300; ++i)
@@ -313,7 +316,7 @@ TEST(PrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
   EXPECT_TRUE(tok->decode(std::span(first).subspan(1)).starts_with("line 0 about")) << tok->decode(first);
 }
 
-TEST(PrepareCli, Gpt2OnASharedCorpusFile) {
+TEST(DataPrepareCli, Gpt2OnASharedCorpusFile) {
   ATTNRES_REQUIRE_GPT2();
   ATTNRES_REQUIRE_CORPUS();
   TempDir tmp;
@@ -342,7 +345,7 @@ TEST(PrepareCli, Gpt2OnASharedCorpusFile) {
   EXPECT_EQ(TokenDataset::open(tmp / "out", "train", with_tokenizer).eot_id(), 50256);
 }
 
-TEST(PrepareCli, DefaultCorpusWithBytesTokenizer) {
+TEST(DataPrepareCli, DefaultCorpusWithBytesTokenizer) {
   bool present = false;
   for (const auto& e : fs::directory_iterator("/usr/share/doc"))
     if (e.path().filename().string().starts_with("python3") && fs::is_directory(e.path() / "html/_sources")) present = true;

@@ -21,7 +21,7 @@ namespace {
 using namespace testing;
 using Ids = std::vector<std::int32_t>;
 
-TEST(Unicode, Classes) {
+TEST(DataUnicode, Classes) {
   EXPECT_EQ(char_class(U'a'), CharClass::kLetter);
   EXPECT_EQ(char_class(U'Z'), CharClass::kLetter);
   EXPECT_EQ(char_class(U'中'), CharClass::kLetter);
@@ -40,7 +40,7 @@ TEST(Unicode, Classes) {
   EXPECT_EQ(char_class(0x10FFFF), CharClass::kOther);
 }
 
-TEST(Unicode, Utf8Validation) {
+TEST(DataUnicode, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8(""), std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("plain ascii text that is long enough"), std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("h\xC3\xA9 \xE4\xB8\xAD \xF0\x9F\x98\x80"), std::string_view::npos);
@@ -53,7 +53,7 @@ TEST(Unicode, Utf8Validation) {
   EXPECT_EQ(line_of_offset("a\nb\nc", 4), 3u);
 }
 
-TEST(Hash, PinnedValuesAndStreaming) {
+TEST(DataHash, PinnedValuesAndStreaming) {
   // Pinned: manifests and shard headers depend on this exact function (docs/data.md).
   EXPECT_EQ(hex64(hash64("")), "b3ad7693273db7bd");
   EXPECT_EQ(hex64(hash64("attnres")), "feed334cd86b5d67");
@@ -74,7 +74,7 @@ TEST(Hash, PinnedValuesAndStreaming) {
   }
 }
 
-TEST(BytesTokenizer, EncodesUtf8Bytes) {
+TEST(DataBytesTokenizer, EncodesUtf8Bytes) {
   const auto tok = make_tokenizer("bytes");
   EXPECT_EQ(tok->vocab_size(), 257);
   EXPECT_EQ(tok->eot_id(), 256);
@@ -87,7 +87,7 @@ TEST(BytesTokenizer, EncodesUtf8Bytes) {
   EXPECT_THROW(tok->decode(bad), Error);
 }
 
-TEST(MakeTokenizer, BadSpecs) {
+TEST(DataMakeTokenizer, BadSpecs) {
   try {
     make_tokenizer("wordpiece:/x");
     FAIL() << "expected an error";
@@ -117,7 +117,7 @@ std::vector<std::string> split_gpt2(std::string_view text) {
 }
 
 // Expected pieces and ids below come from the reference (Python `regex` + GPT-2's encoder.py algorithm).
-TEST(Gpt2, PreTokenizerMatchesPattern) {
+TEST(DataGpt2, PreTokenizerMatchesPattern) {
   using V = std::vector<std::string>;
   EXPECT_EQ(split_gpt2("Hello world"), (V{"Hello", " world"}));
   EXPECT_EQ(split_gpt2("I'm  here\n\nok "), (V{"I", "'m", " ", " here", "\n", "\n", "ok", " "}));
@@ -131,7 +131,7 @@ TEST(Gpt2, PreTokenizerMatchesPattern) {
   EXPECT_EQ(split_gpt2("a\xFF\xFEz"), (V{"a", "\xFF\xFE", "z"}));
 }
 
-TEST(Gpt2, MatchesReferenceIds) {
+TEST(DataGpt2, MatchesReferenceIds) {
   ATTNRES_REQUIRE_GPT2();
   const auto tok = make_tokenizer("gpt2:" + gpt2_dir());
   EXPECT_EQ(tok->vocab_size(), 50257);
@@ -150,7 +150,7 @@ TEST(Gpt2, MatchesReferenceIds) {
   EXPECT_EQ(tok->decode(eot), "<|endoftext|>");
 }
 
-TEST(Gpt2, TinyShakespeareCountAndRoundTrip) {
+TEST(DataGpt2, TinyShakespeareCountAndRoundTrip) {
   ATTNRES_REQUIRE_GPT2();
   const std::string path = shared_data() + "/smoke/tinyshakespeare.txt";
   if (!fs::exists(path)) GTEST_SKIP() << "shared data absent: " << path;
@@ -161,7 +161,7 @@ TEST(Gpt2, TinyShakespeareCountAndRoundTrip) {
   EXPECT_EQ(tok->decode(ids), text);
 }
 
-TEST(Gpt2, HeapAndReferenceBpeAgree) {
+TEST(DataGpt2, HeapAndReferenceBpeAgree) {
   ATTNRES_REQUIRE_GPT2();
   const Gpt2Tokenizer tok(gpt2_dir(), "gpt2:test");
   Rng rng(42);
@@ -180,7 +180,7 @@ TEST(Gpt2, HeapAndReferenceBpeAgree) {
   }
 }
 
-TEST(Gpt2, ConcurrentEncodingIsConsistent) {
+TEST(DataGpt2, ConcurrentEncodingIsConsistent) {
   ATTNRES_REQUIRE_GPT2();
   const auto tok = make_tokenizer("gpt2:" + gpt2_dir());
   std::vector<std::string> texts;
@@ -224,7 +224,7 @@ std::string write_sp_corpus(const TempDir& tmp, const std::string& marker, int* 
   return path;
 }
 
-TEST(SentencePiece, TrainsDeterministicallyOnTrainSplitOnly) {
+TEST(DataSentencePiece, TrainsDeterministicallyOnTrainSplitOnly) {
   TempDir tmp;
   const std::string marker = "qzvxqzvxqzvx";
   int val_docs = 0;
@@ -237,7 +237,10 @@ TEST(SentencePiece, TrainsDeterministicallyOnTrainSplitOnly) {
   options.progress = false;
   const SpTrainSummary summary = train_sp_tokenizer(expand_inputs(paths), tmp / "a.model", options);
   EXPECT_EQ(summary.documents, 200u - static_cast<unsigned>(val_docs));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(saved == 1 ? 2 : 1);  // the model bytes must not depend on the thread count
   train_sp_tokenizer(expand_inputs(paths), tmp / "b.model", options);
+  omp_set_num_threads(saved);
   EXPECT_EQ(read_file(tmp / "a.model"), read_file(tmp / "b.model"));
 
   const auto tok = make_tokenizer("sp:" + (tmp / "a.model"));
@@ -253,7 +256,7 @@ TEST(SentencePiece, TrainsDeterministicallyOnTrainSplitOnly) {
   EXPECT_NE(tok->content_hash(), make_tokenizer("bytes")->content_hash());
 }
 
-TEST(SentencePiece, ChunkedEncodingMatchesWholeText) {
+TEST(DataSentencePiece, ChunkedEncodingMatchesWholeText) {
   TempDir tmp;
   int val_docs = 0;
   const std::string paths[] = {write_sp_corpus(tmp, "marker", &val_docs)};
@@ -285,7 +288,7 @@ TEST(SentencePiece, ChunkedEncodingMatchesWholeText) {
   }
 }
 
-TEST(SentencePiece, TrainErrors) {
+TEST(DataSentencePiece, TrainErrors) {
   TempDir tmp;
   write_file(tmp / "c.jsonl", "{\"text\": \"only a little text\"}\n");
   const std::string paths[] = {tmp / "c.jsonl"};
@@ -298,7 +301,7 @@ TEST(SentencePiece, TrainErrors) {
   EXPECT_FALSE(fs::exists(tmp / "m.model"));
 }
 
-TEST(TokenizerCli, EncodeCountAndIds) {
+TEST(DataTokenizerCli, EncodeCountAndIds) {
   ATTNRES_REQUIRE_GPT2();
   TempDir tmp;
   write_file(tmp / "hello.txt", "Hello world");
@@ -312,7 +315,7 @@ TEST(TokenizerCli, EncodeCountAndIds) {
   EXPECT_EQ(r.out, "338025\n2\n");
 }
 
-TEST(TokenizerCli, Errors) {
+TEST(DataTokenizerCli, Errors) {
   TempDir tmp;
   write_file(tmp / "bad.txt", "fine\nstill fine\nbad \xC3\x28 here\n");
   CliResult r = run_cli("tokenizer encode --tokenizer bytes " + quote(tmp / "bad.txt"));
@@ -326,7 +329,7 @@ TEST(TokenizerCli, Errors) {
   EXPECT_NE(r.err.find("missing.txt"), std::string::npos) << r.err;
 }
 
-TEST(TokenizerCli, TrainWritesUsableModel) {
+TEST(DataTokenizerCli, TrainWritesUsableModel) {
   TempDir tmp;
   int val_docs = 0;
   const std::string corpus = write_sp_corpus(tmp, "marker", &val_docs);

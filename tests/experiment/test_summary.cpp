@@ -123,6 +123,18 @@ TEST(Summary, JsFallsBackToMeanDistributionsWithoutPerTokenValues) {
               1e-12);
 }
 
+TEST(Summary, SingleSourceLayerMayOmitTheValueRoute) {
+  SyntheticExperiment exp;
+  json r = make_result("rd", 1);
+  r["routing"]["layers"][0].erase("v_mean");
+  r["routing"]["layers"][0].erase("js_nats");
+  write_json(exp.result_path("rd", 1), r);
+  const ExperimentSummary s = compute_summary(exp.dir());
+  EXPECT_EQ(s.routing[1].layers[0].v_mean, std::vector<double>{1.0});
+  EXPECT_TRUE(s.routing[1].per_token_js);  // single-source layers need no per-token JS
+  EXPECT_NEAR(s.routing[1].all_layers.nats, 0.075, 1e-12);
+}
+
 TEST(Summary, SystemsAgainstBaseline) {
   SyntheticExperiment exp;
   const ExperimentSummary s = compute_summary(exp.dir());
@@ -199,6 +211,7 @@ TEST(SummaryErrors, MissingOrMistypedKeysAreNamed) {
        "key 'routing.layers[1].qk_mean' has 3 entries but 'sources' is 2"},
       {[](json& r) { r["routing"]["layers"][1]["v_mean"] = {3.0, -2.0}; }, "routing.layers[1].v_mean[1]' must not be"},
       {[](json& r) { r["routing"]["layers"][1]["js_nats"] = 0.9; }, "must lie in [0, ln 2]"},
+      {[](json& r) { r["routing"]["layers"][1].erase("v_mean"), r["routing"]["layers"][1].erase("js_nats"); }, "gives 'v_mean' for some layers but not for layer 1"},
   };
   for (const auto& c : cases) {
     SyntheticExperiment exp;
@@ -249,6 +262,9 @@ TEST(SummaryFormat, Numbers) {
   EXPECT_EQ(format_percent(-0.029651, 2), "-2.97%");
   EXPECT_EQ(format_p_value(0.06677), "0.067");
   EXPECT_EQ(format_p_value(0.0042), "0.0042");
+  EXPECT_EQ(format_p_value(0.0004), "4.0e-04");
+  EXPECT_EQ(format_count(9812736), "9,812,736");
+  EXPECT_EQ(format_count(-990), "-990");
   EXPECT_EQ(format_p_value(3e-6), "3.0e-06");
   EXPECT_EQ(format_tokens(2e9), "2B");
   EXPECT_EQ(format_tokens(250e6), "250M");

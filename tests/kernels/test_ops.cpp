@@ -8,6 +8,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -191,4 +192,15 @@ TEST(Ops, EmbeddingGradients) {
   std::vector<double> dtable(V * d, 0.0);
   k::embedding_backward(dtable.data(), tokens.data(), up.data(), n, d);
   EXPECT_LT(max_rel_error(dtable, numeric_gradient(loss, table)), kTol);
+}
+
+TEST(Ops, FastExpIsAccurate) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.001953125f) {
+    const double ref = std::exp(double(x));
+    worst = std::max(worst, std::abs(double(kernels::exp_fast(x)) - ref) / ref);
+  }
+  EXPECT_LT(worst, 5e-7);  // a few ulp of float
+  EXPECT_EQ(kernels::exp_fast(0.0f), 1.0f);
+  EXPECT_LT(kernels::exp_fast(-1e30f), 1e-37f);  // -inf-like inputs underflow to ~0
 }

@@ -1,0 +1,248 @@
+// The training commands end to end: exact resume after SIGKILL, clean stop on SIGINT, the
+// NaN guard, eval and sample, the experiment runner, and clear errors for bad input.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/cli_util.hpp"
+#include "model/safetensors.hpp"
+#include "util/rng.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+namespace fs = std::filesystem;
+
+extern char** environ;
+
+namespace {
+
+// A model small enough for tests; 48 steps of 4 x 32 tokens.
+const std::string kTiny =
+    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
+    "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=6144 "
+    "--set train.eval_tokens=512 --set train.checkpoint_every=4 --set train.threads=2 --set model.residual=rd";
+
+// Synthetic documents (made here: no third-party text) prepared with the bytes tokenizer.
+class TrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("attnres_train_test");
+    const fs::path corpus = dir_->path() / "corpus";
+    fs::create_directories(corpus);
+    Rng rng(42);
+    const char* words[] = {"depth", "attention", "residual", "block", "query", "value", "key",  "layer",
+                           "token", "softmax",   "norm",     "the",   "a",     "of",    "and", "route"};
+    for (int d = 0; d < 60; ++d) {
+      std::ofstream out(corpus / ("doc" + std::to_string(d) + ".txt"));
+      for (int w = 0; w < 400; ++w) out << words[rng.below(16)] << (w % 12 == 11 ? ".\n" : " ");
+    }
+    const CliResult r = run_cli("prepare --input " + corpus.string() + " --tokenizer bytes --val-fraction 0.15 "
+                                "--test-fraction 0.15 --out " + dir_->str("data"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string data() { return dir_->str("data"); }
+  static TempDir* dir_;
+};
+TempDir* TrainTest::dir_ = nullptr;
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+std::size_t line_count(const fs::path& p) {
+  std::ifstream in(p);
+  std::size_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+// Starts `attnres train` and sends `sig` once metrics.jsonl has `lines` lines.
+int train_and_signal(const std::string& args, const fs::path& out, std::size_t lines, int sig) {
+  std::vector<std::string> argv_s = {ATTNRES_BINARY, "train"};
+  std::istringstream in(args);
+  for (std::string a; in >> a;) argv_s.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (posix_spawn(&pid, ATTNRES_BINARY, &fa, nullptr, argv.data(), environ) != 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(out / "metrics.jsonl") && line_count(out / "metrics.jsonl") >= lines) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, sig);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_F(TrainTest, ResumeAfterSigkillIsBitIdentical) {
+  TempDir runs("attnres_resume");
+  const CliResult full = run_cli("train " + kTiny + " --data " + data() + " --out " + runs.str("full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+
+  const fs::path killed = runs.path() / "killed";
+  const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + killed.string(), killed, 10, SIGKILL);
+  ASSERT_EQ(rc, 128 + SIGKILL);
+  ASSERT_TRUE(fs::exists(killed / "checkpoint.safetensors")) << "killed before the first checkpoint";
+  EXPECT_FALSE(fs::exists(killed / "train_result.json"));
+  const CliResult resumed = run_cli("train " + kTiny + " --data " + data() + " --out " + killed.string() + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming"), std::string::npos);
+
+  const auto a = read_safetensors(runs.str("full/model.safetensors"));
+  const auto b = read_safetensors((killed / "model.safetensors").string());
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, t] : a.tensors) EXPECT_EQ(t.bytes, b.tensors.at(name).bytes) << name;
+  EXPECT_EQ(losses(runs.path() / "full/metrics.jsonl"), losses(killed / "metrics.jsonl"));
+  EXPECT_EQ(losses(killed / "metrics.jsonl").size(), 48u);
+}
+
+TEST_F(TrainTest, SigintSavesACheckpointAndExitsCleanly) {
+  TempDir runs("attnres_sigint");
+  const fs::path out = runs.path() / "run";
+  const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
+  EXPECT_EQ(rc, 0);
+  EXPECT_TRUE(fs::exists(out / "checkpoint.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "train_result.json"));
+  const CliResult again = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string());
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.output.find("--resume"), std::string::npos) << again.output;  // nothing overwritten
+  const CliResult resumed = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string() + " --resume");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(fs::exists(out / "train_result.json"));
+}
+
+TEST_F(TrainTest, NonFiniteLossStopsWithTheLastGoodCheckpoint) {
+  TempDir runs("attnres_nan");
+  const fs::path out = runs.path() / "run";
+  const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
+  ASSERT_EQ(rc, 0);
+  // Poison the weights in the checkpoint: the next step's loss is NaN.
+  const std::string ckpt = (out / "checkpoint.safetensors").string();
+  SafetensorsFile f = read_safetensors(ckpt);
+  auto& params = f.tensors.at("params");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(params.bytes.data(), &nan, sizeof nan);
+  std::vector<TensorRef> refs;
+  for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
+  write_safetensors(ckpt, f.metadata, refs);
+  const std::string before = read_file(ckpt);
+  const CliResult r = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string() + " --resume");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("became nan"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(ckpt), before);  // the last good checkpoint is kept
+}
+
+TEST_F(TrainTest, BadConfigurationsNameTheKey) {
+  TempDir runs("attnres_badcfg");
+  auto expect_error = [&](const std::string& args, const std::string& needle) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  };
+  const std::string base = "train " + kTiny + " --data " + data() + " --out " + runs.str("x");
+  expect_error(base + " --set train.lrr=1", "train.lrr");
+  expect_error(base + " --set train.batch_size=0", "train.batch_size");
+  expect_error(base + " --set model.n_blocks=3", "model.n_blocks");
+  expect_error(base + " --set model.residual=blocky", "blocky");
+  expect_error(base + " --set train.lr=abc", "train.lr");
+  std::ofstream(runs.path() / "bad.toml") << "[train]\nlr = 1e-3\nunknown_key = 4\n";
+  expect_error("train --config " + runs.str("bad.toml") + " --data " + data() + " --out " + runs.str("y"),
+               "unknown_key");
+  expect_error("train --preset tiny --data " + runs.str("no-such-dir") + " --out " + runs.str("z"), "no-such-dir");
+  EXPECT_FALSE(fs::exists(runs.path() / "x" / "checkpoint.safetensors"));
+}
+
+TEST_F(TrainTest, EvalSampleAndMismatchedInputs) {
+  TempDir runs("attnres_eval");
+  ASSERT_EQ(run_cli("train " + kTiny + " --data " + data() + " --out " + runs.str("run")).exit_code, 0);
+  const std::string ckpt = runs.str("run/model.safetensors");
+
+  CliResult r = run_cli("eval --checkpoint " + ckpt + " --data " + data() + " --split test --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_GT(j["tokens"].get<long>(), 0);
+  EXPECT_LT(j["nll"].get<double>(), std::log(257.0));  // better than uniform
+  EXPECT_GT(j["bits_per_byte"].get<double>(), 0.0);
+
+  // --text: every token after the leading end-of-text is scored once (bytes: one per byte).
+  const std::string text(100, 'a');
+  std::ofstream(runs.path() / "doc.txt") << text;
+  r = run_cli("eval --checkpoint " + ckpt + " --text " + runs.str("doc.txt") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["tokens"].get<long>(), 100);
+
+  r = run_cli("sample --checkpoint " + ckpt + " --prompt \"the depth\" --max-tokens 20 --seed 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("the depth", 0), 0u) << r.output;
+  EXPECT_EQ(run_cli("sample --checkpoint " + ckpt + " --prompt \"the depth\" --max-tokens 20 --seed 1").output,
+            r.output);  // reproducible from the seed
+
+  // A truncated checkpoint and a checkpoint of another model.
+  fs::copy_file(ckpt, runs.path() / "cut.safetensors");
+  fs::resize_file(runs.path() / "cut.safetensors", fs::file_size(ckpt) / 2);
+  r = run_cli("eval --checkpoint " + runs.str("cut.safetensors") + " --data " + data());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("cut.safetensors"), std::string::npos) << r.output;
+  // Resuming with another configuration.
+  r = run_cli("train " + kTiny + " --set model.residual=block --data " + data() + " --out " + runs.str("run") +
+              " --resume");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("different configuration"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
+  TempDir runs("attnres_experiment");
+  const std::string cmd = "experiment " + kTiny + " --set train.tokens=2048 --arms block,rd --seeds 1,2 --data " +
+                          data() + " --out " + runs.str("exp");
+  CliResult r = run_cli(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(runs.path() / "exp/summary.json"));
+  for (const char* arm : {"block", "rd"})
+    for (int seed : {1, 2}) EXPECT_TRUE(fs::exists(runs.path() / "exp/runs" / arm / ("seed-" + std::to_string(seed)) / "result.json"));
+  // Same seed, same data order: identical first-step loss in both arms (RD starts as Block).
+  const auto lb = losses(runs.path() / "exp/runs/block/seed-1/metrics.jsonl");
+  const auto lr = losses(runs.path() / "exp/runs/rd/seed-1/metrics.jsonl");
+  ASSERT_FALSE(lb.empty());
+  EXPECT_EQ(lb.front(), lr.front());
+  // Rerunning skips finished runs; another protocol in the same directory is refused.
+  const auto stamp = fs::last_write_time(runs.path() / "exp/runs/rd/seed-2/result.json");
+  r = run_cli(cmd);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(fs::last_write_time(runs.path() / "exp/runs/rd/seed-2/result.json"), stamp);
+  r = run_cli("experiment " + kTiny + " --arms block,rd,rd-frozen --seeds 1,2 --data " + data() + " --out " +
+              runs.str("exp"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("different experiment"), std::string::npos) << r.output;
+  r = run_cli("experiment " + kTiny + " --arms block,rd-wide --seeds 1 --data " + data() + " --out " + runs.str("e2"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("rd-wide"), std::string::npos) << r.output;
+}
