@@ -21,6 +21,7 @@ void register_train_commands(CLI::App& app);     // train_commands.cpp: train, e
 void register_report_command(CLI::App& app);     // report_command.cpp: experiment summary and report
 
 void register_experiment_command(CLI::App& app);  // experiment_command.cpp: paired multi-seed runs
+void register_bench_command(CLI::App& app);       // bench_command.cpp: training-step benchmark vs PyTorch
 
 // Shared by the commands that take a training configuration (train_commands.cpp):
 // --preset / --config / --set, and SIGINT/SIGTERM handlers that request a clean stop.

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   attnres::cli::register_experiment_command(app);
   attnres::cli::register_model_commands(app);
   attnres::cli::register_report_command(app);
+  attnres::cli::register_bench_command(app);
 
   try {
     app.parse(argc, argv);

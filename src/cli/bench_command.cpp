@@ -1,0 +1,643 @@
+// `attnres bench`: full training steps (forward, backward, clipping, AdamW) per arm, each arm
+// in its own process, against the PyTorch eager implementation of the same model
+// (bench/torch_model.py), with model FLOP utilisation against the OpenBLAS sgemm rate measured
+// in the same run. See docs/performance.md.
+#include <CLI/CLI.hpp>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cblas.h>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "experiment/runner.hpp"
+#include "model/model.hpp"
+#include "model/param_layout.hpp"
+#include "optim/adamw.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+#include "util/threads.hpp"
+
+extern char** environ;
+
+namespace attnres::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kDefaultVocab = 8192;
+constexpr const char* kDefaultPython = "/usr/bin/python3";
+constexpr const char* kTorchScript = "bench/torch_model.py";
+
+struct BenchArgs {
+  std::string preset, config;
+  std::vector<std::string> settings;
+  std::string arms = "block,rd";
+  std::string seqs;  // comma-separated; empty: the config's seq_len
+  int batch = 0;     // 0: tokens_per_step / seq
+  std::int64_t tokens_per_step = 0;  // 0: the config's batch_size * seq_len
+  int vocab = kDefaultVocab;
+  int steps = 10;
+  int warmup = 2;
+  int rounds = 1;
+  int threads = 0;
+  std::uint64_t seed = 1;
+  std::string torch = "auto";
+  std::string python = kDefaultPython;
+  std::string torch_script;
+  bool json_out = false;
+  bool gemm_only = false;
+  // Hidden: run one measurement in this process and print it as one JSON line.
+  bool worker = false;
+  std::string model_json;
+};
+
+// ------------------------------------------------------------------------------------------
+// Model FLOPs of one training step, per token (the single place that counts them).
+//
+// Convention (forward + backward = 3 x forward, every multiply-add = 2 FLOPs):
+//   dense       6 * n_layers * (4 d^2 + 3 d F)       Q, K, V, O and the SwiGLU matrices
+//   lm_head     6 * V * d                            logits and both of their gradients
+//   attention   6 * n_layers * d * (T + 1)           causal: query t meets t+1 keys, mean (T+1)/2;
+//                                                    QK^T and PV each 2 d per key, x3 for training
+//   depth_reads 6 * sum over reads of n_s * d * (1 + 2 R)   RMS of each source (2 d), then per route
+//                                                    the logit dot (2 d) and the mix (2 d); x3
+// Not counted: embedding lookup, norms, RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
+// ------------------------------------------------------------------------------------------
+struct FlopCount {
+  double dense = 0, lm_head = 0, attention = 0, depth_reads = 0;
+  double total() const { return dense + lm_head + attention + depth_reads; }
+};
+
+FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
+  FlopCount f;
+  const double d = c.d_model, F = c.mlp_hidden, L = c.n_layers, V = c.vocab_size;
+  f.dense = 6 * L * (4 * d * d + 3 * d * F);
+  f.lm_head = 6 * V * d;
+  f.attention = 6 * L * d * (double(seq) + 1);
+  for (const ReadPlan& p : make_read_plans(c)) f.depth_reads += 6 * double(p.sources.size()) * d * (1 + 2 * p.n_routes);
+  return f;
+}
+
+// ------------------------------------------------------------------------------------------
+// Small helpers.
+// ------------------------------------------------------------------------------------------
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A value of /proc/self/status in bytes (VmRSS: now; VmHWM: peak of this process image, which,
+// unlike getrusage's ru_maxrss, does not inherit the parent's footprint across fork + exec).
+std::int64_t proc_status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(key) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) return std::atoll(line.c_str() + prefix.size()) * 1024;
+  return 0;
+}
+
+double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+std::string openblas_core() {
+  const char* core = openblas_get_corename();
+  return core != nullptr ? core : "unknown";
+}
+
+std::string getenv_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+// Runs argv[0] (a path) with argv, stdout captured, stderr and the environment inherited.
+struct ChildOutput {
+  int status = -1;
+  std::string out;
+};
+
+ChildOutput run_child(const std::vector<std::string>& argv) {
+  int fds[2];
+  require(::pipe(fds) == 0, "bench: cannot create a pipe");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    fail("bench: cannot start '", argv[0], "'");
+  }
+  ChildOutput r;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0) r.out.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || errno != EINTR) break;
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return r;
+}
+
+// The last line of a worker's stdout that parses as a JSON object.
+json parse_worker_output(const ChildOutput& c, const std::string& what) {
+  require(c.status == 0, "bench: the ", what, " worker failed (exit status ", c.status, "; its stderr is above)");
+  std::stringstream in(c.out);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty() && line.front() == '{') last = line;
+  require(!last.empty(), "bench: the ", what, " worker printed no result");
+  try {
+    return json::parse(last);
+  } catch (const json::exception& e) {
+    fail("bench: the ", what, " worker printed malformed JSON: ", e.what());
+  }
+}
+
+// bench/torch_model.py: --torch-script, else beside the source tree the binary was built in
+// (the build directory is inside the tree or beside it), else under the working directory.
+std::string find_torch_script(const std::string& given) {
+  if (!given.empty()) {
+    require(fs::is_regular_file(given), "--torch-script: '", given, "' does not exist");
+    return given;
+  }
+  std::error_code ec;
+  fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (int up = 0; !ec && up < 6 && !dir.empty(); ++up, dir = dir.parent_path()) {
+    if (fs::is_regular_file(dir / kTorchScript)) return (dir / kTorchScript).string();
+    if (dir == dir.parent_path()) break;
+  }
+  if (fs::is_regular_file(kTorchScript)) return fs::absolute(kTorchScript).string();
+  return "";
+}
+
+// ------------------------------------------------------------------------------------------
+// GEMM reference rate: best of a few cblas_sgemm calls, row-major C = A B^T like a Linear.
+// ------------------------------------------------------------------------------------------
+double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k)),
+      c(static_cast<std::size_t>(m * n));
+  Rng rng(7, "bench gemm");
+  for (auto& x : a) x = static_cast<float>(rng.uniform() - 0.5);
+  for (auto& x : b) x = static_cast<float>(rng.uniform() - 0.5);
+  double best = 1e300;
+  for (int r = 0; r <= reps; ++r) {  // the first call warms up and is not counted
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), 1.0f, a.data(), static_cast<blasint>(k), b.data(),
+                static_cast<blasint>(k), 0.0f, c.data(), static_cast<blasint>(n));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return 2.0 * double(m) * double(n) * double(k) / best / 1e9;
+}
+
+struct GemmRates {
+  double square = 0;  // 1024 x 1024 x 1024
+  double model = 0;   // the model's largest trunk GEMM: [B*T, d] x [d, mlp_hidden]
+  std::string model_shape;
+};
+
+GemmRates measure_gemm(const ModelConfig& c, std::int64_t tokens) {
+  GemmRates g;
+  g.square = sgemm_gflops(1024, 1024, 1024, 5);
+  g.model = sgemm_gflops(tokens, c.mlp_hidden, c.d_model, 3);
+  g.model_shape = std::to_string(tokens) + "x" + std::to_string(c.mlp_hidden) + "x" + std::to_string(c.d_model);
+  return g;
+}
+
+// ------------------------------------------------------------------------------------------
+// The worker: one arm, one shape, in this process.
+// ------------------------------------------------------------------------------------------
+json run_worker(const ModelConfig& config, int batch, int seq, int steps, int warmup, int threads,
+                std::uint64_t seed) {
+  const std::int64_t rss_start = proc_status_bytes("VmRSS");
+  set_num_threads(threads);
+  Model<float> model(config, batch, seq, true);
+  init_params<float>(model.layout(), seed, model.params());
+  AdamW<float> opt(model.layout(), AdamWConfig{});
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq + 1));
+  Rng rng(seed, "bench tokens");
+  std::vector<double> step_ms, cpu_ms, fb_ms, opt_ms;
+  double loss_first = 0, loss_last = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(config.vocab_size)));
+    const double c0 = cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = model.forward_backward(tokens, batch, seq);
+    const auto t1 = std::chrono::steady_clock::now();
+    clip_grad_norm<float>(model.grads(), 1.0);
+    opt.step(model.params(), model.grads(), 1e-3);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double c1 = cpu_seconds();
+    if (step == 0) loss_first = loss;
+    loss_last = loss;
+    if (step >= warmup) {
+      fb_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      opt_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      step_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+      cpu_ms.push_back((c1 - c0) * 1e3);
+    }
+  }
+  return json{{"impl", "attnres"},
+              {"openblas_core", openblas_core()},
+              {"threads", num_threads()},
+              {"batch", batch},
+              {"seq", seq},
+              {"warmup", warmup},
+              {"step_ms", step_ms},
+              {"cpu_ms", cpu_ms},
+              {"forward_backward_ms", fb_ms},
+              {"clip_adamw_ms", opt_ms},
+              {"loss_first", loss_first},
+              {"loss_last", loss_last},
+              {"params", model.layout().total()},
+              {"peak_rss_bytes", proc_status_bytes("VmHWM")},
+              {"start_rss_bytes", rss_start}};
+}
+
+// ------------------------------------------------------------------------------------------
+// The parent: spawn the workers, pool their step times, report.
+// ------------------------------------------------------------------------------------------
+struct Cell {  // one (implementation, arm, seq) measurement, pooled over rounds
+  std::string impl, arm;
+  int seq = 0, batch = 0;
+  std::vector<double> step_ms, cpu_ms, fb_ms, opt_ms;
+  std::int64_t peak_rss = 0, start_rss = 0, params = 0;
+  double loss_first = 0;
+  std::string core;
+  int threads = 0;
+
+  double median_ms() const { return median(step_ms); }
+  double tokens_per_sec() const { return double(batch) * seq / (median_ms() / 1e3); }
+};
+
+struct Measurement {
+  std::vector<Cell> cells;
+  const Cell* find(const std::string& impl, const std::string& arm, int seq) const {
+    for (const auto& c : cells)
+      if (c.impl == impl && c.arm == arm && c.seq == seq) return &c;
+    return nullptr;
+  }
+  Cell& get(const std::string& impl, const std::string& arm, int seq, int batch) {
+    for (auto& c : cells)
+      if (c.impl == impl && c.arm == arm && c.seq == seq) return c;
+    cells.push_back(Cell{impl, arm, seq, batch, {}, {}, {}, {}, 0, 0, 0, 0, "", 0});
+    return cells.back();
+  }
+};
+
+void absorb(Cell& cell, const json& r) {
+  auto append = [](std::vector<double>& to, const json& j, const char* key) {
+    if (j.contains(key))
+      for (double x : j.at(key).get<std::vector<double>>()) to.push_back(x);
+  };
+  append(cell.step_ms, r, "step_ms");
+  append(cell.cpu_ms, r, "cpu_ms");
+  append(cell.fb_ms, r, "forward_backward_ms");
+  append(cell.opt_ms, r, "clip_adamw_ms");
+  cell.peak_rss = std::max(cell.peak_rss, r.at("peak_rss_bytes").get<std::int64_t>());
+  cell.start_rss = r.value("start_rss_bytes", std::int64_t(0));
+  cell.params = r.value("params", std::int64_t(0));
+  cell.loss_first = r.value("loss_first", 0.0);
+  cell.core = r.value("openblas_core", std::string("unknown"));
+  cell.threads = r.value("threads", 0);
+}
+
+ModelConfig arm_config(const TrainConfig& base, const std::string& arm, int seq) {
+  ModelConfig m = experiment::apply_arm(base.model, arm);
+  m.max_seq_len = std::max(m.max_seq_len, seq);
+  m.validate();
+  return m;
+}
+
+void run_bench(const BenchArgs& a) {
+  std::string preset_name = a.preset;
+  if (preset_name.empty() && a.config.empty()) preset_name = "small";
+  TrainConfig base = load_train_config(preset_name, a.config, a.settings);
+  if (base.model.vocab_size == 0) base.model.vocab_size = a.vocab;
+  require(a.steps >= 1, "--steps must be at least 1");
+  require(a.warmup >= 0, "--warmup must be non-negative");
+  require(a.rounds >= 1, "--rounds must be at least 1");
+  require(a.threads >= 0, "--threads must be non-negative (0: all cores)");
+  require(a.torch == "auto" || a.torch == "on" || a.torch == "off", "--torch must be auto, on or off");
+
+  const std::vector<std::string> arms = split_list(a.arms);
+  require(!arms.empty() || a.gemm_only, "--arms must name at least one arm");
+  for (const auto& arm : arms) experiment::apply_arm(base.model, arm);  // validates the names
+  std::vector<int> seqs;
+  for (const auto& s : split_list(a.seqs)) {
+    try {
+      seqs.push_back(std::stoi(s));
+    } catch (const std::exception&) {
+      fail("--seq: '", s, "' is not an integer");
+    }
+    require(seqs.back() >= 1, "--seq: sequence lengths must be positive");
+  }
+  if (seqs.empty()) seqs.push_back(base.seq_len);
+  const std::int64_t tokens_per_step =
+      a.tokens_per_step > 0 ? a.tokens_per_step : std::int64_t(base.batch_size) * base.seq_len;
+  auto batch_for = [&](int seq) {
+    return a.batch > 0 ? a.batch : static_cast<int>(std::max<std::int64_t>(1, tokens_per_step / seq));
+  };
+  for (int seq : seqs)
+    for (const auto& arm : arms) arm_config(base, arm, seq);  // validate before any work
+
+  set_num_threads(a.threads);
+  const int threads = num_threads();
+  const std::string load_start = load_average();
+  std::fprintf(stderr, "bench: %s, %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE=%s), load average %s\n",
+               cpu_model().c_str(), threads, openblas_core().c_str(),
+               getenv_or("OPENBLAS_CORETYPE", "unset").c_str(), load_start.c_str());
+
+  // The torch side: probe once.
+  std::string script;
+  json torch_info;
+  bool torch_on = false;
+  if (a.torch != "off" && !a.gemm_only) {
+    script = find_torch_script(a.torch_script);
+    std::string why;
+    if (script.empty()) why = "bench/torch_model.py not found (give --torch-script)";
+    else if (!fs::exists(a.python)) why = a.python + " not found";
+    else {
+      const ChildOutput probe = run_child({a.python, script, "--probe"});
+      try {
+        torch_info = parse_worker_output(probe, "torch probe");
+        torch_on = true;
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+    require(torch_on || a.torch == "auto", "--torch on: ", why);
+    if (!torch_on) std::fprintf(stderr, "bench: skipping the PyTorch comparison: %s\n", why.c_str());
+  }
+
+  std::fprintf(stderr, "bench: measuring the sgemm reference rate...\n");
+  const GemmRates gemm = measure_gemm(base.model, std::int64_t(batch_for(seqs.front())) * seqs.front());
+  std::fprintf(stderr, "bench: sgemm 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s\n", gemm.square, gemm.model_shape.c_str(),
+               gemm.model);
+
+  Measurement m;
+  if (!a.gemm_only) {
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    for (int round = 0; round < a.rounds; ++round)
+      for (int seq : seqs)
+        for (const auto& arm : arms) {
+          const int batch = batch_for(seq);
+          const std::string model_json = json(arm_config(base, arm, seq)).dump();
+          const std::vector<std::string> common = {
+              "--batch", std::to_string(batch),   "--seq",     std::to_string(seq),
+              "--steps", std::to_string(a.steps), "--warmup",  std::to_string(a.warmup),
+              "--threads", std::to_string(threads), "--seed",  std::to_string(a.seed)};
+          std::vector<std::string> impls = {"attnres"};
+          if (torch_on) impls.push_back("torch");
+          for (const auto& impl : impls) {
+            std::vector<std::string> argv;
+            if (impl == "attnres") argv = {self, "bench", "--worker", "--model-json", model_json};
+            else argv = {a.python, script, "--model-json", model_json};
+            argv.insert(argv.end(), common.begin(), common.end());
+            std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, a.rounds, impl.c_str(),
+                         arm.c_str(), seq, batch);
+            std::fflush(stderr);
+            const json r = parse_worker_output(run_child(argv), impl + " " + arm);
+            Cell& cell = m.get(impl, arm, seq, batch);
+            absorb(cell, r);
+            const double ms = median(r.at("step_ms").get<std::vector<double>>());
+            std::fprintf(stderr, "%.0f ms/step, %.0f tokens/s, peak %.0f MB\n", ms, double(batch) * seq / (ms / 1e3),
+                         double(r.at("peak_rss_bytes").get<std::int64_t>()) / 1e6);
+          }
+        }
+  }
+  const std::string load_end = load_average();
+
+  // ---- results
+  json out;
+  out["machine"] = {{"cpu", cpu_model()},
+                    {"cores", static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))},
+                    {"load_average_start", load_start},
+                    {"load_average_end", load_end}};
+  out["threads"] = threads;
+  out["openblas_core"] = openblas_core();
+  out["openblas_coretype_env"] = getenv_or("OPENBLAS_CORETYPE", "");
+  out["torch"] = torch_on ? torch_info : json(nullptr);
+  out["gemm"] = {{"sgemm_1024_gflops", gemm.square}, {"model_shape", gemm.model_shape}, {"model_shape_gflops", gemm.model}};
+  out["config"] = json(base.model);
+  out["preset"] = preset_name.empty() ? a.config : preset_name;
+  out["steps"] = a.steps;
+  out["warmup"] = a.warmup;
+  out["rounds"] = a.rounds;
+  json runs = json::array();
+  for (const Cell& c : m.cells) {
+    const FlopCount f = training_flops_per_token(arm_config(base, c.arm, c.seq), c.seq);
+    const double tps = c.tokens_per_sec();
+    runs.push_back({{"impl", c.impl},
+                    {"arm", c.arm},
+                    {"seq", c.seq},
+                    {"batch", c.batch},
+                    {"steps_timed", c.step_ms.size()},
+                    {"step_ms_median", c.median_ms()},
+                    {"step_ms_min", *std::min_element(c.step_ms.begin(), c.step_ms.end())},
+                    {"cpu_ms_median", median(c.cpu_ms)},
+                    {"forward_backward_ms_median", c.fb_ms.empty() ? json(nullptr) : json(median(c.fb_ms))},
+                    {"clip_adamw_ms_median", c.opt_ms.empty() ? json(nullptr) : json(median(c.opt_ms))},
+                    {"tokens_per_sec", tps},
+                    {"peak_rss_bytes", c.peak_rss},
+                    {"start_rss_bytes", c.start_rss},
+                    {"params", c.params},
+                    {"loss_first", c.loss_first},
+                    {"openblas_core", c.core},
+                    {"flops_per_token", {{"dense", f.dense}, {"lm_head", f.lm_head}, {"attention", f.attention},
+                                         {"depth_reads", f.depth_reads}, {"total", f.total()}}},
+                    {"model_gflops", f.total() * tps / 1e9},
+                    {"mfu_vs_sgemm_1024", f.total() * tps / 1e9 / gemm.square}});
+  }
+  out["runs"] = runs;
+  json vs_torch = json::array(), rd_block = json::array();
+  for (int seq : seqs) {
+    for (const auto& arm : arms) {
+      const Cell* ours = m.find("attnres", arm, seq);
+      const Cell* theirs = m.find("torch", arm, seq);
+      if (ours != nullptr && theirs != nullptr)
+        vs_torch.push_back({{"arm", arm}, {"seq", seq}, {"speedup", ours->tokens_per_sec() / theirs->tokens_per_sec()},
+                            {"peak_rss_ratio", double(ours->peak_rss) / double(theirs->peak_rss)}});
+    }
+    for (const std::string impl : {"attnres", "torch"}) {
+      const Cell* rd = m.find(impl, "rd", seq);
+      const Cell* block = m.find(impl, "block", seq);
+      if (rd != nullptr && block != nullptr)
+        rd_block.push_back({{"impl", impl}, {"seq", seq}, {"step_time_ratio", rd->median_ms() / block->median_ms()},
+                            {"cpu_time_ratio", median(rd->cpu_ms) / median(block->cpu_ms)},
+                            {"peak_rss_ratio", double(rd->peak_rss) / double(block->peak_rss)},
+                            {"peak_rss_delta_bytes", rd->peak_rss - block->peak_rss}});
+    }
+  }
+  out["attnres_vs_torch"] = vs_torch;
+  out["rd_vs_block"] = rd_block;
+
+  if (a.json_out) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  const ModelConfig& mc = base.model;
+  std::printf("attnres bench: %s (d=%d, %d layers, %d heads, mlp %d, %d blocks, vocab %d, %s embeddings)\n",
+              out["preset"].get<std::string>().c_str(), mc.d_model, mc.n_layers, mc.n_heads, mc.mlp_hidden,
+              mc.n_blocks, mc.vocab_size, mc.tie_embeddings ? "tied" : "untied");
+  std::printf("machine: %s, %ld cores; %d threads; load average %s at start, %s at end\n", cpu_model().c_str(),
+              ::sysconf(_SC_NPROCESSORS_ONLN), threads, load_start.c_str(), load_end.c_str());
+  std::printf("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s)", openblas_core().c_str(),
+              getenv_or("OPENBLAS_CORETYPE", "unset").c_str());
+  if (torch_on)
+    std::printf("; torch %s, its OpenBLAS core: %s", torch_info.value("torch_version", "?").c_str(),
+                torch_info.value("openblas_core", "?").c_str());
+  std::printf("\nsgemm reference: 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s (best of a few)\n", gemm.square,
+              gemm.model_shape.c_str(), gemm.model);
+  if (m.cells.empty()) return;
+  std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
+              a.steps, a.rounds, a.warmup);
+  std::printf("%-8s %-10s %6s %4s %10s %10s %10s %9s %8s %7s\n", "impl", "arm", "seq", "B", "step ms", "cpu ms",
+              "tokens/s", "peak MB", "GFLOP/s", "MFU");
+  for (const auto& r : runs)
+    std::printf("%-8s %-10s %6d %4d %10.0f %10.0f %10.0f %9.0f %8.1f %6.1f%%\n", r["impl"].get<std::string>().c_str(),
+                r["arm"].get<std::string>().c_str(), r["seq"].get<int>(), r["batch"].get<int>(),
+                r["step_ms_median"].get<double>(), r["cpu_ms_median"].get<double>(), r["tokens_per_sec"].get<double>(),
+                double(r["peak_rss_bytes"].get<std::int64_t>()) / 1e6, r["model_gflops"].get<double>(),
+                100 * r["mfu_vs_sgemm_1024"].get<double>());
+  if (!vs_torch.empty()) {
+    std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd):\n");
+    for (const auto& r : vs_torch)
+      std::printf("  %-10s T=%-5d %5.2fx   peak memory %.2fx of torch's\n", r["arm"].get<std::string>().c_str(),
+                  r["seq"].get<int>(), r["speedup"].get<double>(), r["peak_rss_ratio"].get<double>());
+  }
+  if (!rd_block.empty()) {
+    std::printf("\nrd / block (targets: step time <= 1.02, peak memory <= 1.02):\n");
+    for (const auto& r : rd_block)
+      std::printf("  %-8s T=%-5d step time %.3f (cpu time %.3f), peak memory %.3f (%+.1f MB)\n",
+                  r["impl"].get<std::string>().c_str(), r["seq"].get<int>(), r["step_time_ratio"].get<double>(),
+                  r["cpu_time_ratio"].get<double>(), r["peak_rss_ratio"].get<double>(),
+                  double(r["peak_rss_delta_bytes"].get<std::int64_t>()) / 1e6);
+  }
+  const Cell* any = m.cells.empty() ? nullptr : &m.cells.front();
+  if (any != nullptr) {
+    const FlopCount f = training_flops_per_token(arm_config(base, any->arm, any->seq), any->seq);
+    std::printf("\nmodel FLOPs per token (%s, T=%d): %.1f M = dense %.1f + LM head %.1f + attention %.1f + depth reads "
+                "%.2f (docs/performance.md)\n",
+                any->arm.c_str(), any->seq, f.total() / 1e6, f.dense / 1e6, f.lm_head / 1e6, f.attention / 1e6,
+                f.depth_reads / 1e6);
+  }
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Time full training steps (forward, backward, clipping, AdamW) per arm, each arm in its own\n"
+      "process, against the PyTorch eager fp32 implementation of the same model (bench/torch_model.py):\n"
+      "tokens/s, peak memory, model FLOP utilisation against the sgemm rate measured in the same run,\n"
+      "rd/block ratios and, with several --seq, context scaling. Progress goes to stderr.");
+  add_config_options(cmd, a->preset, a->config, a->settings);
+  cmd->add_option("--arms", a->arms, "comma-separated arms (prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)")
+      ->capture_default_str();
+  cmd->add_option("--seq", a->seqs, "comma-separated sequence lengths (default: the config's seq_len), e.g. 256,1024,4096");
+  cmd->add_option("--batch", a->batch, "sequences per step (default: --tokens-per-step / seq)");
+  cmd->add_option("--tokens-per-step", a->tokens_per_step,
+                  "tokens per step when --batch is not given (default: the config's batch_size x seq_len)");
+  cmd->add_option("--vocab", a->vocab, "vocabulary size when the config takes it from the data (vocab_size 0)")
+      ->capture_default_str();
+  cmd->add_option("--steps", a->steps, "timed steps per run")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "untimed steps before them")->capture_default_str();
+  cmd->add_option("--rounds", a->rounds, "repeat every run this many times, interleaved; step times are pooled")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "threads for both implementations (0: all cores)");
+  cmd->add_option("--seed", a->seed, "initialisation and token seed")->capture_default_str();
+  cmd->add_option("--torch", a->torch, "auto | on | off: also time bench/torch_model.py (auto: when torch imports)")
+      ->capture_default_str();
+  cmd->add_option("--python", a->python, "Python interpreter with torch")->capture_default_str();
+  cmd->add_option("--torch-script", a->torch_script, "path of bench/torch_model.py (default: found from the binary)");
+  cmd->add_flag("--json", a->json_out, "print one JSON object instead of the table");
+  cmd->add_flag("--gemm-only", a->gemm_only, "only measure the sgemm reference rate");
+  cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");
+  cmd->add_option("--model-json", a->model_json, "(internal) the worker's model config")->group("");
+  cmd->callback([a] {
+    if (!a->worker) {
+      run_bench(*a);
+      return;
+    }
+    json j;
+    try {
+      j = json::parse(a->model_json);
+    } catch (const json::exception& e) {
+      fail("--model-json: ", e.what());
+    }
+    const ModelConfig config = model_config_from_json(j, "--model-json");
+    require(a->batch >= 1 && !a->seqs.empty(), "--worker needs --batch and --seq");
+    const int seq = std::stoi(a->seqs);
+    const json r = run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed);
+    std::printf("%s\n", r.dump().c_str());
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace attnres::cli
