@@ -246,7 +246,8 @@ std::string plot_validation(const ExperimentSummary& s) {
   } else {
     xticks = nice_range(x.lo, x.hi, 6);
   }
-  Axis y{ymin, ymax, H - bottom, top};
+  const double pad = 0.03 * (ymax - ymin);  // keeps extreme markers off the frame
+  Axis y{ymin - pad, ymax + pad, H - bottom, top};
   const std::vector<double> yticks = nice_range(y.lo, y.hi, 6);
   const int yd = tick_decimals(yticks);
 
@@ -303,7 +304,8 @@ std::string plot_deltas(const ExperimentSummary& s) {
   if (!any) return "";
 
   const double W = kPlotWidth, H = 420, left = 84, right = 190, top = 20, bottom = 60;
-  Axis y{ymin, ymax, H - bottom, top};
+  const double pad = 0.04 * (ymax - ymin);  // keeps extreme dots off the frame
+  Axis y{ymin - pad, ymax + pad, H - bottom, top};
   const std::vector<double> yticks = nice_range(y.lo, y.hi, 7);
   const int yd = tick_decimals(yticks);
   const double gw = (W - left - right) / static_cast<double>(groups.size());

@@ -205,10 +205,10 @@ Real* Model<Real>::dwrite_base(int j) {
   return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
 }
 
+// The kernel's view of one planned read; `sources` receives the source pointers.
 template <class Real>
-void Model<Real>::run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
-                           Real* out, Real* out_v, Real* rms, Real* logits) {
-  const Real* sources[k::kMaxSources];
+k::DepthRead<Real> Model<Real>::depth_read(const ReadPlan& plan, const Real* query, const Real* value_query,
+                                           const Real* key_norm, const Real** sources) const {
   for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = source(plan.sources[s]);
   k::DepthRead<Real> rd;
   rd.sources = sources;
@@ -221,6 +221,14 @@ void Model<Real>::run_read(const ReadPlan& plan, const Real* query, const Real* 
   rd.queries[0] = query;
   rd.queries[1] = plan.uniform_value ? nullptr : value_query;
   rd.average = plan.average;
+  return rd;
+}
+
+template <class Real>
+void Model<Real>::run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
+                           Real* out, Real* out_v, Real* rms, Real* logits) {
+  const Real* sources[k::kMaxSources];
+  const k::DepthRead<Real> rd = depth_read(plan, query, value_query, key_norm, sources);
   Real* outs[k::kMaxRoutes] = {out, out_v};
   k::depth_read_forward(rd, outs, rms, logits);
 }
@@ -230,22 +238,9 @@ void Model<Real>::run_read_backward(const ReadPlan& plan, const Real* query, con
                                     const Real* key_norm, Real* dquery, Real* dvalue_query, Real* dkey_norm,
                                     const Real* dout, const Real* dout_v, const Real* rms, const Real* logits) {
   const Real* sources[k::kMaxSources];
+  const k::DepthRead<Real> rd = depth_read(plan, query, value_query, key_norm, sources);
   Real* dsources[k::kMaxSources];
-  for (std::size_t s = 0; s < plan.sources.size(); ++s) {
-    sources[s] = source(plan.sources[s]);
-    dsources[s] = dsource(plan.sources[s]);
-  }
-  k::DepthRead<Real> rd;
-  rd.sources = sources;
-  rd.n_sources = static_cast<int>(plan.sources.size());
-  rd.n_tok = n_tok_;
-  rd.d = config_.d_model;
-  rd.eps = static_cast<Real>(config_.norm_eps);
-  rd.gamma = key_norm;
-  rd.n_routes = plan.n_routes;
-  rd.queries[0] = query;
-  rd.queries[1] = plan.uniform_value ? nullptr : value_query;
-  rd.average = plan.average;
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) dsources[s] = dsource(plan.sources[s]);
   const Real* douts[k::kMaxRoutes] = {dout, dout_v};
   Real* dqueries[k::kMaxRoutes] = {dquery, plan.uniform_value ? nullptr : dvalue_query};
   k::depth_read_backward(rd, rms, logits, douts, dsources, dqueries, dkey_norm, buf_.reduce);

@@ -11,6 +11,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/depth_read.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
 #include "model/weights.hpp"
@@ -125,6 +126,8 @@ class Model {
   Real* dwrite_base(int j);
   const Real* source(int index) const;
   Real* dsource(int index);
+  kernels::DepthRead<Real> depth_read(const ReadPlan& plan, const Real* query, const Real* value_query,
+                                      const Real* key_norm, const Real** sources) const;
   void run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
                 Real* out, Real* out_v, Real* rms, Real* logits);
   void run_read_backward(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,

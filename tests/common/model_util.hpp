@@ -44,8 +44,14 @@ inline ModelConfig tiny_config(ResidualMode residual, ValueRoute route = ValueRo
 
 // Initialises by seed, then perturbs every parameter so no gradient is trivially zero:
 // queries and value queries random, norm weights around 1, matrices larger than at init.
+struct WeightScales {
+  double matrix = 0.3;  // std of matrices
+  double norm = 0.2;    // std of norm weights around 1
+  double query = 0.5;   // std of pseudo-queries
+};
+
 template <class Real>
-void randomize_weights(Model<Real>& model, std::uint64_t seed) {
+void randomize_weights(Model<Real>& model, std::uint64_t seed, WeightScales scales = {}) {
   init_params<Real>(model.layout(), seed, model.params());
   for (const auto& p : model.layout().params()) {
     Rng rng(seed + 1, p.name);
@@ -53,9 +59,9 @@ void randomize_weights(Model<Real>& model, std::uint64_t seed) {
     for (std::int64_t i = 0; i < p.numel; ++i) {
       const double z = rng.normal();
       switch (p.kind) {
-        case ParamKind::matrix: x[i] = static_cast<Real>(0.3 * z); break;
-        case ParamKind::norm_weight: x[i] = static_cast<Real>(1.0 + 0.2 * z); break;
-        case ParamKind::query: x[i] = static_cast<Real>(0.5 * z); break;
+        case ParamKind::matrix: x[i] = static_cast<Real>(scales.matrix * z); break;
+        case ParamKind::norm_weight: x[i] = static_cast<Real>(1.0 + scales.norm * z); break;
+        case ParamKind::query: x[i] = static_cast<Real>(scales.query * z); break;
       }
     }
   }

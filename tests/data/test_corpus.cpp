@@ -133,6 +133,12 @@ TEST(DataCorpusReader, Errors) {
   expect_error([&] { read_all(expand_inputs(corrupt)); }, (tmp / "corrupt.jsonl.gz") + ": corrupt gzip data");
   const std::string truncated[] = {tmp / "truncated.jsonl.gz"};
   expect_error([&] { read_all(expand_inputs(truncated)); }, (tmp / "truncated.jsonl.gz") + ": truncated gzip data");
+  // A file that cannot be opened when its turn comes (here: gone since the inputs were listed).
+  write_file(tmp / "vanishing.jsonl", "{\"text\": \"x\"}\n");
+  const std::string vanishing[] = {tmp / "vanishing.jsonl"};
+  const auto listed = expand_inputs(vanishing);
+  fs::remove(tmp / "vanishing.jsonl");
+  expect_error([&] { read_all(listed); }, "cannot read '" + (tmp / "vanishing.jsonl") + "': No such file or directory");
   if (::geteuid() != 0) {  // root reads anything: the permission check cannot fail there
     write_file(tmp / "locked.jsonl", "{\"text\": \"x\"}\n");
     fs::permissions(tmp / "locked.jsonl", fs::perms::none);

@@ -45,23 +45,6 @@ ModelConfig reference_config(const Variant& v, bool tied_head) {
   return c;
 }
 
-// Moderate random weights: every parameter non-trivial, activations of order one.
-void reference_weights(Model<float>& m, std::uint64_t seed) {
-  init_params<float>(m.layout(), seed, m.params());
-  for (const auto& p : m.layout().params()) {
-    Rng rng(seed + 100, p.name);
-    float* x = m.params().data() + p.offset;
-    for (std::int64_t i = 0; i < p.numel; ++i) {
-      const double z = rng.normal();
-      switch (p.kind) {
-        case ParamKind::matrix: x[i] = static_cast<float>(0.15 * z); break;
-        case ParamKind::norm_weight: x[i] = static_cast<float>(1.0 + 0.2 * z); break;
-        case ParamKind::query: x[i] = static_cast<float>(0.3 * z); break;
-      }
-    }
-  }
-}
-
 struct Worst {
   double err = 0;
   std::string what;
@@ -85,7 +68,7 @@ void compare_with_reference(const Variant& v, bool tied_head, double tolerance, 
 
   {
     Model<float> init(config, 1, 1, false);
-    reference_weights(init, 21);
+    randomize_weights(init, 21, WeightScales{0.15, 0.2, 0.3});  // activations of order one
     save_weights<float>(weights, config, init.layout(), init.params());
   }
   Model<Real> model(config, kBatch, kSeq, true);
