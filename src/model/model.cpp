@@ -104,16 +104,11 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
       const ReadPlan& p = plans_[static_cast<std::size_t>(j)];
       const auto n_src = static_cast<std::int64_t>(p.sources.size());
       s.h = take(bt * d);
-      if (p.separate_value) s.hv = take(bt * d);
       s.rms = take(bt * n_src);
       s.read_logits = take(p.n_routes * bt * n_src);
     }
     s.x = take(bt * d);
     s.rstd = take(bt);
-    if (reads && plans_[static_cast<std::size_t>(j)].separate_value) {
-      s.xv = take(bt * d);
-      s.rstdv = take(bt);
-    }
     if (is_attention(j)) {
       s.q = take(bt * d);
       s.k = take(bt * d);
@@ -136,6 +131,11 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
   }
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
+  if (std::any_of(plans_.begin(), plans_.end(), [](const ReadPlan& p) { return p.separate_value; })) {
+    b.hv = take(bt * d);
+    b.xv = take(bt * d);
+    b.rstdv = take(bt);
+  }
   const int half = config_.head_dim() / 2;
   b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
   b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
@@ -264,19 +264,19 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
     const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
     if (reads) {
       run_read(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query, attn ? lw.attn_key_norm : lw.mlp_key_norm,
-               s.h, s.hv, s.rms, s.read_logits);
+               s.h, buf_.hv, s.rms, s.read_logits);
       h = s.h;
     }
     const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
     k::rmsnorm_forward(s.x, s.rstd, h, norm_w, n, d, eps);
     const bool separate = plan != nullptr && plan->separate_value;
-    if (separate) k::rmsnorm_forward(s.xv, s.rstdv, s.hv, norm_w, n, d, eps);
+    if (separate) k::rmsnorm_forward(buf_.xv, buf_.rstdv, buf_.hv, norm_w, n, d, eps);
     const Real* base = write_base(j);
     if (base != nullptr) k::copy(s.out, base, n * d);
     if (attn) {
       k::linear_forward(s.q, s.x, lw.wq, n, d, d);
       k::linear_forward(s.k, s.x, lw.wk, n, d, d);
-      k::linear_forward(s.v, separate ? s.xv : s.x, lw.wv, n, d, d);
+      k::linear_forward(s.v, separate ? buf_.xv : s.x, lw.wv, n, d, d);
       k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       if (cache != nullptr) {
@@ -333,6 +333,11 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     const bool attn = is_attention(j);
     const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
     const bool separate = plan != nullptr && plan->separate_value;
+    if (separate) {
+      // Recompute the value route's input (bit-identical to the forward: same code, same data).
+      run_read(*plan, lw.attn_query, lw.attn_value_query, lw.attn_key_norm, s.h, b.hv, s.rms, s.read_logits);
+      k::rmsnorm_forward(b.xv, b.rstdv, b.hv, lw.attn_norm, n, d, static_cast<Real>(config_.norm_eps));
+    }
     // s.dout is complete: every later user of this partial sum has been visited.
     if (Real* dbase = dwrite_base(j)) k::add_into(dbase, s.dout, n * d);
     if (attn) {
@@ -343,7 +348,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
       k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
       k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d);
       k::linear_backward_weight(lg.wk, b.dk, s.x, n, d, d);
-      k::linear_backward_weight(lg.wv, b.dv, separate ? s.xv : s.x, n, d, d);
+      k::linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, n, d, d);
       k::linear_backward_input(b.dx, b.dq, lw.wq, n, d, d);
       k::linear_backward_input(b.dx, b.dk, lw.wk, n, d, d, true);
       if (separate) k::linear_backward_input(b.dxv, b.dv, lw.wv, n, d, d);
@@ -361,7 +366,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     Real* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
     const Real* h = reads ? s.h : input_of(j);
     k::rmsnorm_backward(b.dh, dnorm_w, b.dx, h, norm_w, s.rstd, n, d, b.reduce);
-    if (separate) k::rmsnorm_backward(b.dhv, dnorm_w, b.dxv, s.hv, norm_w, s.rstdv, n, d, b.reduce);
+    if (separate) k::rmsnorm_backward(b.dhv, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce);
     if (reads) {
       run_read_backward(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query,
                         attn ? lw.attn_key_norm : lw.mlp_key_norm, attn ? lg.attn_query : lg.mlp_query,

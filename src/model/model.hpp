@@ -86,13 +86,10 @@ class Model {
  private:
   struct Sublayer {
     Real* h = nullptr;   // read output (null in prenorm: the input is the previous output)
-    Real* hv = nullptr;  // value-route read output (separate_value only)
     Real* rms = nullptr;
     Real* read_logits = nullptr;
     Real* x = nullptr;  // normalised input
     Real* rstd = nullptr;
-    Real* xv = nullptr;
-    Real* rstdv = nullptr;
     Real *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *lse = nullptr;  // attention
     Real *gate = nullptr, *up = nullptr, *act = nullptr;                             // MLP
     Real* out = nullptr;   // partial sum after this sublayer's write-back
@@ -107,6 +104,11 @@ class Model {
     Real* logits_final = nullptr;
     Real* x_final = nullptr;
     Real* rstd_final = nullptr;
+    // RD's value route (decoupled, frozen): its read output and normalised input are not kept
+    // per layer but recomputed in the backward, so RD needs no more activation memory than Block.
+    Real* hv = nullptr;
+    Real* xv = nullptr;
+    Real* rstdv = nullptr;
     // Gradient scratch shared by all sublayers.
     Real *dx_final = nullptr, *dh = nullptr, *dhv = nullptr, *dx = nullptr, *dxv = nullptr;
     Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
