@@ -1,7 +1,5 @@
 #include "data/progress.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -26,51 +24,22 @@ std::string format_count(double count) {
 }
 
 Progress::Progress(std::string label, bool enabled)
-    : label_(std::move(label)),
-      enabled_(enabled),
-      tty_(enabled && ::isatty(STDERR_FILENO) == 1),
-      start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
-
-Progress::~Progress() {
-  if (dirty_) std::fputc('\n', stderr);
-}
+    : label_(std::move(label)), line_(enabled), start_(std::chrono::steady_clock::now()) {}
 
 double Progress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void Progress::print(const std::string& line) {
-  if (tty_) {
-    std::fprintf(stderr, "\r%s\033[K", line.c_str());
-    dirty_ = true;
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
-  std::fflush(stderr);
-}
-
 void Progress::update(std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens) {
-  if (!enabled_) return;
-  const auto now = std::chrono::steady_clock::now();
-  // A terminal gets a lively line; logs get a line every 10 s so they stay short.
-  if (now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::milliseconds(10000))) return;
-  last_ = now;
   const double s = std::max(seconds(), 1e-9);
   std::string line = label_ + ": " + format_bytes(static_cast<double>(bytes)) + ", " +
                      format_count(static_cast<double>(documents)) + " documents";
   if (tokens != 0)
     line += ", " + format_count(static_cast<double>(tokens)) + " tokens (" +
             format_count(static_cast<double>(tokens) / s) + " tokens/s)";
-  print(line);
+  line_.update(line);
 }
 
-void Progress::finish(const std::string& message) {
-  if (!enabled_) return;
-  if (dirty_) std::fputc('\n', stderr);
-  dirty_ = false;
-  std::fprintf(stderr, "%s: %s\n", label_.c_str(), message.c_str());
-  std::fflush(stderr);
-}
+void Progress::finish(const std::string& message) { line_.message(label_ + ": " + message); }
 
 }  // namespace attnres::data

@@ -6,30 +6,24 @@
 #include <cstdint>
 #include <string>
 
+#include "util/status_line.hpp"
+
 namespace attnres::data {
 
 class Progress {
  public:
   Progress(std::string label, bool enabled);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
 
-  // Cheap to call often: prints only when enough time has passed.
+  // Cheap to call often: the status line prints only when enough time has passed.
   void update(std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens);
   // Ends the in-place line and prints `message` on its own line.
   void finish(const std::string& message);
   double seconds() const;
 
  private:
-  void print(const std::string& line);
-
   std::string label_;
-  bool enabled_;
-  bool tty_;
-  bool dirty_ = false;  // a \r line is on screen
+  StatusLine line_;
   std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point last_;
 };
 
 // "12.3 MB", "4.56M" and similar short forms for messages.
