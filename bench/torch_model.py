@@ -17,12 +17,17 @@ Written as an efficient eager implementation, not as an oracle:
     factors r_s computed once per source and shared by every read, h = sum_s alpha_s v_s;
   * RD's two routes share r_s and gamma, as in the spec;
   * a full training step: zero_grad, forward, cross-entropy, backward, clip_grad_norm_(1.0),
-    torch.optim.AdamW (decay on matrices only; foreach=True, the faster of torch's two paths here).
+    torch.optim.AdamW (decay on matrices only; foreach=True, the faster of torch's two paths here);
+  * OMP_WAIT_POLICY=PASSIVE unless the environment sets it or --stock is given. Debian's torch runs
+    its own ops on libgomp threads and its GEMMs on the pthread build of OpenBLAS (libblas.so.3);
+    with libgomp's default active waiting, its idle OpenMP threads spin on the cores the OpenBLAS
+    threads need. On the 2-core benchmark machine that made a step 2-3x slower (docs/performance.md),
+    so the comparison is against the faster configuration.
 
 Usage:
   /usr/bin/python3 bench/torch_model.py --model-json JSON --batch B --seq T [--steps N] [--warmup W]
-      [--threads N] [--seed S]
-  /usr/bin/python3 bench/torch_model.py --probe
+      [--threads N] [--seed S] [--stock]
+  /usr/bin/python3 bench/torch_model.py --probe [--stock]
 Prints one JSON line on stdout (step times in ms, peak memory from VmHWM, OpenBLAS core name).
 """
 import argparse
@@ -34,8 +39,17 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def _early_stock_flag():
+    return "--stock" in sys.argv[1:]
+
+
+# Must happen before torch (and with it libgomp) is loaded: libgomp reads it once.
+if not _early_stock_flag() and "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def openblas():
@@ -276,6 +290,7 @@ def run(args):
         "step_ms": step_ms, "cpu_ms": cpu_ms, "loss_first": losses[0], "loss_last": losses[-1],
         "params": sum(t.numel() for t in params), "peak_rss_bytes": vm_kb("VmHWM") * 1024,
         "start_rss_bytes": rss_start, "optimizer": f"torch.optim.AdamW(foreach={args.foreach})",
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
     }), flush=True)
 
 
@@ -290,11 +305,14 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--foreach", type=int, choices=(0, 1), default=1, help="AdamW multi-tensor path")
+    ap.add_argument("--stock", action="store_true",
+                    help="leave OMP_WAIT_POLICY as the environment has it (libgomp default: active waiting)")
     args = ap.parse_args(argv)
     if args.probe:
         blas = openblas()
         core = blas.openblas_get_corename().decode() if blas is not None else "unknown"
-        print(json.dumps({"torch_version": torch.__version__, "openblas_core": core}), flush=True)
+        print(json.dumps({"torch_version": torch.__version__, "openblas_core": core,
+                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}), flush=True)
         return 0
     if not args.model_json:
         ap.error("--model-json is required")

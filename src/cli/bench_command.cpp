@@ -62,6 +62,7 @@ struct BenchArgs {
   std::string torch = "auto";
   std::string python = kDefaultPython;
   std::string torch_script;
+  bool torch_stock = false;
   bool json_out = false;
   bool gemm_only = false;
   // Hidden: run one measurement in this process and print it as one JSON line.
@@ -421,7 +422,9 @@ void run_bench(const BenchArgs& a) {
     if (script.empty()) why = "bench/torch_model.py not found (give --torch-script)";
     else if (!fs::exists(a.python)) why = a.python + " not found";
     else {
-      const ChildOutput probe = run_child({a.python, script, "--probe"});
+      std::vector<std::string> probe_argv = {a.python, script, "--probe"};
+      if (a.torch_stock) probe_argv.push_back("--stock");
+      const ChildOutput probe = run_child(probe_argv);
       try {
         torch_info = parse_worker_output(probe, "torch probe");
         torch_on = true;
@@ -460,6 +463,7 @@ void run_bench(const BenchArgs& a) {
             std::vector<std::string> argv;
             if (impl == "attnres") argv = {self, "bench", "--worker", "--model-json", model_json};
             else argv = {a.python, script, "--model-json", model_json};
+            if (impl == "torch" && a.torch_stock) argv.push_back("--stock");
             argv.insert(argv.end(), common.begin(), common.end());
             std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, a.rounds, impl.c_str(),
                          arm.c_str(), seq, batch);
@@ -491,6 +495,7 @@ void run_bench(const BenchArgs& a) {
   out["threads"] = threads;
   out["openblas_core"] = openblas_core();
   out["openblas_coretype_env"] = getenv_or("OPENBLAS_CORETYPE", "");
+  out["omp_wait_policy_env"] = getenv_or("OMP_WAIT_POLICY", "");
   out["torch"] = torch_on ? torch_info : json(nullptr);
   out["gemm"] = {{"sgemm_1024_gflops", gemm.square}, {"model_shape", gemm.model_shape}, {"model_shape_gflops", gemm.model}};
   out["config"] = json(base.model);
@@ -561,19 +566,24 @@ void run_bench(const BenchArgs& a) {
   if (torch_on)
     std::printf("; torch %s, its OpenBLAS core: %s", torch_info.value("torch_version", "?").c_str(),
                 torch_info.value("openblas_core", "?").c_str());
+  std::printf("\nOMP_WAIT_POLICY: attnres %s", getenv_or("OMP_WAIT_POLICY", "unset").c_str());
+  if (torch_on) std::printf(", torch %s", torch_info.value("omp_wait_policy", "?").c_str());
   std::printf("\nsgemm reference: 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s (best of a few, before and after the runs)\n", gemm.square,
               gemm.model_shape.c_str(), gemm.model);
   if (m.cells.empty()) return;
   std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
               a.steps, a.rounds, a.warmup);
-  std::printf("%-8s %-10s %6s %4s %10s %10s %10s %9s %8s %7s\n", "impl", "arm", "seq", "B", "step ms", "cpu ms",
-              "tokens/s", "peak MB", "GFLOP/s", "MFU");
+  std::printf("%-8s %-10s %6s %4s %10s %10s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms", "cpu ms",
+              "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
   for (const auto& r : runs)
-    std::printf("%-8s %-10s %6d %4d %10.0f %10.0f %10.0f %9.0f %8.1f %6.1f%%\n", r["impl"].get<std::string>().c_str(),
-                r["arm"].get<std::string>().c_str(), r["seq"].get<int>(), r["batch"].get<int>(),
-                r["step_ms_median"].get<double>(), r["cpu_ms_median"].get<double>(), r["tokens_per_sec"].get<double>(),
-                double(r["peak_rss_bytes"].get<std::int64_t>()) / 1e6, r["model_gflops"].get<double>(),
+    std::printf("%-8s %-10s %6d %4d %10.0f %10.0f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
+                r["impl"].get<std::string>().c_str(), r["arm"].get<std::string>().c_str(), r["seq"].get<int>(),
+                r["batch"].get<int>(), r["step_ms_median"].get<double>(), r["cpu_ms_median"].get<double>(),
+                r["tokens_per_sec"].get<double>(), double(r["peak_rss_bytes"].get<std::int64_t>()) / 1e6,
+                double(r["start_rss_bytes"].get<std::int64_t>()) / 1e6, r["model_gflops"].get<double>(),
                 100 * r["mfu_vs_sgemm_1024"].get<double>());
+  std::printf("(step ms, cpu ms: medians of wall-clock and process CPU time per step; peak MB: VmHWM of the worker;\n"
+              " start MB: its resident memory before building the model; MFU: model FLOPs/s over the sgemm rate)\n");
   if (!vs_torch.empty()) {
     std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd):\n");
     for (const auto& r : vs_torch)
@@ -627,6 +637,9 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--python", a->python, "Python interpreter with torch")->capture_default_str();
   cmd->add_option("--torch-script", a->torch_script, "path of bench/torch_model.py (default: found from the binary)");
+  cmd->add_flag("--torch-stock", a->torch_stock,
+                "run torch with libgomp's default active waiting (default: OMP_WAIT_POLICY=PASSIVE for torch "
+                "unless set; see bench/torch_model.py)");
   cmd->add_flag("--json", a->json_out, "print one JSON object instead of the table");
   cmd->add_flag("--gemm-only", a->gemm_only, "only measure the sgemm reference rate");
   cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");

@@ -71,9 +71,9 @@ TrainConfig preset(const std::string& name) {
     m.n_blocks = 4;
     c.batch_size = 8;
     c.seq_len = 128;
-    c.tokens = 1 << 18;
+    c.tokens = 1 << 17;
     c.lr = 3e-3;
-    c.eval_tokens = 1 << 15;
+    c.eval_tokens = 1 << 14;
   } else if (name == "small") {
     m.d_model = 256;
     m.n_layers = 8;

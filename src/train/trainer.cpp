@@ -188,7 +188,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
                         " tokens"));
 
   std::vector<std::int32_t> batch(static_cast<std::size_t>(config.batch_size) * (config.seq_len + 1));
-  const auto t_start = std::chrono::steady_clock::now();
+  double train_seconds = 0;
   const std::int64_t first_step = state.step;
   std::size_t next_milestone = 0;
   while (next_milestone < milestone_steps.size() && milestone_steps[next_milestone] <= state.step) ++next_milestone;
@@ -208,6 +208,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
       result.steps = state.step;
       return result;
     }
+    const auto t_step = std::chrono::steady_clock::now();
     loader.next(batch);
     const double loss = model.forward_backward(batch, config.batch_size, config.seq_len);
     require(std::isfinite(loss), "the training loss became ", loss, " at step ", state.step, " of '", out,
@@ -220,8 +221,9 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
     const std::int64_t tokens = state.step * config.tokens_per_step();
     state.curve.emplace_back(tokens, loss);
 
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    const double tps = double((state.step - first_step) * config.tokens_per_step()) / std::max(elapsed, 1e-9);
+    // Speed counts training steps only, not evaluations and checkpoints.
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+    const double tps = double((state.step - first_step) * config.tokens_per_step()) / std::max(train_seconds, 1e-9);
     append_line(metrics, nlohmann::json{{"step", state.step}, {"tokens", tokens}, {"loss", loss}, {"lr", lr},
                                         {"grad_norm", grad_norm}, {"tokens_per_sec", tps}}
                              .dump());
@@ -249,7 +251,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
       checkpoint();
     }
   }
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const double elapsed = train_seconds;
   const std::int64_t ran = state.step - first_step;
   result.finished = true;
   result.steps = state.step;
