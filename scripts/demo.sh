@@ -13,6 +13,6 @@ if [ ! -f "$data/manifest.json" ]; then
   "$bin" prepare --out "$data" --val-fraction 0.03 --test-fraction 0.03
 fi
 "$bin" experiment --preset tiny --arms block,rd --seeds 1,2,3 --data "$data" --out "$out"
-"$bin" report --experiment "$out"
+"$bin" report --experiment "$out" --quiet  # the experiment printed the summary
 echo
 echo "Open $out/report.html in a browser; the numbers are in $out/summary.json."
