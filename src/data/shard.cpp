@@ -120,19 +120,9 @@ void ShardWriter::close_shard() {
   encode_shard_header(h, header);
   if (std::fseek(file_, 0, SEEK_SET) != 0) fail("cannot seek in '", temp_path_, "': ", std::strerror(errno));
   write_bytes(file_, header, sizeof header, temp_path_);
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0)
-    fail("cannot write '", temp_path_, "': ", std::strerror(errno));
-  const int rc = std::fclose(file_);
+  std::FILE* file = file_;
   file_ = nullptr;
-  if (rc != 0) {
-    std::remove(temp_path_.c_str());
-    fail("cannot write '", temp_path_, "': ", std::strerror(errno));
-  }
-  if (std::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
-    const int err = errno;
-    std::remove(temp_path_.c_str());
-    fail("cannot rename '", temp_path_, "' to '", final_path_, "': ", std::strerror(err));
-  }
+  commit_file(file, temp_path_, final_path_);
   shards_.push_back({std::filesystem::path(final_path_).filename().string(), shard_tokens_,
                      kShardHeaderBytes + shard_tokens_ * token_bytes_, h.checksum});
 }

@@ -27,12 +27,20 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   if (!file) fail("cannot create '", tmp, "': ", std::strerror(errno));
   try {
     write(file);
-    if (std::fflush(file) != 0) fail("cannot write '", path, "': ", std::strerror(errno));
-    if (::fsync(::fileno(file)) != 0) fail("cannot sync '", path, "': ", std::strerror(errno));
   } catch (...) {
     std::fclose(file);
     std::remove(tmp.c_str());
     throw;
+  }
+  commit_file(file, tmp, path);
+}
+
+void commit_file(std::FILE* file, const std::string& tmp, const std::string& path) {
+  if (std::fflush(file) != 0 || ::fsync(::fileno(file)) != 0) {
+    const int err = errno;
+    std::fclose(file);
+    std::remove(tmp.c_str());
+    fail("cannot write '", path, "': ", std::strerror(err));
   }
   if (std::fclose(file) != 0) {
     std::remove(tmp.c_str());
@@ -44,6 +52,8 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
   // Make the rename itself durable.
+  const std::filesystem::path target(path);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     ::fsync(dfd);

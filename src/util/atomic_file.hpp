@@ -12,6 +12,10 @@ namespace attnres {
 // On any failure the temporary is removed and an Error naming `path` is thrown.
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
 
+// Flushes, fsyncs and closes `file` (open on the temporary `tmp`), renames it to `path` and
+// syncs the directory. On failure removes `tmp` and throws an Error naming the file.
+void commit_file(std::FILE* file, const std::string& tmp, const std::string& path);
+
 void write_text_atomically(const std::string& path, const std::string& text);
 
 // fwrite that throws on short writes.
