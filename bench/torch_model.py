@@ -18,11 +18,12 @@ Written as an efficient eager implementation, not as an oracle:
   * RD's two routes share r_s and gamma, as in the spec;
   * a full training step: zero_grad, forward, cross-entropy, backward, clip_grad_norm_(1.0),
     torch.optim.AdamW (decay on matrices only; foreach=True, the faster of torch's two paths here);
-  * OMP_WAIT_POLICY=PASSIVE unless the environment sets it or --stock is given. Debian's torch runs
-    its own ops on libgomp threads and its GEMMs on the pthread build of OpenBLAS (libblas.so.3);
-    with libgomp's default active waiting, its idle OpenMP threads spin on the cores the OpenBLAS
-    threads need. On the 2-core benchmark machine that made a step 2-3x slower (docs/performance.md),
-    so the comparison is against the faster configuration.
+  * OMP_WAIT_POLICY=PASSIVE unless the environment sets it or --stock is given, as the attnres
+    binary does for itself (src/cli/main.cpp), so that `attnres bench` runs both under the same
+    setting (its workers inherit the binary's environment). Debian's torch runs its own ops on
+    libgomp threads and its GEMMs on the pthread build of OpenBLAS (libblas.so.3); with libgomp's
+    default active waiting its idle OpenMP threads spin on the cores the OpenBLAS threads need,
+    which made a step 2-3x slower on the loaded 2-core benchmark machine (docs/performance.md).
 
 Usage:
   /usr/bin/python3 bench/torch_model.py --model-json JSON --batch B --seq T [--steps N] [--warmup W]

@@ -18,7 +18,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -43,6 +42,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kDefaultVocab = 8192;
+constexpr double kTargetSpeedup = 3.0;   // attnres tokens/s over torch's, block and rd on `small`
+constexpr double kTargetRdBlock = 1.02;  // rd over block: step time and peak memory
 constexpr const char* kDefaultPython = "/usr/bin/python3";
 constexpr const char* kTorchScript = "bench/torch_model.py";
 
@@ -62,8 +63,8 @@ struct BenchArgs {
   std::string torch = "auto";
   std::string python = kDefaultPython;
   std::string torch_script;
-  bool torch_stock = false;
   bool json_out = false;
+  std::string json_file;
   bool gemm_only = false;
   // Hidden: run one measurement in this process and print it as one JSON line.
   bool worker = false;
@@ -78,8 +79,9 @@ struct BenchArgs {
 //   lm_head     6 * V * d                            logits and both of their gradients
 //   attention   6 * n_layers * d * (T + 1)           causal: query t meets t+1 keys, mean (T+1)/2;
 //                                                    QK^T and PV each 2 d per key, x3 for training
-//   depth_reads 6 * sum over reads of n_s * d * (1 + 2 R)   RMS of each source (2 d), then per route
-//                                                    the logit dot (2 d) and the mix (2 d); x3
+//   depth_reads 6 * sum over reads of n_s * d * (1 + Z + M)  per source: its RMS (2 d), a logit dot
+//                                                    (2 d) for each of the Z routes with a query, a
+//                                                    mix (2 d) for each of the M outputs; x3
 // Not counted: embedding lookup, norms, RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
 // ------------------------------------------------------------------------------------------
 struct FlopCount {
@@ -93,7 +95,11 @@ FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
   f.dense = 6 * L * (4 * d * d + 3 * d * F);
   f.lm_head = 6 * V * d;
   f.attention = 6 * L * d * (double(seq) + 1);
-  for (const ReadPlan& p : make_read_plans(c)) f.depth_reads += 6 * double(p.sources.size()) * d * (1 + 2 * p.n_routes);
+  for (const ReadPlan& p : make_read_plans(c)) {
+    const int with_query = p.n_routes - (p.uniform_value ? 1 : 0);
+    const int outputs = p.average ? 1 : p.n_routes;
+    f.depth_reads += 6 * double(p.sources.size()) * d * (1 + with_query + outputs);
+  }
   return f;
 }
 
@@ -107,6 +113,22 @@ std::vector<std::string> split_list(const std::string& text) {
   while (std::getline(in, item, ','))
     if (!item.empty()) out.push_back(item);
   return out;
+}
+
+std::vector<int> parse_seqs(const std::string& text) {
+  std::vector<int> seqs;
+  for (const auto& s : split_list(text)) {
+    std::size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == s.size() && value >= 1, "--seq: '", s, "' is not a positive integer");
+    seqs.push_back(value);
+  }
+  return seqs;
 }
 
 double median(std::vector<double> v) {
@@ -387,15 +409,7 @@ void run_bench(const BenchArgs& a) {
   const std::vector<std::string> arms = split_list(a.arms);
   require(!arms.empty() || a.gemm_only, "--arms must name at least one arm");
   for (const auto& arm : arms) experiment::apply_arm(base.model, arm);  // validates the names
-  std::vector<int> seqs;
-  for (const auto& s : split_list(a.seqs)) {
-    try {
-      seqs.push_back(std::stoi(s));
-    } catch (const std::exception&) {
-      fail("--seq: '", s, "' is not an integer");
-    }
-    require(seqs.back() >= 1, "--seq: sequence lengths must be positive");
-  }
+  std::vector<int> seqs = parse_seqs(a.seqs);
   if (seqs.empty()) seqs.push_back(base.seq_len);
   const std::int64_t tokens_per_step =
       a.tokens_per_step > 0 ? a.tokens_per_step : std::int64_t(base.batch_size) * base.seq_len;
@@ -422,9 +436,7 @@ void run_bench(const BenchArgs& a) {
     if (script.empty()) why = "bench/torch_model.py not found (give --torch-script)";
     else if (!fs::exists(a.python)) why = a.python + " not found";
     else {
-      std::vector<std::string> probe_argv = {a.python, script, "--probe"};
-      if (a.torch_stock) probe_argv.push_back("--stock");
-      const ChildOutput probe = run_child(probe_argv);
+      const ChildOutput probe = run_child({a.python, script, "--probe"});
       try {
         torch_info = parse_worker_output(probe, "torch probe");
         torch_on = true;
@@ -444,7 +456,8 @@ void run_bench(const BenchArgs& a) {
 
   Measurement m;
   if (!a.gemm_only) {
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    // The running binary itself, even if the file was rebuilt or removed since it started.
+    const std::string self = "/proc/self/exe";
     for (int round = 0; round < a.rounds; ++round)
       for (int seq : seqs)
         for (std::size_t i = 0; i < arms.size(); ++i) {
@@ -463,7 +476,6 @@ void run_bench(const BenchArgs& a) {
             std::vector<std::string> argv;
             if (impl == "attnres") argv = {self, "bench", "--worker", "--model-json", model_json};
             else argv = {a.python, script, "--model-json", model_json};
-            if (impl == "torch" && a.torch_stock) argv.push_back("--stock");
             argv.insert(argv.end(), common.begin(), common.end());
             std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, a.rounds, impl.c_str(),
                          arm.c_str(), seq, batch);
@@ -514,6 +526,7 @@ void run_bench(const BenchArgs& a) {
                     {"steps_timed", c.step_ms.size()},
                     {"step_ms_median", c.median_ms()},
                     {"step_ms_min", *std::min_element(c.step_ms.begin(), c.step_ms.end())},
+                    {"step_ms", c.step_ms},
                     {"cpu_ms_median", median(c.cpu_ms)},
                     {"forward_backward_ms_median", c.fb_ms.empty() ? json(nullptr) : json(median(c.fb_ms))},
                     {"clip_adamw_ms_median", c.opt_ms.empty() ? json(nullptr) : json(median(c.opt_ms))},
@@ -535,22 +548,35 @@ void run_bench(const BenchArgs& a) {
       const Cell* ours = m.find("attnres", arm, seq);
       const Cell* theirs = m.find("torch", arm, seq);
       if (ours != nullptr && theirs != nullptr)
-        vs_torch.push_back({{"arm", arm}, {"seq", seq}, {"speedup", ours->tokens_per_sec() / theirs->tokens_per_sec()},
+        vs_torch.push_back({{"arm", arm},
+                            {"seq", seq},
+                            {"speedup", ours->tokens_per_sec() / theirs->tokens_per_sec()},
+                            {"meets_target", ours->tokens_per_sec() / theirs->tokens_per_sec() >= kTargetSpeedup},
                             {"peak_rss_ratio", double(ours->peak_rss) / double(theirs->peak_rss)}});
     }
     for (const std::string impl : {"attnres", "torch"}) {
       const Cell* rd = m.find(impl, "rd", seq);
       const Cell* block = m.find(impl, "block", seq);
       if (rd != nullptr && block != nullptr)
-        rd_block.push_back({{"impl", impl}, {"seq", seq}, {"step_time_ratio", rd->median_ms() / block->median_ms()},
+        rd_block.push_back({{"impl", impl},
+                            {"seq", seq},
+                            {"step_time_ratio", rd->median_ms() / block->median_ms()},
                             {"cpu_time_ratio", median(rd->cpu_ms) / median(block->cpu_ms)},
                             {"peak_rss_ratio", double(rd->peak_rss) / double(block->peak_rss)},
-                            {"peak_rss_delta_bytes", rd->peak_rss - block->peak_rss}});
+                            {"peak_rss_delta_bytes", rd->peak_rss - block->peak_rss},
+                            {"meets_target", rd->median_ms() / block->median_ms() <= kTargetRdBlock &&
+                                                 double(rd->peak_rss) / double(block->peak_rss) <= kTargetRdBlock}});
     }
   }
+  out["targets"] = {{"speedup_vs_torch_min", kTargetSpeedup}, {"rd_over_block_max", kTargetRdBlock}};
   out["attnres_vs_torch"] = vs_torch;
   out["rd_vs_block"] = rd_block;
 
+  if (!a.json_file.empty()) {
+    std::ofstream f(a.json_file);
+    f << out.dump(2) << "\n";
+    require(f.good(), "--json-file: cannot write '", a.json_file, "'");
+  }
   if (a.json_out) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -573,16 +599,18 @@ void run_bench(const BenchArgs& a) {
   if (m.cells.empty()) return;
   std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
               a.steps, a.rounds, a.warmup);
-  std::printf("%-8s %-10s %6s %4s %10s %10s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms", "cpu ms",
-              "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
+  std::printf("%-8s %-10s %6s %4s %9s %9s %9s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms",
+              "min ms", "cpu ms", "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
   for (const auto& r : runs)
-    std::printf("%-8s %-10s %6d %4d %10.0f %10.0f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
+    std::printf("%-8s %-10s %6d %4d %9.0f %9.0f %9.0f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
                 r["impl"].get<std::string>().c_str(), r["arm"].get<std::string>().c_str(), r["seq"].get<int>(),
-                r["batch"].get<int>(), r["step_ms_median"].get<double>(), r["cpu_ms_median"].get<double>(),
+                r["batch"].get<int>(), r["step_ms_median"].get<double>(), r["step_ms_min"].get<double>(),
+                r["cpu_ms_median"].get<double>(),
                 r["tokens_per_sec"].get<double>(), double(r["peak_rss_bytes"].get<std::int64_t>()) / 1e6,
                 double(r["start_rss_bytes"].get<std::int64_t>()) / 1e6, r["model_gflops"].get<double>(),
                 100 * r["mfu_vs_sgemm_1024"].get<double>());
-  std::printf("(step ms, cpu ms: medians of wall-clock and process CPU time per step; peak MB: VmHWM of the worker;\n"
+  std::printf("(step ms, cpu ms: medians of wall-clock and process CPU time per step, min ms: the fastest step;\n"
+              " tokens/s, GFLOP/s and MFU use the median; peak MB: VmHWM of the worker;\n"
               " start MB: its resident memory before building the model; MFU: model FLOPs/s over the sgemm rate)\n");
   if (!vs_torch.empty()) {
     std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd):\n");
@@ -637,10 +665,8 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--python", a->python, "Python interpreter with torch")->capture_default_str();
   cmd->add_option("--torch-script", a->torch_script, "path of bench/torch_model.py (default: found from the binary)");
-  cmd->add_flag("--torch-stock", a->torch_stock,
-                "run torch with libgomp's default active waiting (default: OMP_WAIT_POLICY=PASSIVE for torch "
-                "unless set; see bench/torch_model.py)");
   cmd->add_flag("--json", a->json_out, "print one JSON object instead of the table");
+  cmd->add_option("--json-file", a->json_file, "also write the JSON object to this file");
   cmd->add_flag("--gemm-only", a->gemm_only, "only measure the sgemm reference rate");
   cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");
   cmd->add_option("--model-json", a->model_json, "(internal) the worker's model config")->group("");
@@ -656,8 +682,9 @@ void register_bench_command(CLI::App& app) {
       fail("--model-json: ", e.what());
     }
     const ModelConfig config = model_config_from_json(j, "--model-json");
-    require(a->batch >= 1 && !a->seqs.empty(), "--worker needs --batch and --seq");
-    const int seq = std::stoi(a->seqs);
+    const std::vector<int> seqs = parse_seqs(a->seqs);
+    require(a->batch >= 1 && seqs.size() == 1, "--worker needs --batch and one --seq");
+    const int seq = seqs.front();
     const json r = run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed);
     std::printf("%s\n", r.dump().c_str());
     std::fflush(stdout);
