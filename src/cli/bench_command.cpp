@@ -353,6 +353,13 @@ struct Cell {  // one (implementation, arm, seq) measurement, pooled over rounds
   int threads = 0;
 
   double median_ms() const { return median(step_ms); }
+  // Median over steps of CPU time / wall time: about `threads` when the run had its cores to
+  // itself, lower when other processes took them (a contended measurement).
+  double cores_used() const {
+    std::vector<double> r;
+    for (std::size_t i = 0; i < step_ms.size() && i < cpu_ms.size(); ++i) r.push_back(cpu_ms[i] / step_ms[i]);
+    return median(r);
+  }
   double tokens_per_sec() const { return double(batch) * seq / (median_ms() / 1e3); }
 };
 
@@ -528,6 +535,7 @@ void run_bench(const BenchArgs& a) {
                     {"step_ms_min", *std::min_element(c.step_ms.begin(), c.step_ms.end())},
                     {"step_ms", c.step_ms},
                     {"cpu_ms_median", median(c.cpu_ms)},
+                    {"cores_used", c.cores_used()},
                     {"forward_backward_ms_median", c.fb_ms.empty() ? json(nullptr) : json(median(c.fb_ms))},
                     {"clip_adamw_ms_median", c.opt_ms.empty() ? json(nullptr) : json(median(c.opt_ms))},
                     {"tokens_per_sec", tps},
@@ -599,18 +607,19 @@ void run_bench(const BenchArgs& a) {
   if (m.cells.empty()) return;
   std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
               a.steps, a.rounds, a.warmup);
-  std::printf("%-8s %-10s %6s %4s %9s %9s %9s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms",
-              "min ms", "cpu ms", "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
+  std::printf("%-8s %-10s %6s %4s %9s %9s %6s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms",
+              "min ms", "cores", "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
   for (const auto& r : runs)
-    std::printf("%-8s %-10s %6d %4d %9.0f %9.0f %9.0f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
+    std::printf("%-8s %-10s %6d %4d %9.0f %9.0f %6.2f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
                 r["impl"].get<std::string>().c_str(), r["arm"].get<std::string>().c_str(), r["seq"].get<int>(),
                 r["batch"].get<int>(), r["step_ms_median"].get<double>(), r["step_ms_min"].get<double>(),
-                r["cpu_ms_median"].get<double>(),
+                r["cores_used"].get<double>(),
                 r["tokens_per_sec"].get<double>(), double(r["peak_rss_bytes"].get<std::int64_t>()) / 1e6,
                 double(r["start_rss_bytes"].get<std::int64_t>()) / 1e6, r["model_gflops"].get<double>(),
                 100 * r["mfu_vs_sgemm_1024"].get<double>());
-  std::printf("(step ms, cpu ms: medians of wall-clock and process CPU time per step, min ms: the fastest step;\n"
-              " tokens/s, GFLOP/s and MFU use the median; peak MB: VmHWM of the worker;\n"
+  std::printf("(step ms: median wall-clock time per step, min ms: the fastest step; cores: median CPU time / wall\n"
+              " time per step, below the thread count when other processes took the cores; tokens/s, GFLOP/s and\n"
+              " MFU use the median; peak MB: VmHWM of the worker;\n"
               " start MB: its resident memory before building the model; MFU: model FLOPs/s over the sgemm rate)\n");
   if (!vs_torch.empty()) {
     std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd):\n");
@@ -684,6 +693,7 @@ void register_bench_command(CLI::App& app) {
     const ModelConfig config = model_config_from_json(j, "--model-json");
     const std::vector<int> seqs = parse_seqs(a->seqs);
     require(a->batch >= 1 && seqs.size() == 1, "--worker needs --batch and one --seq");
+    require(a->steps >= 1 && a->warmup >= 0, "--steps must be at least 1 and --warmup non-negative");
     const int seq = seqs.front();
     const json r = run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed);
     std::printf("%s\n", r.dump().c_str());
