@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,9 +67,11 @@ struct BenchArgs {
   bool json_out = false;
   std::string json_file;
   bool gemm_only = false;
+  bool paired = true;  // also time every arm against the first one in one process, alternately
   // Hidden: run one measurement in this process and print it as one JSON line.
   bool worker = false;
   std::string model_json;
+  std::string paired_json;  // with --worker: the second arm of a paired measurement
 };
 
 // ------------------------------------------------------------------------------------------
@@ -291,37 +294,63 @@ GemmRates measure_gemm(const ModelConfig& c, std::int64_t tokens) {
 }
 
 // ------------------------------------------------------------------------------------------
-// The worker: one arm, one shape, in this process.
+// The workers.
 // ------------------------------------------------------------------------------------------
+// One model with its optimizer, stepped on random tokens: the unit every worker times.
+class TimedTrainer {
+ public:
+  TimedTrainer(const ModelConfig& config, int batch, int seq, std::uint64_t seed)
+      : config_(config), batch_(batch), seq_(seq), model_(config, batch, seq, true), opt_(model_.layout(), AdamWConfig{}) {
+    init_params<float>(model_.layout(), seed, model_.params());
+  }
+
+  // One full training step on `tokens` [batch, seq+1]; appends its times when `record`.
+  void step(std::span<const std::int32_t> tokens, bool record) {
+    const double c0 = cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = model_.forward_backward(tokens, batch_, seq_);
+    const auto t1 = std::chrono::steady_clock::now();
+    clip_grad_norm<float>(model_.grads(), 1.0);
+    opt_.step(model_.params(), model_.grads(), 1e-3);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double c1 = cpu_seconds();
+    if (steps_++ == 0) loss_first = loss;
+    loss_last = loss;
+    if (!record) return;
+    fb_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    opt_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    step_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+    cpu_ms.push_back((c1 - c0) * 1e3);
+  }
+
+  std::int64_t params() const { return model_.layout().total(); }
+
+  std::vector<double> step_ms, cpu_ms, fb_ms, opt_ms;
+  double loss_first = 0, loss_last = 0;
+
+ private:
+  ModelConfig config_;
+  int batch_, seq_;
+  Model<float> model_;
+  AdamW<float> opt_;
+  std::int64_t steps_ = 0;
+};
+
+void random_tokens(Rng& rng, int vocab, std::vector<std::int32_t>& tokens) {
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+}
+
+// One arm, one shape, alone in this process (so its peak memory is its own).
 json run_worker(const ModelConfig& config, int batch, int seq, int steps, int warmup, int threads,
                 std::uint64_t seed) {
   const std::int64_t rss_start = proc_status_bytes("VmRSS");
   set_num_threads(threads);
-  Model<float> model(config, batch, seq, true);
-  init_params<float>(model.layout(), seed, model.params());
-  AdamW<float> opt(model.layout(), AdamWConfig{});
+  TimedTrainer trainer(config, batch, seq, seed);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq + 1));
   Rng rng(seed, "bench tokens");
-  std::vector<double> step_ms, cpu_ms, fb_ms, opt_ms;
-  double loss_first = 0, loss_last = 0;
   for (int step = 0; step < warmup + steps; ++step) {
-    for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(config.vocab_size)));
-    const double c0 = cpu_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
-    const double loss = model.forward_backward(tokens, batch, seq);
-    const auto t1 = std::chrono::steady_clock::now();
-    clip_grad_norm<float>(model.grads(), 1.0);
-    opt.step(model.params(), model.grads(), 1e-3);
-    const auto t2 = std::chrono::steady_clock::now();
-    const double c1 = cpu_seconds();
-    if (step == 0) loss_first = loss;
-    loss_last = loss;
-    if (step >= warmup) {
-      fb_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      opt_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-      step_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
-      cpu_ms.push_back((c1 - c0) * 1e3);
-    }
+    random_tokens(rng, config.vocab_size, tokens);
+    trainer.step(tokens, step >= warmup);
   }
   return json{{"impl", "attnres"},
               {"openblas_core", openblas_core()},
@@ -329,15 +358,47 @@ json run_worker(const ModelConfig& config, int batch, int seq, int steps, int wa
               {"batch", batch},
               {"seq", seq},
               {"warmup", warmup},
-              {"step_ms", step_ms},
-              {"cpu_ms", cpu_ms},
-              {"forward_backward_ms", fb_ms},
-              {"clip_adamw_ms", opt_ms},
-              {"loss_first", loss_first},
-              {"loss_last", loss_last},
-              {"params", model.layout().total()},
+              {"step_ms", trainer.step_ms},
+              {"cpu_ms", trainer.cpu_ms},
+              {"forward_backward_ms", trainer.fb_ms},
+              {"clip_adamw_ms", trainer.opt_ms},
+              {"loss_first", trainer.loss_first},
+              {"loss_last", trainer.loss_last},
+              {"params", trainer.params()},
               {"peak_rss_bytes", proc_status_bytes("VmHWM")},
               {"start_rss_bytes", rss_start}};
+}
+
+// Two arms in one process, stepped alternately on the same tokens (A B, then B A, ...), so that
+// both see the same machine from one moment to the next: the per-step ratio B/A is far steadier
+// on a shared machine than the ratio of two separate runs. (Memory is not measured here.)
+json run_paired_worker(const ModelConfig& a, const ModelConfig& b, int batch, int seq, int steps, int warmup,
+                       int threads, std::uint64_t seed) {
+  set_num_threads(threads);
+  TimedTrainer ta(a, batch, seq, seed), tb(b, batch, seq, seed);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq + 1));
+  Rng rng(seed, "bench tokens");
+  for (int step = 0; step < warmup + steps; ++step) {
+    random_tokens(rng, a.vocab_size, tokens);
+    const bool record = step >= warmup;
+    if (step % 2 == 0) {
+      ta.step(tokens, record);
+      tb.step(tokens, record);
+    } else {
+      tb.step(tokens, record);
+      ta.step(tokens, record);
+    }
+  }
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < ta.step_ms.size(); ++i) ratios.push_back(tb.step_ms[i] / ta.step_ms[i]);
+  return json{{"impl", "attnres"},
+              {"paired", true},
+              {"threads", num_threads()},
+              {"batch", batch},
+              {"seq", seq},
+              {"step_ms_a", ta.step_ms},
+              {"step_ms_b", tb.step_ms},
+              {"ratio_b_over_a", ratios}};
 }
 
 // ------------------------------------------------------------------------------------------
@@ -496,6 +557,36 @@ void run_bench(const BenchArgs& a) {
           }
         }
   }
+  // Paired: the first arm against each other arm, in one process, alternate steps.
+  json paired = json::array();
+  if (!a.gemm_only && a.paired && arms.size() >= 2) {
+    for (int seq : seqs)
+      for (std::size_t i = 1; i < arms.size(); ++i) {
+        const int batch = batch_for(seq);
+        std::fprintf(stderr, "bench: paired  attnres %s vs %s T=%-5d B=%-3d (one process, alternate steps) ... ",
+                     arms[i].c_str(), arms[0].c_str(), seq, batch);
+        std::fflush(stderr);
+        const std::vector<std::string> argv = {
+            "/proc/self/exe", "bench", "--worker", "--model-json", json(arm_config(base, arms[0], seq)).dump(),
+            "--paired-json", json(arm_config(base, arms[i], seq)).dump(), "--batch", std::to_string(batch),
+            "--seq", std::to_string(seq), "--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup),
+            "--threads", std::to_string(threads), "--seed", std::to_string(a.seed)};
+        const json r = parse_worker_output(run_child(argv), "paired " + arms[i] + " " + arms[0]);
+        const auto ratios = r.at("ratio_b_over_a").get<std::vector<double>>();
+        const double ratio = median(ratios);
+        std::fprintf(stderr, "step time ratio %.3f\n", ratio);
+        paired.push_back({{"seq", seq},
+                          {"batch", batch},
+                          {"a", arms[0]},
+                          {"b", arms[i]},
+                          {"step_time_ratio", ratio},
+                          {"ratio_min", *std::min_element(ratios.begin(), ratios.end())},
+                          {"ratio_max", *std::max_element(ratios.begin(), ratios.end())},
+                          {"a_ms_median", median(r.at("step_ms_a").get<std::vector<double>>())},
+                          {"b_ms_median", median(r.at("step_ms_b").get<std::vector<double>>())},
+                          {"ratios", ratios}});
+      }
+  }
   const std::string load_end = load_average();
   if (!m.cells.empty()) {  // measured again after the runs: the reference is the better of the two
     const GemmRates again = measure_gemm(base.model, gemm_tokens);
@@ -578,6 +669,7 @@ void run_bench(const BenchArgs& a) {
   }
   out["targets"] = {{"speedup_vs_torch_min", kTargetSpeedup}, {"rd_over_block_max", kTargetRdBlock}};
   out["attnres_vs_torch"] = vs_torch;
+  out["paired"] = paired;
   out["rd_vs_block"] = rd_block;
 
   if (!a.json_file.empty()) {
@@ -635,6 +727,13 @@ void run_bench(const BenchArgs& a) {
                   r["cpu_time_ratio"].get<double>(), r["peak_rss_ratio"].get<double>(),
                   double(r["peak_rss_delta_bytes"].get<std::int64_t>()) / 1e6);
   }
+  if (!paired.empty()) {
+    std::printf("\nattnres paired in one process, alternate steps (median of per-step ratios, range):\n");
+    for (const auto& r : paired)
+      std::printf("  %s / %s T=%-5d step time %.3f (%.3f-%.3f over %zu step pairs)\n", r["b"].get<std::string>().c_str(),
+                  r["a"].get<std::string>().c_str(), r["seq"].get<int>(), r["step_time_ratio"].get<double>(),
+                  r["ratio_min"].get<double>(), r["ratio_max"].get<double>(), r["ratios"].size());
+  }
   const Cell* any = m.cells.empty() ? nullptr : &m.cells.front();
   if (any != nullptr) {
     const FlopCount f = training_flops_per_token(arm_config(base, any->arm, any->seq), any->seq);
@@ -677,25 +776,35 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--json", a->json_out, "print one JSON object instead of the table");
   cmd->add_option("--json-file", a->json_file, "also write the JSON object to this file");
   cmd->add_flag("--gemm-only", a->gemm_only, "only measure the sgemm reference rate");
+  cmd->add_flag("--paired,!--no-paired", a->paired,
+                "also time each arm against the first in one process, alternate steps (default: on)");
   cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");
   cmd->add_option("--model-json", a->model_json, "(internal) the worker's model config")->group("");
+  cmd->add_option("--paired-json", a->paired_json, "(internal) a second model config: time both alternately")
+      ->group("");
   cmd->callback([a] {
     if (!a->worker) {
       run_bench(*a);
       return;
     }
-    json j;
-    try {
-      j = json::parse(a->model_json);
-    } catch (const json::exception& e) {
-      fail("--model-json: ", e.what());
-    }
-    const ModelConfig config = model_config_from_json(j, "--model-json");
+    auto config_of = [](const std::string& text, const char* flag) {
+      json j;
+      try {
+        j = json::parse(text);
+      } catch (const json::exception& e) {
+        fail(flag, ": ", e.what());
+      }
+      return model_config_from_json(j, flag);
+    };
+    const ModelConfig config = config_of(a->model_json, "--model-json");
     const std::vector<int> seqs = parse_seqs(a->seqs);
     require(a->batch >= 1 && seqs.size() == 1, "--worker needs --batch and one --seq");
     require(a->steps >= 1 && a->warmup >= 0, "--steps must be at least 1 and --warmup non-negative");
     const int seq = seqs.front();
-    const json r = run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed);
+    const json r = a->paired_json.empty()
+                       ? run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed)
+                       : run_paired_worker(config, config_of(a->paired_json, "--paired-json"), a->batch, seq,
+                                           a->steps, a->warmup, a->threads, a->seed);
     std::printf("%s\n", r.dump().c_str());
     std::fflush(stdout);
   });
