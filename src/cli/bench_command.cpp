@@ -26,6 +26,8 @@
 
 #include "cli/commands.hpp"
 #include "experiment/runner.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/gemm_bf16.hpp"
 #include "model/model.hpp"
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
@@ -67,6 +69,7 @@ struct BenchArgs {
   bool json_out = false;
   std::string json_file;
   bool gemm_only = false;
+  std::string precision;  // attnres' Linear GEMMs: fp32 | bf16; empty: the config's train.precision
   bool paired = true;  // also time every arm against the first one in one process, alternately
   // Hidden: run one measurement in this process and print it as one JSON line.
   bool worker = false;
@@ -109,15 +112,6 @@ FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
 // ------------------------------------------------------------------------------------------
 // Small helpers.
 // ------------------------------------------------------------------------------------------
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::vector<int> parse_seqs(const std::string& text) {
   std::vector<int> seqs;
   for (const auto& s : split_list(text)) {
@@ -293,15 +287,70 @@ GemmRates measure_gemm(const ModelConfig& c, std::int64_t tokens) {
   return g;
 }
 
+// The model's Linear GEMMs one by one, fp32 (OpenBLAS sgemm, kernels::gemm) against bf16
+// (kernels::gemm_bf16): best of `reps` calls after one warm-up, C = op(A) op(B) + beta C as the model
+// calls them (beta 1 for the weight gradient).
+struct ShapeRate {
+  std::string layer, pass;
+  std::int64_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+  double fp32 = 0, bf16 = 0;
+};
+
+double gemm_rate(bool bf16, const ShapeRate& s, int reps) {
+  const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
+      c(static_cast<std::size_t>(s.m * s.n), 0.0f);
+  Rng rng(7, "bench gemm shapes");
+  for (auto& x : a) x = static_cast<float>(rng.uniform() - 0.5);
+  for (auto& x : b) x = static_cast<float>(rng.uniform() - 0.5);
+  const float beta = s.pass == "dW" ? 1.0f : 0.0f;
+  double best = 1e300;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (bf16) kernels::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
+    else kernels::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, sec);
+  }
+  return 2.0 * double(s.m) * double(s.n) * double(s.k) / best / 1e9;
+}
+
+std::vector<ShapeRate> measure_linear_shapes(const ModelConfig& c, std::int64_t tokens, int reps) {
+  struct Layer {
+    const char* name;
+    std::int64_t in, out, rows;
+  };
+  const std::int64_t d = c.d_model, F = c.mlp_hidden, V = c.vocab_size;
+  // The LM head runs in chunks of 256 rows (kernels/cross_entropy.cpp, model.cpp's kCrossEntropyRows).
+  const Layer layers[] = {{"q/k/v/o", d, d, tokens}, {"mlp gate/up", d, F, tokens}, {"mlp down", F, d, tokens},
+                          {"lm head", d, V, std::min<std::int64_t>(tokens, 256)}};
+  std::vector<ShapeRate> out;
+  for (const Layer& l : layers) {
+    // forward y = x W^T; dX = dY W; dW += dY^T X (kernels/gemm.cpp).
+    out.push_back({l.name, "forward", l.rows, l.out, l.in, false, true});
+    out.push_back({l.name, "dX", l.rows, l.in, l.out, false, false});
+    out.push_back({l.name, "dW", l.out, l.in, l.rows, true, false});
+  }
+  for (auto& s : out) {
+    s.fp32 = gemm_rate(false, s, reps);
+    s.bf16 = gemm_rate(true, s, reps);
+  }
+  return out;
+}
+
+std::string bf16_backend() { return kernels::amx_bf16_available() ? "AMX" : "fallback (bf16-rounded sgemm)"; }
+
 // ------------------------------------------------------------------------------------------
 // The workers.
 // ------------------------------------------------------------------------------------------
 // One model with its optimizer, stepped on random tokens: the unit every worker times.
 class TimedTrainer {
  public:
-  TimedTrainer(const ModelConfig& config, int batch, int seq, std::uint64_t seed)
+  TimedTrainer(const ModelConfig& config, int batch, int seq, std::uint64_t seed, kernels::MatmulPrecision precision)
       : config_(config), batch_(batch), seq_(seq), model_(config, batch, seq, true), opt_(model_.layout(), AdamWConfig{}) {
     init_params<float>(model_.layout(), seed, model_.params());
+    model_.set_matmul_precision(precision);
   }
 
   // One full training step on `tokens` [batch, seq+1]; appends its times when `record`.
@@ -342,10 +391,10 @@ void random_tokens(Rng& rng, int vocab, std::vector<std::int32_t>& tokens) {
 
 // One arm, one shape, alone in this process (so its peak memory is its own).
 json run_worker(const ModelConfig& config, int batch, int seq, int steps, int warmup, int threads,
-                std::uint64_t seed) {
+                std::uint64_t seed, kernels::MatmulPrecision precision) {
   const std::int64_t rss_start = proc_status_bytes("VmRSS");
   set_num_threads(threads);
-  TimedTrainer trainer(config, batch, seq, seed);
+  TimedTrainer trainer(config, batch, seq, seed, precision);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq + 1));
   Rng rng(seed, "bench tokens");
   for (int step = 0; step < warmup + steps; ++step) {
@@ -354,6 +403,7 @@ json run_worker(const ModelConfig& config, int batch, int seq, int steps, int wa
   }
   return json{{"impl", "attnres"},
               {"openblas_core", openblas_core()},
+              {"precision", kernels::to_string(precision)},
               {"threads", num_threads()},
               {"batch", batch},
               {"seq", seq},
@@ -373,9 +423,9 @@ json run_worker(const ModelConfig& config, int batch, int seq, int steps, int wa
 // both see the same machine from one moment to the next: the per-step ratio B/A is far steadier
 // on a shared machine than the ratio of two separate runs. (Memory is not measured here.)
 json run_paired_worker(const ModelConfig& a, const ModelConfig& b, int batch, int seq, int steps, int warmup,
-                       int threads, std::uint64_t seed) {
+                       int threads, std::uint64_t seed, kernels::MatmulPrecision precision) {
   set_num_threads(threads);
-  TimedTrainer ta(a, batch, seq, seed), tb(b, batch, seq, seed);
+  TimedTrainer ta(a, batch, seq, seed, precision), tb(b, batch, seq, seed, precision);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq + 1));
   Rng rng(seed, "bench tokens");
   for (int step = 0; step < warmup + steps; ++step) {
@@ -468,6 +518,8 @@ void run_bench(const BenchArgs& a) {
   if (preset_name.empty() && a.config.empty()) preset_name = "small";
   TrainConfig base = load_train_config(preset_name, a.config, a.settings);
   if (base.model.vocab_size == 0) base.model.vocab_size = a.vocab;
+  if (!a.precision.empty()) base.precision = kernels::parse_matmul_precision(a.precision);
+  const std::string precision = kernels::to_string(base.precision);
   require(a.steps >= 1, "--steps must be at least 1");
   require(a.warmup >= 0, "--warmup must be non-negative");
   require(a.rounds >= 1, "--rounds must be at least 1");
@@ -493,6 +545,8 @@ void run_bench(const BenchArgs& a) {
   std::fprintf(stderr, "bench: %s, %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE=%s), load average %s\n",
                cpu_model().c_str(), threads, openblas_core().c_str(),
                getenv_or("OPENBLAS_CORETYPE", "unset").c_str(), load_start.c_str());
+  std::fprintf(stderr, "bench: attnres matmul precision %s%s\n", precision.c_str(),
+               base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
 
   // The torch side: probe once.
   std::string script;
@@ -521,6 +575,11 @@ void run_bench(const BenchArgs& a) {
   GemmRates gemm = measure_gemm(base.model, gemm_tokens);
   std::fprintf(stderr, "bench: sgemm 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s\n", gemm.square, gemm.model_shape.c_str(),
                gemm.model);
+  std::vector<ShapeRate> shapes;
+  if (a.gemm_only) {
+    std::fprintf(stderr, "bench: the model's Linear GEMMs, fp32 sgemm and bf16...\n");
+    shapes = measure_linear_shapes(base.model, gemm_tokens, 3);
+  }
 
   Measurement m;
   if (!a.gemm_only) {
@@ -542,7 +601,7 @@ void run_bench(const BenchArgs& a) {
           if (torch_on) impls.push_back("torch");
           for (const auto& impl : impls) {
             std::vector<std::string> argv;
-            if (impl == "attnres") argv = {self, "bench", "--worker", "--model-json", model_json};
+            if (impl == "attnres") argv = {self, "bench", "--worker", "--model-json", model_json, "--precision", precision};
             else argv = {a.python, script, "--model-json", model_json};
             argv.insert(argv.end(), common.begin(), common.end());
             std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, a.rounds, impl.c_str(),
@@ -570,7 +629,7 @@ void run_bench(const BenchArgs& a) {
             "/proc/self/exe", "bench", "--worker", "--model-json", json(arm_config(base, arms[0], seq)).dump(),
             "--paired-json", json(arm_config(base, arms[i], seq)).dump(), "--batch", std::to_string(batch),
             "--seq", std::to_string(seq), "--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup),
-            "--threads", std::to_string(threads), "--seed", std::to_string(a.seed)};
+            "--threads", std::to_string(threads), "--seed", std::to_string(a.seed), "--precision", precision};
         const json r = parse_worker_output(run_child(argv), "paired " + arms[i] + " " + arms[0]);
         const auto ratios = r.at("ratio_b_over_a").get<std::vector<double>>();
         const double ratio = median(ratios);
@@ -605,9 +664,17 @@ void run_bench(const BenchArgs& a) {
   out["threads"] = threads;
   out["openblas_core"] = openblas_core();
   out["openblas_coretype_env"] = getenv_or("OPENBLAS_CORETYPE", "");
+  out["precision"] = {{"attnres", precision}, {"torch", "fp32"}, {"bf16_backend", bf16_backend()}};
   out["omp_wait_policy_env"] = getenv_or("OMP_WAIT_POLICY", "");
   out["torch"] = torch_on ? torch_info : json(nullptr);
   out["gemm"] = {{"sgemm_1024_gflops", gemm.square}, {"model_shape", gemm.model_shape}, {"model_shape_gflops", gemm.model}};
+  if (!shapes.empty()) {
+    json js = json::array();
+    for (const ShapeRate& s : shapes)
+      js.push_back({{"layer", s.layer}, {"pass", s.pass}, {"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_a", s.ta},
+                    {"trans_b", s.tb}, {"fp32_gflops", s.fp32}, {"bf16_gflops", s.bf16}});
+    out["gemm"]["linear_shapes"] = js;
+  }
   out["config"] = json(base.model);
   out["preset"] = preset_name.empty() ? a.config : preset_name;
   out["steps"] = a.steps;
@@ -692,10 +759,23 @@ void run_bench(const BenchArgs& a) {
   if (torch_on)
     std::printf("; torch %s, its OpenBLAS core: %s", torch_info.value("torch_version", "?").c_str(),
                 torch_info.value("openblas_core", "?").c_str());
+  std::printf("\nmatmul precision: attnres %s%s", precision.c_str(),
+              base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
+  if (torch_on) std::printf(", torch fp32");
   std::printf("\nOMP_WAIT_POLICY: attnres %s", getenv_or("OMP_WAIT_POLICY", "unset").c_str());
   if (torch_on) std::printf(", torch %s", torch_info.value("omp_wait_policy", "?").c_str());
   std::printf("\nsgemm reference: 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s (best of a few, before and after the runs)\n", gemm.square,
               gemm.model_shape.c_str(), gemm.model);
+  if (!shapes.empty()) {
+    std::printf("\nLinear GEMMs of the model (m x n x k, best of 3; bf16: %s):\n", bf16_backend().c_str());
+    std::printf("%-12s %-8s %18s %6s %12s %12s %8s\n", "layer", "pass", "m x n x k", "op", "fp32 GFLOP/s",
+                "bf16 GFLOP/s", "ratio");
+    for (const ShapeRate& s : shapes) {
+      const std::string dims = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+      std::printf("%-12s %-8s %18s %6s %12.1f %12.1f %7.2fx\n", s.layer.c_str(), s.pass.c_str(), dims.c_str(),
+                  s.ta ? "AT B" : s.tb ? "A BT" : "A B", s.fp32, s.bf16, s.bf16 / s.fp32);
+    }
+  }
   if (m.cells.empty()) return;
   std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
               a.steps, a.rounds, a.warmup);
@@ -775,7 +855,10 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--torch-script", a->torch_script, "path of bench/torch_model.py (default: found from the binary)");
   cmd->add_flag("--json", a->json_out, "print one JSON object instead of the table");
   cmd->add_option("--json-file", a->json_file, "also write the JSON object to this file");
-  cmd->add_flag("--gemm-only", a->gemm_only, "only measure the sgemm reference rate");
+  cmd->add_option("--precision", a->precision,
+                  "fp32 | bf16: attnres' Linear GEMMs (default: the config's train.precision); torch stays fp32");
+  cmd->add_flag("--gemm-only", a->gemm_only,
+                "only measure the GEMM rates: the sgemm reference and the model's Linear shapes in fp32 and bf16");
   cmd->add_flag("--paired,!--no-paired", a->paired,
                 "also time each arm against the first in one process, alternate steps (default: on)");
   cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");
@@ -801,10 +884,12 @@ void register_bench_command(CLI::App& app) {
     require(a->batch >= 1 && seqs.size() == 1, "--worker needs --batch and one --seq");
     require(a->steps >= 1 && a->warmup >= 0, "--steps must be at least 1 and --warmup non-negative");
     const int seq = seqs.front();
+    const kernels::MatmulPrecision precision =
+        a->precision.empty() ? kernels::MatmulPrecision::fp32 : kernels::parse_matmul_precision(a->precision);
     const json r = a->paired_json.empty()
-                       ? run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed)
+                       ? run_worker(config, a->batch, seq, a->steps, a->warmup, a->threads, a->seed, precision)
                        : run_paired_worker(config, config_of(a->paired_json, "--paired-json"), a->batch, seq,
-                                           a->steps, a->warmup, a->threads, a->seed);
+                                           a->steps, a->warmup, a->threads, a->seed, precision);
     std::printf("%s\n", r.dump().c_str());
     std::fflush(stdout);
   });

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "dist/communicator.hpp"
 #include "train/train_config.hpp"
 
 namespace CLI {
@@ -30,5 +32,16 @@ void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& co
 TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
                               const std::vector<std::string>& settings);
 const std::atomic<bool>* install_stop_handlers();
+
+// --device cpu|cuda|cuda:N (train/backend.hpp).
+void add_device_option(CLI::App* cmd, std::string& device);
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_list(const std::string& text);
+
+// Runs a command that may be one rank of an MPI job (`mpirun -np K attnres ...`). An error on
+// any rank is printed with the rank's name and ends the whole job (the other ranks would
+// otherwise wait for it forever); a single process rethrows it for main to print.
+void run_as_job(const std::function<void(dist::Communicator&)>& command);
 
 }  // namespace attnres::cli

@@ -17,16 +17,8 @@ struct ExperimentArgs {
   std::string preset, config, data, out, arms = "block,rd", seeds = "1,2,3", worker;
   std::vector<std::string> settings;
   std::int64_t tokens = 0;
+  std::string device = "cpu";
 };
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 }  // namespace
 
@@ -45,9 +37,14 @@ void register_experiment_command(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "training tokens per run (default: the preset's budget)");
   cmd->add_option("--data", a->data, "prepared data directory")->required();
   cmd->add_option("--out", a->out, "experiment directory")->required();
+  add_device_option(cmd, a->device);
   cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run starting at K (0-based)");
-  cmd->callback([a] {
+  cmd->footer("Over MPI: 'mpirun -np K attnres experiment ...' runs every K-th run on each rank (no --worker);\n"
+              "rank 0 prints the summary once all runs are done. See docs/distributed.md.");
+  cmd->callback([a] { run_as_job([&](dist::Communicator& comm) {
     experiment::ExperimentOptions o;
+    o.comm = &comm;
+    o.device = a->device;
     o.base = load_train_config(a->preset, a->config, a->settings);
     if (a->tokens > 0) o.base.tokens = a->tokens;
     o.preset = a->preset.empty() ? a->config : a->preset;
@@ -72,7 +69,9 @@ void register_experiment_command(CLI::App& app) {
     o.data_dir = a->data;
     o.out_dir = a->out;
     o.stop = install_stop_handlers();
-    if (!experiment::run_experiment(o)) {
+    const bool complete = experiment::run_experiment(o);
+    if (!comm.is_root()) return;
+    if (!complete) {
       std::printf("experiment '%s' is not complete yet (stopped, or other workers still running); rerun to continue\n",
                   a->out.c_str());
       return;
@@ -81,7 +80,7 @@ void register_experiment_command(CLI::App& app) {
     std::printf("%s\n", experiment::format_summary_table(summary).c_str());
     std::printf("summary: %s/summary.json\nreport:  attnres report --experiment %s\n", a->out.c_str(),
                 a->out.c_str());
-  });
+  }); });
 }
 
 }  // namespace attnres::cli

@@ -47,6 +47,38 @@ TrainConfig load_train_config(const std::string& preset_name, const std::string&
   return config;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    if (end > begin) out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+void run_as_job(const std::function<void(dist::Communicator&)>& command) {
+  dist::Communicator comm = dist::Communicator::from_environment();
+  if (!comm.distributed()) {
+    command(comm);
+    return;
+  }
+  try {
+    command(comm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnres: error on %s: %s\n", comm.describe().c_str(), e.what());
+    comm.abort(1);
+  }
+}
+
+void add_device_option(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device,
+                  "cpu, or cuda / cuda:N for an NVIDIA GPU (builds with the CUDA backend; under MPI, 'cuda' "
+                  "takes the GPU of the rank's local index). See docs/cuda.md")
+      ->capture_default_str();
+}
+
 void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& config_file,
                         std::vector<std::string>& settings) {
   cmd->add_option("--preset", preset_name, "tiny | small | S | M (see docs/training.md)");
@@ -62,6 +94,8 @@ struct TrainArgs {
   std::vector<std::string> settings;
   std::string label;
   bool resume = false;
+  std::int64_t stop_at_step = 0;
+  std::string device = "cpu";
 };
 
 struct EvalArgs {
@@ -221,7 +255,14 @@ void register_train_commands(CLI::App& app) {
   train_cmd->add_option("--out", targs->out, "run directory")->required();
   train_cmd->add_flag("--resume", targs->resume, "continue the run in --out exactly where its checkpoint left it");
   train_cmd->add_option("--label", targs->label, "prefix for progress lines (used by 'attnres experiment')");
-  train_cmd->callback([targs] {
+  add_device_option(train_cmd, targs->device);
+  train_cmd->add_option("--stop-at-step", targs->stop_at_step,
+                        "save a checkpoint and exit after this step (e.g. to fit a job's time slot); "
+                        "continue with --resume");
+  train_cmd->footer(
+      "Data parallel: 'mpirun -np K attnres train ...' (or srun) splits every batch over K processes;\n"
+      "rank 0 writes the run directory. See docs/distributed.md.");
+  train_cmd->callback([targs] { run_as_job([&](dist::Communicator& comm) {
     const TrainConfig config = load_train_config(targs->preset, targs->config, targs->settings);
     TrainRunOptions options;
     options.data_dir = targs->data;
@@ -229,14 +270,20 @@ void register_train_commands(CLI::App& app) {
     options.resume = targs->resume;
     options.label = targs->label;
     options.stop = install_stop_handlers();
+    options.stop_at_step = targs->stop_at_step;
+    options.device = targs->device;
+    options.comm = &comm;
     const TrainResult r = train(config, options);
-    if (!r.finished) return;
-    std::printf("finished %lld steps, %.0f tokens/s, peak memory %.1f MB\n", static_cast<long long>(r.steps),
-                r.tokens_per_sec, double(r.peak_rss_bytes) / 1e6);
+    if (!r.finished || !comm.is_root()) return;
+    std::printf("finished %lld steps, %.0f tokens/s, peak memory %.1f MB%s\n", static_cast<long long>(r.steps),
+                r.tokens_per_sec, double(r.peak_rss_bytes) / 1e6,
+                comm.distributed() ? concat(" per rank, ", std::lround(100 * r.reduce_fraction),
+                                            "% of step time in the gradient reduction").c_str()
+                                   : "");
     for (const auto& m : r.milestones)
       std::printf("  val NLL %.4f at %lld tokens\n", m.val_nll, static_cast<long long>(m.tokens));
     std::printf("weights: %s\n", r.weights_path.c_str());
-  });
+  }); });
 
   auto eargs = std::make_shared<EvalArgs>();
   auto* eval_cmd = app.add_subcommand("eval", "Mean NLL (nats/token), perplexity and bits per byte of a checkpoint");

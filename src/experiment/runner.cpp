@@ -18,6 +18,7 @@
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/status_line.hpp"
+#include "util/threads.hpp"
 
 extern char** environ;
 
@@ -52,15 +53,28 @@ namespace {
 // Trains one run in a child process, so its speed and peak memory are its own.
 // Returns the child's exit status (0: finished or stopped cleanly).
 int train_in_child(const std::string& config_path, const std::string& data, const std::string& out, bool resume,
-                   const std::string& label) {
+                   const std::string& label, int threads, const std::string& device) {
   std::vector<std::string> args = {"/proc/self/exe", "train", "--config", config_path, "--data", data, "--out", out,
-                                   "--label", label};
+                                   "--label", label, "--device", device};
   if (resume) args.push_back("--resume");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  // The child is a process of its own, not a rank of this MPI job; under MPI it gets its rank's
+  // share of the machine's cores.
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("ATTNRES_NO_MPI=", 0) == 0 || (threads > 0 && entry.rfind("OMP_NUM_THREADS=", 0) == 0)) continue;
+    env_s.push_back(entry);
+  }
+  env_s.push_back("ATTNRES_NO_MPI=1");
+  if (threads > 0) env_s.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
   require(rc == 0, "cannot start a training process for '", out, "'");
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
@@ -85,7 +99,20 @@ nlohmann::json routing_json(const std::vector<LayerRoutingStats>& layers) {
 
 }  // namespace
 
-bool run_experiment(const ExperimentOptions& o) {
+bool run_experiment(const ExperimentOptions& options) {
+  ExperimentOptions o = options;
+  dist::Communicator single;
+  dist::Communicator& comm = o.comm != nullptr ? *o.comm : single;
+  int child_threads = 0;
+  if (comm.distributed()) {
+    require(o.workers == 1, "--worker cannot be combined with an MPI launch: each rank is one worker");
+    o.worker = comm.rank();
+    o.workers = comm.world();
+    child_threads = dist::default_threads(comm);
+  }
+  // A child is not an MPI rank: it is told its rank's GPU.
+  const std::string device =
+      o.device == "cuda" && comm.distributed() ? "cuda:" + std::to_string(comm.local_rank()) : o.device;
   require(!o.arms.empty(), "--arms must name at least one arm");
   require(!o.seeds.empty(), "--seeds must name at least one seed");
   require(o.workers >= 1 && o.worker >= 0 && o.worker < o.workers, "--worker K/N needs 0 <= K < N");
@@ -112,6 +139,8 @@ bool run_experiment(const ExperimentOptions& o) {
                                {"model", nlohmann::json(apply_arm(base.model, o.arms.front()))},
                                {"train", {{"config_toml", to_toml(base)}}}};
   const std::string spec_path = (fs::path(o.out_dir) / "experiment.json").string();
+  // Rank 0 writes the spec first; the others then check theirs against it.
+  if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
     nlohmann::json existing;
     try {
@@ -122,9 +151,14 @@ bool run_experiment(const ExperimentOptions& o) {
     require(existing == spec, "'", o.out_dir, "' holds a different experiment (", spec_path,
             " differs in arms, seeds, budget, data or config); choose another --out");
   } else {
+    require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
+            "' on a file system every rank shares?");
     write_text_atomically(spec_path, spec.dump(1));
   }
+  if (comm.is_root()) comm.barrier();
 
+  // This worker's share; returns early when stopped by a signal (resumable).
+  const auto run_share = [&] {
   int index = -1;
   for (std::uint64_t seed : o.seeds) {
     for (const std::string& arm : o.arms) {
@@ -132,7 +166,7 @@ bool run_experiment(const ExperimentOptions& o) {
       if (index % o.workers != o.worker) continue;
       const std::string result_path = run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed));
       if (fs::exists(result_path)) continue;
-      if (o.stop != nullptr && o.stop->load()) return false;
+      if (o.stop != nullptr && o.stop->load()) return;
       const fs::path run_dir = fs::path(result_path).parent_path();
       fs::create_directories(run_dir);
       TrainConfig config = base;
@@ -143,14 +177,16 @@ bool run_experiment(const ExperimentOptions& o) {
       write_text_atomically(config_path, to_toml(config));
       const std::string label = arm + " seed " + std::to_string(seed);
       const bool resume = fs::exists(run_dir / "checkpoint.safetensors");
-      const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, label);
+      const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, label, child_threads, device);
       require(rc == 0, "training ", label, " failed (exit status ", rc, "); its log is above, its files in '",
               run_dir.string(), "'; rerun the same command to resume");
       const std::string train_result = (run_dir / "train_result.json").string();
-      if (!fs::exists(train_result)) return false;  // stopped by a signal; resumable
+      if (!fs::exists(train_result)) return;  // stopped by a signal; resumable
       const nlohmann::json tr = nlohmann::json::parse(read_text_file(train_result));
 
-      // Test NLL and routing diagnostics of the final weights.
+      // Test NLL and routing diagnostics of the final weights, with the run's thread count
+      // (results depend on it at float rounding level).
+      set_num_threads(config.threads > 0 ? config.threads : dist::default_threads(comm));
       Model<float> model(config.model, config.batch_size, config.seq_len, false);
       load_weights<float>((run_dir / "model.safetensors").string(), config.model, model.layout(), model.params());
       const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
@@ -172,6 +208,9 @@ bool run_experiment(const ExperimentOptions& o) {
       status.message(concat(label, ": done, test NLL ", test_eval.nll));
     }
   }
+  };
+  run_share();
+  comm.wait_for_all();  // every rank's share is done (or stopped)
   for (std::uint64_t seed : o.seeds)
     for (const std::string& arm : o.arms)
       if (!fs::exists(run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)))) return false;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.hpp"
 #include "train/train_config.hpp"
 
 namespace attnres::experiment {
@@ -24,13 +25,21 @@ struct ExperimentOptions {
   std::string out_dir;
   int worker = 0;   // this process runs runs with index % workers == worker
   int workers = 1;
+  // An MPI job (mpirun -np K attnres experiment): rank r is worker r of K, rank 0 writes the
+  // experiment's own files, and every rank returns once all runs are done. Null: one process.
+  dist::Communicator* comm = nullptr;
+  // Where each run trains (train --device); "cuda" under MPI becomes the rank's local GPU. Test
+  // NLL and routing diagnostics are computed on the CPU from the saved weights.
+  std::string device = "cpu";
   std::int64_t diagnostic_tokens = 1 << 14;  // validation tokens for routing diagnostics
   const std::atomic<bool>* stop = nullptr;
   bool progress = true;
 };
 
 // Runs (or resumes) this worker's share of the runs; finished runs are skipped. Returns true
-// when every run of the experiment has a result.
+// when every run of the experiment has a result (with a communicator: on every rank, after all
+// ranks are done). Each run trains in a child process (single-process, threads shared among the
+// ranks on a machine).
 bool run_experiment(const ExperimentOptions& options);
 
 }  // namespace attnres::experiment

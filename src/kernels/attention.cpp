@@ -3,14 +3,79 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/fast_math.hpp"
+#include "kernels/gemm.hpp"
 
 namespace attnres::kernels {
 
+// Both passes work on blocks of kQueryBlock queries of one (batch, head): the block's scores
+// against every key it may see (S = Q K^T, at most kQueryBlock x T, so memory stays O(T)) and the
+// products with V, dO, K and Q are GEMMs (kernels::gemm: OpenBLAS); only the softmax is written
+// out here. Every output element is written by one task in a fixed order, whatever the thread
+// count (OpenBLAS runs single-threaded inside the parallel region).
 namespace {
-constexpr int kKeyTile = 64;
+constexpr int kQueryBlock = 64;
+
+template <class Real>
+Real* grow(std::vector<Real>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+#if defined(__AVX2__)
+// exp_fast's clamp, Cody-Waite reduction and polynomial on 8 lanes (GCC may contract a mul and
+// an add into an FMA here as in the scalar code, so a result can differ from exp_fast's in the
+// last bit). GCC does not vectorise exp_fast itself: its clamp is not if-converted under the
+// default -ftrapping-math, so the loops would run scalar.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));  // NaN stays NaN
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);
+  const __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), shifter), shifter);
+  const __m256 r = _mm256_add_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))),
+                                 _mm256_mul_ps(n, _mm256_set1_ps(2.12194440e-4f)));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+// x[j] = exp(x[j] - shift) for j < n; returns their sum (in a fixed order).
+inline float exp_shifted(float* x, int n, float shift) {
+  float sum = 0;
+  int j = 0;
+#if defined(__AVX2__)
+  const __m256 sh = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), sh));
+    _mm256_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+#endif
+  for (; j < n; ++j) sum += (x[j] = exp_fast(x[j] - shift));
+  return sum;
+}
+
+inline double exp_shifted(double* x, int n, double shift) {
+  double sum = 0;
+  for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
+  return sum;
+}
 
 template <class Real>
 inline Real dot(const Real* a, const Real* b, int n) {
@@ -25,53 +90,35 @@ template <class Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionShape& s) {
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd;
   const Real scale = Real(1) / std::sqrt(Real(hd));
-  const std::int64_t tasks = s.batch * nh * s.q_len;
-#pragma omp parallel for schedule(dynamic, 16) if (tasks * s.head_dim * (s.q_pos0 + s.q_len) >= kParallelMin)
-  for (std::int64_t task = 0; task < tasks; ++task) {
-    const int i = static_cast<int>(task % s.q_len);
-    const int h = static_cast<int>((task / s.q_len) % nh);
-    const std::int64_t b = task / (static_cast<std::int64_t>(s.q_len) * nh);
-    const Real* qi = q + (b * s.q_len + i) * d + h * hd;
-    const Real* kb = k + b * s.kv_stride * d + h * hd;
-    const Real* vb = v + b * s.kv_stride * d + h * hd;
-    const int n_keys = s.q_pos0 + i + 1;
-
-    Real acc[kMaxHeadDim];
-    Real scores[kKeyTile];
-    std::fill(acc, acc + hd, Real(0));
-    Real m = -std::numeric_limits<Real>::infinity(), l = 0;
-    for (int j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-      const int jn = std::min(kKeyTile, n_keys - j0);
-      Real tile_max = -std::numeric_limits<Real>::infinity();
-      for (int jj = 0; jj < jn; ++jj) {
-        scores[jj] = scale * dot(qi, kb + static_cast<std::int64_t>(j0 + jj) * d, hd);
-        tile_max = std::max(tile_max, scores[jj]);
-      }
-      const Real m_new = std::max(m, tile_max);
-      const Real correction = std::exp(m - m_new);  // exp(-inf) = 0 on the first tile
-      l *= correction;
+  const std::int64_t blocks = (s.q_len + kQueryBlock - 1) / kQueryBlock, tasks = s.batch * nh * blocks;
+  const std::int64_t work = s.batch * nh * std::int64_t(s.q_len) * (s.q_pos0 + s.q_len) * hd;
+#pragma omp parallel if (tasks > 1 && work >= kParallelMin)
+  {
+    thread_local std::vector<Real> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const int i0 = static_cast<int>(task % blocks) * kQueryBlock;
+      const int h = static_cast<int>((task / blocks) % nh);
+      const std::int64_t b = task / (blocks * nh);
+      const int qn = std::min(kQueryBlock, s.q_len - i0);
+      const int nk = s.q_pos0 + i0 + qn;  // keys the block's last query sees
+      const std::int64_t qrow = (b * s.q_len + i0) * d + h * hd, krow = b * s.kv_stride * d + h * hd;
+      Real* p = grow(scratch, static_cast<std::size_t>(qn) * nk);
+      gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + krow, d, Real(0), p, nk);
+      for (int r = 0; r < qn; ++r) {
+        Real* row = p + static_cast<std::int64_t>(r) * nk;
+        const int n = s.q_pos0 + i0 + r + 1;  // causal: keys 0 .. position
+        Real m = row[0];
+        for (int j = 1; j < n; ++j) m = std::max(m, row[j]);
+        const Real l = exp_shifted(row, n, m);
+        const Real inv = Real(1) / l;
 #pragma omp simd
-      for (int e = 0; e < hd; ++e) acc[e] *= correction;
-      Real tile_sum = 0;
-#pragma omp simd reduction(+ : tile_sum)
-      for (int jj = 0; jj < jn; ++jj) {
-        scores[jj] = exp_fast(scores[jj] - m_new);
-        tile_sum += scores[jj];
+        for (int j = 0; j < n; ++j) row[j] *= inv;
+        std::fill(row + n, row + nk, Real(0));
+        lse[(b * nh + h) * s.q_len + i0 + r] = m + std::log(l);
       }
-      l += tile_sum;
-      for (int jj = 0; jj < jn; ++jj) {
-        const Real p = scores[jj];
-        const Real* vj = vb + static_cast<std::int64_t>(j0 + jj) * d;
-#pragma omp simd
-        for (int e = 0; e < hd; ++e) acc[e] += p * vj[e];
-      }
-      m = m_new;
+      gemm<Real>(false, false, qn, hd, nk, Real(1), p, nk, v + krow, d, Real(0), out + qrow, d);
     }
-    Real* oi = out + (b * s.q_len + i) * d + h * hd;
-    const Real inv = Real(1) / l;
-#pragma omp simd
-    for (int e = 0; e < hd; ++e) oi[e] = acc[e] * inv;
-    lse[(b * nh + h) * s.q_len + i] = m + std::log(l);
   }
 }
 
@@ -80,43 +127,46 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
                         const Real* out, const Real* lse, const AttentionShape& s) {
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd, T = s.q_len;
   const Real scale = Real(1) / std::sqrt(Real(hd));
-  // One task per (batch, head): dk and dv of a head are written by that task alone.
-#pragma omp parallel for schedule(dynamic, 1) if (s.batch * T * T * hd >= kParallelMin)
-  for (std::int64_t task = 0; task < s.batch * nh; ++task) {
-    const int h = static_cast<int>(task % nh);
-    const std::int64_t b = task / nh;
-    const std::int64_t base = b * T * d + h * hd;
-    for (int j = 0; j < T; ++j) {
-      std::fill(dk + base + static_cast<std::int64_t>(j) * d, dk + base + static_cast<std::int64_t>(j) * d + hd, Real(0));
-      std::fill(dv + base + static_cast<std::int64_t>(j) * d, dv + base + static_cast<std::int64_t>(j) * d + hd, Real(0));
-    }
-    Real dq_acc[kMaxHeadDim];
-    for (int i = 0; i < T; ++i) {
-      const std::int64_t row = base + static_cast<std::int64_t>(i) * d;
-      const Real* qi = q + row;
-      const Real* doi = dout + row;
-      const Real D = dot(doi, out + row, hd);
-      const Real li = lse[(b * nh + h) * T + i];
-      std::fill(dq_acc, dq_acc + hd, Real(0));
-      for (int j = 0; j <= i; ++j) {
-        const std::int64_t rj = base + static_cast<std::int64_t>(j) * d;
-        const Real* kj = k + rj;
-        const Real p = exp_fast(scale * dot(qi, kj, hd) - li);
-        const Real dp = dot(doi, v + rj, hd);
-        const Real ds = p * (dp - D);
-        Real* dvj = dv + rj;
-        Real* dkj = dk + rj;
-        const Real ds_scaled = ds * scale;
-#pragma omp simd
-        for (int e = 0; e < hd; ++e) {
-          dvj[e] += p * doi[e];
-          dq_acc[e] += ds * kj[e];
-          dkj[e] += ds_scaled * qi[e];
-        }
+  // One task per (batch, head): dk and dv of a head are summed by that task alone, query block
+  // after query block.
+#pragma omp parallel if (s.batch * nh > 1 && s.batch * T * T * hd >= kParallelMin)
+  {
+    thread_local std::vector<Real> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < s.batch * nh; ++task) {
+      const int h = static_cast<int>(task % nh);
+      const std::int64_t b = task / nh;
+      const std::int64_t base = b * T * d + h * hd;
+      for (int j = 0; j < T; ++j) {
+        std::fill(dk + base + static_cast<std::int64_t>(j) * d, dk + base + static_cast<std::int64_t>(j) * d + hd, Real(0));
+        std::fill(dv + base + static_cast<std::int64_t>(j) * d, dv + base + static_cast<std::int64_t>(j) * d + hd, Real(0));
       }
-      Real* dqi = dq + row;
+      Real* p = grow(scratch, 2 * static_cast<std::size_t>(std::min(T, kQueryBlock)) * T);
+      for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
+        const int qn = std::min(kQueryBlock, T - i0), nk = i0 + qn;
+        Real* ds = p + static_cast<std::int64_t>(qn) * nk;
+        const std::int64_t qrow = base + static_cast<std::int64_t>(i0) * d;
+        // P = exp(scale Q K^T - lse), zero above the diagonal; dP = dO V^T.
+        gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + base, d, Real(0), p, nk);
+        gemm<Real>(false, true, qn, nk, hd, Real(1), dout + qrow, d, v + base, d, Real(0), ds, nk);
+        for (int r = 0; r < qn; ++r) {
+          Real* prow = p + static_cast<std::int64_t>(r) * nk;
+          Real* srow = ds + static_cast<std::int64_t>(r) * nk;
+          const int n = i0 + r + 1;
+          const std::int64_t row = qrow + static_cast<std::int64_t>(r) * d;
+          exp_shifted(prow, n, lse[(b * nh + h) * T + i0 + r]);
+          std::fill(prow + n, prow + nk, Real(0));
+          // dS = P (dP - D), D = dO . O of the row.
+          const Real D = dot(dout + row, out + row, hd);
 #pragma omp simd
-      for (int e = 0; e < hd; ++e) dqi[e] = dq_acc[e] * scale;
+          for (int j = 0; j < n; ++j) srow[j] = prow[j] * (srow[j] - D);
+          std::fill(srow + n, srow + nk, Real(0));
+        }
+        // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
+        gemm<Real>(false, false, qn, hd, nk, scale, ds, nk, k + base, d, Real(0), dq + qrow, d);
+        gemm<Real>(true, false, nk, hd, qn, scale, ds, nk, q + qrow, d, Real(1), dk + base, d);
+        gemm<Real>(true, false, nk, hd, qn, Real(1), p, nk, dout + qrow, d, Real(1), dv + base, d);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-// Causal multi-head attention, flash style: keys are visited in tiles with an online
-// softmax, so memory is O(T) per query and no T x T matrix is ever stored. The backward
+// Causal multi-head attention in blocks of 64 queries: a block's scores against the keys it
+// sees are one GEMM, its softmax is exact (no online rescaling), and the product with V another
+// GEMM, so memory is O(T) per thread and no T x T matrix is ever stored. The backward
 // recomputes probabilities from the saved log-sum-exp.
 #pragma once
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/gemm.hpp"
+
 namespace attnres::kernels {
 
 template <class Real>
@@ -14,10 +16,11 @@ struct CrossEntropyScratch {
 };
 
 // Returns the sum over the n tokens of -log softmax(x W^T)[target]. When dx is not null it
-// also writes dx = grad_scale * dL/dx and adds grad_scale * dL/dW into dw.
+// also writes dx = grad_scale * dL/dx and adds grad_scale * dL/dW into dw. `precision` is that of
+// the three LM-head GEMMs (the softmax is computed in Real).
 template <class Real>
 double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* targets, std::int64_t n, int d,
                              int vocab, const CrossEntropyScratch<Real>& scratch, Real grad_scale, Real* dx,
-                             Real* dw);
+                             Real* dw, MatmulPrecision precision = MatmulPrecision::fp32);
 
 }  // namespace attnres::kernels

@@ -2,7 +2,20 @@
 
 #include <cblas.h>
 
+#include <type_traits>
+
+#include "kernels/gemm_bf16.hpp"
+#include "util/error.hpp"
+
 namespace attnres::kernels {
+
+const char* to_string(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
+
+MatmulPrecision parse_matmul_precision(const std::string& text) {
+  if (text == "fp32") return MatmulPrecision::fp32;
+  if (text == "bf16") return MatmulPrecision::bf16;
+  fail("unknown matmul precision '", text, "' (expected fp32 or bf16)");
+}
 
 namespace {
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
@@ -12,6 +25,21 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
                const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+// The Linear GEMMs: fp32/fp64 through BLAS, or bf16 operands with fp32 accumulation.
+template <class Real>
+void linear_gemm(MatmulPrecision precision, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, const Real* a, std::int64_t lda, const Real* b, std::int64_t ldb, Real beta, Real* c,
+                 std::int64_t ldc) {
+  if (precision == MatmulPrecision::bf16) {
+    if constexpr (std::is_same_v<Real, float>) {
+      gemm_bf16(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+      return;
+    } else {
+      fail("bf16 matmuls need a float model (this one computes in double)");
+    }
+  }
+  gemm<Real>(trans_a, trans_b, m, n, k, Real(1), a, lda, b, ldb, beta, c, ldc);
 }
 }  // namespace
 
@@ -26,31 +54,31 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 
 template <class Real>
 void linear_forward(Real* y, const Real* x, const Real* w, std::int64_t n, std::int64_t in, std::int64_t out,
-                    bool accumulate) {
-  gemm<Real>(false, true, n, out, in, Real(1), x, in, w, in, accumulate ? Real(1) : Real(0), y, out);
+                    bool accumulate, MatmulPrecision precision) {
+  linear_gemm<Real>(precision, false, true, n, out, in, x, in, w, in, accumulate ? Real(1) : Real(0), y, out);
 }
 
 template <class Real>
 void linear_backward_input(Real* dx, const Real* dy, const Real* w, std::int64_t n, std::int64_t in,
-                           std::int64_t out, bool accumulate) {
-  gemm<Real>(false, false, n, in, out, Real(1), dy, out, w, in, accumulate ? Real(1) : Real(0), dx, in);
+                           std::int64_t out, bool accumulate, MatmulPrecision precision) {
+  linear_gemm<Real>(precision, false, false, n, in, out, dy, out, w, in, accumulate ? Real(1) : Real(0), dx, in);
 }
 
 template <class Real>
 void linear_backward_weight(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
-                            std::int64_t out) {
-  gemm<Real>(true, false, out, in, n, Real(1), dy, out, x, in, Real(1), dw, in);
+                            std::int64_t out, MatmulPrecision precision) {
+  linear_gemm<Real>(precision, true, false, out, in, n, dy, out, x, in, Real(1), dw, in);
 }
 
 #define ATTNRES_INSTANTIATE(Real)                                                                              \
   template void gemm<Real>(bool, bool, std::int64_t, std::int64_t, std::int64_t, Real, const Real*,           \
                            std::int64_t, const Real*, std::int64_t, Real, Real*, std::int64_t);               \
   template void linear_forward<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t, std::int64_t, \
-                                     bool);                                                                    \
+                                     bool, MatmulPrecision);                                                   \
   template void linear_backward_input<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,      \
-                                            std::int64_t, bool);                                               \
+                                            std::int64_t, bool, MatmulPrecision);                              \
   template void linear_backward_weight<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,     \
-                                             std::int64_t);
+                                             std::int64_t, MatmulPrecision);
 ATTNRES_INSTANTIATE(float)
 ATTNRES_INSTANTIATE(double)
 #undef ATTNRES_INSTANTIATE

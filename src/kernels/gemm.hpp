@@ -1,10 +1,19 @@
-// Row-major GEMMs through CBLAS (OpenBLAS), in the shapes a Linear layer needs.
+// Row-major GEMMs through CBLAS (OpenBLAS), in the shapes a Linear layer needs; the Linear
+// shapes optionally in bf16 (MatmulPrecision).
 // Weights are stored [out, in] like PyTorch's nn.Linear.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace attnres::kernels {
+
+// Precision of the Linear GEMMs. bf16: operands rounded to bf16, fp32 accumulation and output
+// (kernels/gemm_bf16.hpp: AMX when the CPU has it); float only. Master weights, gradients and
+// everything outside the Linear GEMMs stay in the model's precision.
+enum class MatmulPrecision { fp32, bf16 };
+const char* to_string(MatmulPrecision p);
+MatmulPrecision parse_matmul_precision(const std::string& text);  // "fp32" | "bf16"
 
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
 template <class Real>
@@ -14,16 +23,17 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
 // y[n,out] = x[n,in] W[out,in]^T   (y += ... when accumulate)
 template <class Real>
 void linear_forward(Real* y, const Real* x, const Real* w, std::int64_t n, std::int64_t in, std::int64_t out,
-                    bool accumulate = false);
+                    bool accumulate = false, MatmulPrecision precision = MatmulPrecision::fp32);
 
 // dx[n,in] = dy[n,out] W[out,in]   (dx += ... when accumulate)
 template <class Real>
 void linear_backward_input(Real* dx, const Real* dy, const Real* w, std::int64_t n, std::int64_t in,
-                           std::int64_t out, bool accumulate = false);
+                           std::int64_t out, bool accumulate = false,
+                           MatmulPrecision precision = MatmulPrecision::fp32);
 
 // dW[out,in] += dy[n,out]^T x[n,in]
 template <class Real>
 void linear_backward_weight(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
-                            std::int64_t out);
+                            std::int64_t out, MatmulPrecision precision = MatmulPrecision::fp32);
 
 }  // namespace attnres::kernels

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention.hpp"
 #include "kernels/depth_read.hpp"
@@ -87,6 +88,13 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
 }
 
 // Lays every buffer out in the arena; with base == nullptr it only counts.
+template <class Real>
+void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
+  require(precision == k::MatmulPrecision::fp32 || std::is_same_v<Real, float>,
+          "bf16 matmuls are only available for float models (this model computes in double)");
+  precision_ = precision;
+}
+
 template <class Real>
 void Model<Real>::carve(Real* base, std::int64_t& used) {
   auto take = [&](std::int64_t n) -> Real* {
@@ -274,9 +282,9 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
     const Real* base = write_base(j);
     if (base != nullptr) k::copy(s.out, base, n * d);
     if (attn) {
-      k::linear_forward(s.q, s.x, lw.wq, n, d, d);
-      k::linear_forward(s.k, s.x, lw.wk, n, d, d);
-      k::linear_forward(s.v, separate ? buf_.xv : s.x, lw.wv, n, d, d);
+      k::linear_forward(s.q, s.x, lw.wq, n, d, d, false, precision_);
+      k::linear_forward(s.k, s.x, lw.wk, n, d, d, false, precision_);
+      k::linear_forward(s.v, separate ? buf_.xv : s.x, lw.wv, n, d, d, false, precision_);
       k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       if (cache != nullptr) {
@@ -291,12 +299,12 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
       } else {
         k::attention_forward(s.att, s.lse, s.q, s.k, s.v, shape);
       }
-      k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr);
+      k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr, precision_);
     } else {
-      k::linear_forward(s.gate, s.x, lw.w_gate, n, d, H);
-      k::linear_forward(s.up, s.x, lw.w_up, n, d, H);
+      k::linear_forward(s.gate, s.x, lw.w_gate, n, d, H, false, precision_);
+      k::linear_forward(s.up, s.x, lw.w_up, n, d, H, false, precision_);
       k::swiglu_forward(s.act, s.gate, s.up, n * H);
-      k::linear_forward(s.out, s.act, lw.w_down, n, H, d, base != nullptr);
+      k::linear_forward(s.out, s.act, lw.w_down, n, H, d, base != nullptr, precision_);
     }
   }
   const Real* h_final = buf_.sub.back().out;
@@ -341,26 +349,26 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     // s.dout is complete: every later user of this partial sum has been visited.
     if (Real* dbase = dwrite_base(j)) k::add_into(dbase, s.dout, n * d);
     if (attn) {
-      k::linear_backward_weight(lg.wo, s.dout, s.att, n, d, d);
-      k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d);
+      k::linear_backward_weight(lg.wo, s.dout, s.att, n, d, d, precision_);
+      k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d, false, precision_);
       k::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, shape);
       k::rope_backward(b.dq, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
       k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
-      k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d);
-      k::linear_backward_weight(lg.wk, b.dk, s.x, n, d, d);
-      k::linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, n, d, d);
-      k::linear_backward_input(b.dx, b.dq, lw.wq, n, d, d);
-      k::linear_backward_input(b.dx, b.dk, lw.wk, n, d, d, true);
-      if (separate) k::linear_backward_input(b.dxv, b.dv, lw.wv, n, d, d);
-      else k::linear_backward_input(b.dx, b.dv, lw.wv, n, d, d, true);
+      k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d, precision_);
+      k::linear_backward_weight(lg.wk, b.dk, s.x, n, d, d, precision_);
+      k::linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, n, d, d, precision_);
+      k::linear_backward_input(b.dx, b.dq, lw.wq, n, d, d, false, precision_);
+      k::linear_backward_input(b.dx, b.dk, lw.wk, n, d, d, true, precision_);
+      if (separate) k::linear_backward_input(b.dxv, b.dv, lw.wv, n, d, d, false, precision_);
+      else k::linear_backward_input(b.dx, b.dv, lw.wv, n, d, d, true, precision_);
     } else {
-      k::linear_backward_weight(lg.w_down, s.dout, s.act, n, H, d);
-      k::linear_backward_input(b.dact, s.dout, lw.w_down, n, H, d);
+      k::linear_backward_weight(lg.w_down, s.dout, s.act, n, H, d, precision_);
+      k::linear_backward_input(b.dact, s.dout, lw.w_down, n, H, d, false, precision_);
       k::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, n * H);
-      k::linear_backward_weight(lg.w_gate, b.dgate, s.x, n, d, H);
-      k::linear_backward_weight(lg.w_up, b.dup, s.x, n, d, H);
-      k::linear_backward_input(b.dx, b.dgate, lw.w_gate, n, d, H);
-      k::linear_backward_input(b.dx, b.dup, lw.w_up, n, d, H, true);
+      k::linear_backward_weight(lg.w_gate, b.dgate, s.x, n, d, H, precision_);
+      k::linear_backward_weight(lg.w_up, b.dup, s.x, n, d, H, precision_);
+      k::linear_backward_input(b.dx, b.dgate, lw.w_gate, n, d, H, false, precision_);
+      k::linear_backward_input(b.dx, b.dup, lw.w_up, n, d, H, true, precision_);
     }
     const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
     Real* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
@@ -386,7 +394,7 @@ double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t b
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n_tok_,
                                                       config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
-                                                      nullptr);
+                                                      nullptr, precision_);
   return total / static_cast<double>(n_tok_);
 }
 
@@ -402,7 +410,7 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
-                                                      buf_.dx_final, g_.lm_head);
+                                                      buf_.dx_final, g_.lm_head, precision_);
   backward_trunk(batch, seq);
   return total / static_cast<double>(n);
 }
@@ -412,7 +420,8 @@ void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batc
   set_inputs(inputs, batch, seq, false);
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
   forward_trunk(batch, seq);
-  k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size);
+  k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
+                    precision_);
 }
 
 template <class Real>
@@ -427,7 +436,7 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
   cache.length += seq;
   for (std::int64_t b = 0; b < batch; ++b)
     k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,
-                      w_.lm_head, 1, config_.d_model, config_.vocab_size);
+                      w_.lm_head, 1, config_.d_model, config_.vocab_size, false, precision_);
 }
 
 template <class Real>

@@ -12,6 +12,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/depth_read.hpp"
+#include "kernels/gemm.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
 #include "model/weights.hpp"
@@ -63,6 +64,12 @@ class Model {
   std::span<const Real> grads() const { return grads_; }
   std::int64_t max_batch() const { return max_batch_; }
   int max_seq() const { return max_seq_; }
+
+  // Precision of every Linear GEMM (Q, K, V, O, the SwiGLU matrices, the LM head): fp32 by
+  // default; bf16 rounds the GEMM operands to bf16 and accumulates in fp32 (float models only:
+  // an error for double). Weights, gradients, attention and depth routing stay in Real.
+  void set_matmul_precision(kernels::MatmulPrecision precision);
+  kernels::MatmulPrecision matmul_precision() const { return precision_; }
 
   // tokens: [batch, seq+1]; position t of a row predicts token t+1. Returns the mean
   // next-token cross-entropy in nats.
@@ -152,6 +159,7 @@ class Model {
   std::vector<std::int32_t> targets_;
   std::vector<double> ce_row_loss_;
   std::int64_t n_tok_ = 0;  // batch * seq of the last forward
+  kernels::MatmulPrecision precision_ = kernels::MatmulPrecision::fp32;
 };
 
 // The depth-read plans of a configuration: one per sublayer, then the final read.

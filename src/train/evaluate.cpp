@@ -8,7 +8,15 @@
 namespace attnres {
 
 EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, int batch, int seq,
-                          std::int64_t max_tokens) {
+                          std::int64_t max_tokens, dist::Communicator* comm) {
+  const BatchLoss loss = [&model](std::span<const std::int32_t> tokens, int b, int s) {
+    return model.forward(tokens, b, s);
+  };
+  return evaluate_split(loss, split, batch, seq, max_tokens, comm);
+}
+
+EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split, int batch, int seq,
+                          std::int64_t max_tokens, dist::Communicator* comm) {
   const data::BatchLoader order(split, 1, seq, 0);
   std::int64_t windows = order.num_windows();
   if (max_tokens > 0) windows = std::min<std::int64_t>(windows, std::max<std::int64_t>(1, max_tokens / seq));
@@ -16,13 +24,16 @@ EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, 
           " tokens");
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
   double total = 0;
-  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
+  const int rank = comm != nullptr ? comm->rank() : 0;
+  const int world = comm != nullptr ? comm->world() : 1;
+  for (std::int64_t w0 = std::int64_t(rank) * batch; w0 < windows; w0 += std::int64_t(world) * batch) {
     const int b = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
     for (int i = 0; i < b; ++i)
       order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
-    const double mean = model.forward(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(b) * (seq + 1)), b, seq);
+    const double mean = loss(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(b) * (seq + 1)), b, seq);
     total += mean * b * seq;
   }
+  if (comm != nullptr) total = comm->sum(total);
   return {total / double(windows * seq), windows * seq};
 }
 

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 
 #include "data/loader.hpp"
+#include "dist/communicator.hpp"
 #include "model/model.hpp"
 
 namespace attnres {
@@ -14,8 +17,14 @@ struct EvalResult {
 };
 
 // Scores the split's first windows in order (window i covers tokens [i*seq, i*seq + seq]),
-// up to max_tokens scored tokens (<= 0: the whole split), `batch` windows at a time.
+// up to max_tokens scored tokens (<= 0: the whole split), `batch` windows at a time. With a
+// communicator of K ranks, rank r scores every K-th batch and the sums are combined on all ranks.
 EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, int batch, int seq,
-                          std::int64_t max_tokens);
+                          std::int64_t max_tokens, dist::Communicator* comm = nullptr);
+
+// The same with any model: `loss` returns the mean loss of [batch, seq+1] tokens.
+using BatchLoss = std::function<double(std::span<const std::int32_t> tokens, int batch, int seq)>;
+EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split, int batch, int seq,
+                          std::int64_t max_tokens, dist::Communicator* comm = nullptr);
 
 }  // namespace attnres

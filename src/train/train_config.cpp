@@ -33,6 +33,9 @@ AdamWConfig TrainConfig::adamw() const { return AdamWConfig{beta1, beta2, 1e-8, 
 
 void TrainConfig::validate() const {
   require(batch_size >= 1, "train.batch_size must be at least 1 (got ", batch_size, ")");
+  require(micro_batches >= 0, "train.micro_batches must be non-negative (0: one per process)");
+  require(micro_batches == 0 || batch_size % micro_batches == 0, "train.batch_size (", batch_size,
+          ") must be a multiple of train.micro_batches (", micro_batches, ")");
   require(seq_len >= 1, "train.seq_len must be at least 1 (got ", seq_len, ")");
   require(tokens >= tokens_per_step(), "train.tokens (", tokens, ") must cover at least one step of ",
           tokens_per_step(), " tokens");
@@ -156,6 +159,7 @@ void set_key(TrainConfig& c, const std::string& key, const toml::node& v, const 
     else if (key == "model.rope_theta") m.rope_theta = num();
     else if (key == "model.max_seq_len") m.max_seq_len = i32();
     else if (key == "train.batch_size") c.batch_size = i32();
+    else if (key == "train.micro_batches") c.micro_batches = i32();
     else if (key == "train.seq_len") {
       c.seq_len = i32();
       m.max_seq_len = std::max(m.max_seq_len, c.seq_len);
@@ -174,6 +178,7 @@ void set_key(TrainConfig& c, const std::string& key, const toml::node& v, const 
     else if (key == "train.eval_tokens") c.eval_tokens = i64();
     else if (key == "train.checkpoint_every") c.checkpoint_every = i32();
     else if (key == "train.threads") c.threads = i32();
+    else if (key == "train.precision") c.precision = kernels::parse_matmul_precision(str());
     else if (key == "train.milestones") {
       const toml::array* arr = v.as_array();
       require(arr != nullptr, where, ": 'train.milestones' must be an array of fractions, e.g. [0.5, 1.0]");
@@ -253,6 +258,10 @@ std::string to_toml(const TrainConfig& c) {
   for (std::size_t i = 0; i < c.milestones.size(); ++i) o << (i ? ", " : "") << c.milestones[i];
   o << "]\neval_tokens = " << c.eval_tokens << "\ncheckpoint_every = " << c.checkpoint_every
     << "\nthreads = " << c.threads << "\n";
+  // Keys added later are written only when set, so runs started before them still resume (their
+  // config text, compared on resume, is unchanged).
+  if (c.micro_batches != 0) o << "micro_batches = " << c.micro_batches << "\n";
+  if (c.precision != kernels::MatmulPrecision::fp32) o << "precision = \"" << kernels::to_string(c.precision) << "\"\n";
   return o.str();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 
@@ -15,6 +16,9 @@ namespace attnres {
 struct TrainConfig {
   ModelConfig model;              // model.vocab_size = 0: take it from the data's tokenizer
   int batch_size = 8;             // sequences per step
+  // The global batch is computed as this many equal micro-batches whose gradients are summed in a
+  // fixed tree order (gradient accumulation; under MPI the ranks share them). 0: one per process.
+  int micro_batches = 0;
   int seq_len = 128;              // tokens per sequence
   std::int64_t tokens = 1 << 20;  // training budget
   double lr = 3e-3;
@@ -32,6 +36,7 @@ struct TrainConfig {
   std::int64_t eval_tokens = 1 << 16;                        // validation tokens per evaluation
   int checkpoint_every = 200;                                // steps
   int threads = 0;                                           // 0: all cores
+  kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32;  // Linear GEMMs: fp32 or bf16
 
   std::int64_t tokens_per_step() const { return std::int64_t(batch_size) * seq_len; }
   std::int64_t total_steps() const { return tokens / tokens_per_step(); }

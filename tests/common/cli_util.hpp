@@ -8,7 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+
+#include "util/rng.hpp"
 
 namespace attnres::testing {
 
@@ -17,10 +20,10 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(ATTNRES_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line, capturing stdout and stderr together.
+inline CliResult run_shell(const std::string& command) {
   CliResult r;
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return r;
   std::array<char, 4096> buf{};
   std::size_t n = 0;
@@ -29,6 +32,8 @@ inline CliResult run_cli(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+inline CliResult run_cli(const std::string& args) { return run_shell(std::string(ATTNRES_BINARY) + " " + args); }
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -52,5 +57,24 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Synthetic documents (made here: no third-party text) prepared with the bytes tokenizer into
+// `dir`/data; returns that path. Large enough for tiny models' train, val and test windows.
+inline std::string prepare_synthetic_data(const std::filesystem::path& dir) {
+  const std::filesystem::path corpus = dir / "corpus";
+  std::filesystem::create_directories(corpus);
+  Rng rng(42);
+  const char* words[] = {"depth", "attention", "residual", "block", "query", "value", "key",  "layer",
+                         "token", "softmax",   "norm",     "the",   "a",     "of",    "and", "route"};
+  for (int d = 0; d < 60; ++d) {
+    std::ofstream out(corpus / ("doc" + std::to_string(d) + ".txt"));
+    for (int w = 0; w < 400; ++w) out << words[rng.below(16)] << (w % 12 == 11 ? ".\n" : " ");
+  }
+  const std::string data = (dir / "data").string();
+  const CliResult r = run_cli("prepare --input " + corpus.string() + " --tokenizer bytes --val-fraction 0.15 "
+                              "--test-fraction 0.15 --out " + data);
+  if (r.exit_code != 0) throw std::runtime_error("preparing synthetic data failed:\n" + r.output);
+  return data;
+}
 
 }  // namespace attnres::testing

@@ -31,23 +31,12 @@ const std::string kTiny =
     "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=6144 "
     "--set train.eval_tokens=512 --set train.checkpoint_every=4 --set train.threads=2 --set model.residual=rd";
 
-// Synthetic documents (made here: no third-party text) prepared with the bytes tokenizer.
+// Synthetic documents prepared with the bytes tokenizer (tests/common/cli_util.hpp).
 class TrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("attnres_train_test");
-    const fs::path corpus = dir_->path() / "corpus";
-    fs::create_directories(corpus);
-    Rng rng(42);
-    const char* words[] = {"depth", "attention", "residual", "block", "query", "value", "key",  "layer",
-                           "token", "softmax",   "norm",     "the",   "a",     "of",    "and", "route"};
-    for (int d = 0; d < 60; ++d) {
-      std::ofstream out(corpus / ("doc" + std::to_string(d) + ".txt"));
-      for (int w = 0; w < 400; ++w) out << words[rng.below(16)] << (w % 12 == 11 ? ".\n" : " ");
-    }
-    const CliResult r = run_cli("prepare --input " + corpus.string() + " --tokenizer bytes --val-fraction 0.15 "
-                                "--test-fraction 0.15 --out " + dir_->str("data"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    prepare_synthetic_data(dir_->path());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string data() { return dir_->str("data"); }
@@ -177,6 +166,11 @@ TEST_F(TrainTest, BadConfigurationsNameTheKey) {
   expect_error("train --config " + runs.str("bad.toml") + " --data " + data() + " --out " + runs.str("y"),
                "unknown_key");
   expect_error("train --preset tiny --data " + runs.str("no-such-dir") + " --out " + runs.str("z"), "no-such-dir");
+  expect_error(base + " --set train.micro_batches=3", "train.micro_batches (3)");
+  expect_error(base + " --device tpu", "--device must be cpu, cuda or cuda:N");
+  expect_error(base + " --device cuda:x", "cuda:N");
+  // Without the CUDA backend, or without a GPU, --device cuda is a clear error, not a crash.
+  expect_error(base + " --device cuda", "cuda");
   EXPECT_FALSE(fs::exists(runs.path() / "x" / "checkpoint.safetensors"));
 }
 

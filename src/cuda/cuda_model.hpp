@@ -1,0 +1,240 @@
+// The CUDA backend's model: the same decoder-only Transformer, residual modes and read plans as
+// Model<float> (model/model.hpp), with the same flat parameter layout, run on one GPU.
+//
+// API for the trainer (the CPU model's, plus device-side optimizer and precision):
+//   CudaModel model(config, max_batch, max_seq, Precision::bf16);  // fp32 by default; device 0
+//   model.init_params(seed);                              // or load_params_from_host(span)
+//   CudaAdamW opt(model.layout(), adamw_config);
+//   double loss = model.forward_backward(tokens, B, T);  // tokens [B, T+1] on the host
+//   double norm = opt.step(model, lr, grad_clip);         // clip + AdamW, fused, on the device
+//   model.copy_params_to_host(span) / copy_grads_to_host(span) / opt.copy_state_to_host(m, v)
+//
+// Parameters, gradients and AdamW moments are flat fp32 device buffers laid out by ParamLayout,
+// offsets identical to the CPU model's, so checkpoints copy to and from host spans unchanged.
+// Activations live in one device arena sized up front for (max_batch, max_seq) and the
+// precision; a training step allocates nothing.
+//
+// Precision:
+//   fp32: every tensor fp32; GEMMs in fp32 FMA (cuBLASLt CUBLAS_COMPUTE_32F, no TF32); attention
+//         on fp32 FMA kernels. Agrees with Model<float> to fp32 rounding.
+//   bf16: mixed precision. GEMM operands (normalised inputs, q/k/v, attention output, SwiGLU
+//         tensors, activation gradients feeding GEMMs, and a bf16 shadow of the weights) are
+//         bf16, with fp32 accumulation. fp32: master weights, gradients, optimizer state, the
+//         residual stream (embedding, sublayer outputs and partial sums, their gradients), depth
+//         reads and all their statistics (RMS factors, logits, mixes), norms' statistics,
+//         logits and the loss. Attention uses bf16 tensor cores when head_dim is 64 or 128.
+//
+// Not provided (CPU model only for now): KV-cache decoding, read_weights diagnostics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/buffer.hpp"
+#include "cuda/gemm.hpp"
+#include "model/config.hpp"
+#include "model/model.hpp"
+#include "model/param_layout.hpp"
+#include "model/weights.hpp"
+#include "optim/adamw.hpp"
+
+namespace attnres::cuda {
+
+enum class Precision { fp32, bf16 };
+const char* to_string(Precision p);
+Precision parse_precision(const std::string& text);  // "fp32" | "bf16"
+
+// Number, name and memory of the visible GPUs (empty when there is none or no driver).
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  std::size_t total_bytes = 0;
+  int sm_major = 0, sm_minor = 0;
+};
+std::vector<DeviceInfo> list_devices();
+
+class CudaModel {
+ public:
+  // The arena is carved for `precision` (set_precision re-carves: build in the precision you train in,
+  // as the fp32 arena of a large model may not fit where the bf16 one does).
+  CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_seq, Precision precision = Precision::fp32,
+            bool with_grad = true, int device = 0);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::int64_t n_params() const { return layout_.total(); }
+  std::int64_t max_batch() const { return max_batch_; }
+  int max_seq() const { return max_seq_; }
+  int device() const { return device_; }
+
+  // Switches precision; re-carves the activation arena (sized for the new element types).
+  void set_precision(Precision p);
+  Precision precision() const { return precision_; }
+
+  // Host <-> device copies of the flat buffers (span sizes must equal n_params()).
+  void init_params(std::uint64_t seed);  // init_params<float> on the host, then uploaded
+  void load_params_from_host(std::span<const float> params);
+  void copy_params_to_host(std::span<float> params) const;
+  void copy_grads_to_host(std::span<float> grads) const;
+
+  // tokens: [batch, seq+1] (host); position t of a row predicts token t+1. Returns the mean
+  // next-token cross-entropy in nats (synchronises).
+  double forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq);
+  // As forward, and overwrites the device gradients with the gradient of the mean loss.
+  double forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq);
+  // Logits [batch, seq, vocab] (host, fp32) for inputs [batch, seq].
+  void logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<float> out);
+
+  // Device views of the flat buffers (fp32, ParamLayout offsets).
+  float* device_params() { return params_.as<float>(); }
+  float* device_grads() { return grads_.as<float>(); }
+  // The bf16 copy of the parameters GEMMs read in bf16 mode (null in fp32 mode).
+  void* device_params_bf16() { return precision_ == Precision::bf16 ? shadow_.data() : nullptr; }
+  // Call after writing device_params() directly; the bf16 copy is refreshed before the next pass.
+  // (CudaAdamW::step refreshes it itself.)
+  void params_changed() { shadow_valid_ = false; }
+  void shadow_refreshed() { shadow_valid_ = true; }
+
+  Stream stream() const { return stream_; }
+  void synchronize() const;
+  // Bytes this model holds on the device (parameters, gradients, bf16 copy, arena, GEMM workspace).
+  std::size_t device_bytes() const;
+  Gemm& gemm() { return *gemm_; }
+
+ private:
+  struct Sublayer {
+    float* h = nullptr;  // read output (fp32; null in prenorm)
+    float* rms = nullptr;
+    float* read_logits = nullptr;
+    void* x = nullptr;  // normalised input (GEMM operand type)
+    float* rstd = nullptr;
+    void *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;  // attention (operand type)
+    float* lse = nullptr;
+    void *gate = nullptr, *up = nullptr, *act = nullptr;  // MLP (operand type)
+    float* out = nullptr;   // partial sum after this sublayer's write-back
+    float* dout = nullptr;  // its gradient
+  };
+  struct Buffers {
+    float* emb = nullptr;
+    float* demb = nullptr;
+    std::vector<Sublayer> sub;
+    float *h_final = nullptr, *rms_final = nullptr, *logits_final = nullptr;
+    void* x_final = nullptr;
+    float* rstd_final = nullptr;
+    float* hv = nullptr;  // rd value route (recomputed in the backward)
+    void* xv = nullptr;
+    float* rstdv = nullptr;
+    float *dx_final = nullptr, *dh = nullptr, *dhv = nullptr, *dx = nullptr, *dxv = nullptr;
+    void *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr, *dout_op = nullptr;
+    void *dgate = nullptr, *dup = nullptr, *dact = nullptr;
+    float* delta = nullptr;   // attention backward scratch [B, H, T]
+    float* reduce = nullptr;  // chunked parameter-gradient partials
+    float* ce_logits = nullptr;
+    void* ce_dlogits = nullptr;
+    double* row_loss = nullptr;
+    double* loss = nullptr;
+    float *rope_cos = nullptr, *rope_sin = nullptr;
+    std::int32_t* tokens = nullptr;  // inputs | targets | ids | starts | positions
+    const float** read_sources = nullptr;  // [n_reads][max_sources]
+    float** read_dsources = nullptr;       // [n_reads][max_sources]
+  };
+
+  void carve(unsigned char* base, std::size_t& used);
+  void build_arena();
+  void refresh_shadow();
+  void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
+  void forward_trunk(std::int64_t batch, int seq);
+  void backward_trunk(std::int64_t batch, int seq);
+  void lm_head_loss(bool with_grad);
+  DType op_type() const { return precision_ == Precision::bf16 ? DType::bf16 : DType::f32; }
+  const float* source(int index) const;
+  float* dsource(int index);
+  const float* input_of(int j) const;
+  float* dinput_of(int j);
+  const float* write_base(int j) const;
+  float* dwrite_base(int j);
+  const void* op_weight(const float* w) const;  // a weight's GEMM operand (bf16 copy or fp32)
+  void read_forward(int read, const float* query, const float* value_query, const float* key_norm,
+                    const float* norm_w, float* h, void* x, float* rstd, float* rms, float* logits, bool recompute);
+  void read_backward(int read, const float* query, const float* value_query, const float* key_norm, float* dquery,
+                     float* dvalue_query, float* dkey_norm, const float* dout, const float* dout_v, const float* rms,
+                     const float* logits);
+
+  ModelConfig config_;
+  ParamLayout layout_;
+  std::int64_t max_batch_;
+  int max_seq_;
+  bool with_grad_;
+  int device_;
+  Precision precision_ = Precision::fp32;
+  std::vector<ReadPlan> plans_;
+  int max_sources_ = 1;
+  std::int64_t ce_rows_ = 0;
+
+  Stream stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceBuffer params_, grads_, shadow_, arena_;
+  bool shadow_valid_ = false;
+  ModelWeights<float> w_, g_;
+  Buffers buf_;
+
+  PinnedBuffer host_tokens_, host_loss_;
+  std::vector<std::int32_t> counts_;
+  std::int64_t n_tok_ = 0;
+  int n_ids_ = 0;
+};
+
+// torch AdamW (optim/adamw.hpp semantics: decay on matrices only) with global-norm gradient
+// clipping, fused into two device passes (norm, then clip + update); moments fp32 on the device.
+class CudaAdamW {
+ public:
+  CudaAdamW(const ParamLayout& layout, AdamWConfig config, int device = 0);
+
+  // Clips the model's gradients to max_norm (if > 0; torch's clip_grad_norm_), applies one AdamW
+  // update at learning rate lr and refreshes the model's bf16 weights. Returns the gradient norm
+  // before clipping (synchronises to read it).
+  double step(CudaModel& model, double lr, double max_norm);
+
+  std::int64_t steps() const { return t_; }
+  void set_steps(std::int64_t t) { t_ = t; }
+  const AdamWConfig& config() const { return config_; }
+  void copy_state_to_host(std::span<float> m, std::span<float> v) const;
+  void load_state_from_host(std::span<const float> m, std::span<const float> v);
+  std::size_t device_bytes() const;
+
+ private:
+  AdamWConfig config_;
+  std::int64_t n_ = 0;
+  int n_ranges_ = 0;
+  std::int64_t t_ = 0;
+  DeviceBuffer m_, v_, ranges_, partials_, norm_, clip_;
+};
+
+// Multi-GPU seam: sums the flat gradient buffer over data-parallel ranks, in place, on the
+// model's stream (then the caller scales by 1/world if it wants the mean). A single process
+// needs nothing. With NCCL (ATTNRES_WITH_NCCL): construct from (rank, world, id) where rank 0
+// made the id with nccl_unique_id() and the caller shared it (e.g. dist::Communicator::broadcast).
+class GradAllReduce {
+ public:
+  static bool available();                     // built with NCCL
+  static std::vector<char> nccl_unique_id();   // on rank 0
+  GradAllReduce(int rank, int world, std::span<const char> unique_id, int device = 0);
+  ~GradAllReduce();
+  GradAllReduce(const GradAllReduce&) = delete;
+  GradAllReduce& operator=(const GradAllReduce&) = delete;
+  void sum(float* device_data, std::int64_t n, Stream stream);
+  void sum_grads(CudaModel& model) { sum(model.device_grads(), model.n_params(), model.stream()); }
+  int world() const { return world_; }
+
+ private:
+  int world_ = 1;
+  void* comm_ = nullptr;  // ncclComm_t
+};
+
+}  // namespace attnres::cuda

@@ -1,0 +1,449 @@
+// The AttnRes depth read on the GPU (kernels/depth_read semantics, spec §2, §5, §6): one warp per
+// token, the token's slice of every vector held in registers (VPL values per lane, element
+// k = lane + 32 i, so each warp load is one coalesced 128-byte row segment).
+//
+// Forward: ONE pass over the sources. Each source is loaded once; its sum of squares and its
+// dot with every route's query*gamma are warp-reduced, giving r_s and the logits z_rs, and the
+// mix is accumulated with an online softmax (running max and sum, as in flash attention), so
+// no second pass over the sources is needed. The following RMSNorm is fused (h stays in
+// registers). RD's two routes share the pass, the RMS factors and gamma.
+//
+// Backward (spec §6): two passes per token, as on the CPU: c_rs = g_r . v_s, then
+// dv_s += sum_r (alpha_rs g_r + delta_rs r_s u_r) - r_s^2 (sum_r delta_rs z_rs)/d v_s.
+// Query and gamma gradients are summed per 64-token chunk (one block) in a fixed warp order,
+// then over chunks in a fixed order (deterministic).
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.hpp"
+#include "util/error.hpp"
+
+namespace attnres::cuda::kern {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kTokensPerWarp = static_cast<int>(kChunkTokens) / kWarps;
+
+template <int VPL>
+__device__ __forceinline__ void load_slice(float (&v)[VPL], const float* p, int d, int lane) {
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) {
+    const int k = lane + 32 * i;
+    v[i] = k < d ? p[k] : 0.0f;
+  }
+}
+
+// One route's online-softmax mix. Explicit fmaf pins the arithmetic, so the forward and the
+// value-route recompute (same z, same sources) give bit-identical results.
+template <int VPL>
+struct OnlineMix {
+  float acc[VPL];
+  float m, l;
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) acc[i] = 0.0f;
+    m = -INFINITY;
+    l = 0.0f;
+  }
+  __device__ __forceinline__ void add(float z, const float (&v)[VPL]) {
+    const float m_new = fmaxf(m, z);
+    const float corr = expf(m - m_new);  // 0 for the first source (m = -inf)
+    const float p = expf(z - m_new);
+    l = fmaf(l, corr, p);
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) acc[i] = fmaf(p, v[i], acc[i] * corr);
+    m = m_new;
+  }
+  __device__ __forceinline__ void add_uniform(const float (&v)[VPL]) {
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) acc[i] += v[i];
+  }
+  // h = sum_s alpha_s v_s: acc / l, or the mean (alpha = 1/n) for a uniform route.
+  __device__ __forceinline__ void finish(bool uniform, int n, float (&h)[VPL]) const {
+    const float inv = uniform ? 1.0f / static_cast<float>(n) : 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) h[i] = acc[i] * inv;
+  }
+};
+
+// x = h * rstd * w (kernels/rmsnorm forward), rstd = 1/sqrt(mean(h^2) + eps); h is 0 beyond d.
+template <int VPL, class T>
+__device__ __forceinline__ void norm_store(const float (&h)[VPL], const float* w, T* x, float* rstd, int d, float eps,
+                                           int lane) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) ss = fmaf(h[i], h[i], ss);
+  ss = warp_sum(ss);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  if (lane == 0) *rstd = r;
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) {
+    const int k = lane + 32 * i;
+    if (k < d) x[k] = from_float<T>(h[i] * r * w[k]);
+  }
+}
+
+template <int VPL>
+__device__ __forceinline__ void store_slice(const float (&h)[VPL], float* p, int d, int lane) {
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) {
+    const int k = lane + 32 * i;
+    if (k < d) p[k] = h[i];
+  }
+}
+
+// Shared memory: u_r = q_r * gamma [2][d] (0 beyond d and for uniform routes).
+template <int VPL, class T>
+__global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthReadForward a) {
+  extern __shared__ float su[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = a.n_sources, d = a.d;
+  const bool two = a.n_routes > 1;
+  const float* q0 = a.queries[0];
+  const float* q1 = two ? a.queries[1] : nullptr;
+  for (int k = threadIdx.x; k < 32 * VPL; k += blockDim.x) {
+    su[k] = (k < d && q0 != nullptr) ? q0[k] * a.gamma[k] : 0.0f;
+    su[32 * VPL + k] = (k < d && q1 != nullptr) ? q1[k] * a.gamma[k] : 0.0f;
+  }
+  __syncthreads();
+  const std::int64_t t = blockIdx.x * std::int64_t(kWarps) + warp;
+  if (t >= a.n_tok) return;  // whole warp; no block-level synchronisation below
+  OnlineMix<VPL> mix0, mix1;
+  mix0.init();
+  mix1.init();
+  for (int s = 0; s < n; ++s) {
+    float v[VPL];
+    load_slice(v, a.sources[s] + t * d, d, lane);
+    float ss = 0.0f, dot0 = 0.0f, dot1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) {
+      ss = fmaf(v[i], v[i], ss);
+      dot0 = fmaf(su[lane + 32 * i], v[i], dot0);
+      dot1 = fmaf(su[32 * VPL + lane + 32 * i], v[i], dot1);
+    }
+    ss = warp_sum(ss);
+    if (q0 != nullptr) dot0 = warp_sum(dot0);
+    if (q1 != nullptr) dot1 = warp_sum(dot1);
+    const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + a.eps);
+    if (lane == 0) a.rms[t * n + s] = r;
+    if (q0 != nullptr) {
+      const float z = r * dot0;
+      if (lane == 0) a.logits[t * n + s] = z;
+      mix0.add(z, v);
+    } else {
+      mix0.add_uniform(v);
+    }
+    if (two) {
+      if (q1 != nullptr) {
+        const float z = r * dot1;
+        if (lane == 0) a.logits[(a.n_tok + t) * n + s] = z;
+        mix1.add(z, v);
+      } else {
+        mix1.add_uniform(v);
+      }
+    }
+  }
+  float h[VPL];
+  mix0.finish(q0 == nullptr, n, h);
+  if (two) {
+    float hv[VPL];
+    mix1.finish(q1 == nullptr, n, hv);
+    if (a.average) {
+#pragma unroll
+      for (int i = 0; i < VPL; ++i) h[i] = (h[i] + hv[i]) * 0.5f;
+    } else {
+      if (a.hv != nullptr) store_slice(hv, a.hv + t * d, d, lane);
+      norm_store(hv, a.norm_w, static_cast<T*>(a.xv) + t * d, a.rstdv + t, d, a.eps, lane);
+    }
+  }
+  store_slice(h, a.h + t * d, d, lane);
+  norm_store(h, a.norm_w, static_cast<T*>(a.x) + t * d, a.rstd + t, d, a.eps, lane);
+}
+
+// Route 1 again, from its saved logits: the same loads and the same OnlineMix arithmetic.
+template <int VPL, class T>
+__global__ void __launch_bounds__(32 * kWarps) depth_read_value_kernel(DepthReadForward a) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const std::int64_t t = blockIdx.x * std::int64_t(kWarps) + warp;
+  if (t >= a.n_tok) return;
+  const int n = a.n_sources, d = a.d;
+  const float* q1 = a.queries[1];
+  OnlineMix<VPL> mix1;
+  mix1.init();
+  for (int s = 0; s < n; ++s) {
+    float v[VPL];
+    load_slice(v, a.sources[s] + t * d, d, lane);
+    if (q1 != nullptr) mix1.add(a.logits[(a.n_tok + t) * n + s], v);
+    else mix1.add_uniform(v);
+  }
+  float hv[VPL];
+  mix1.finish(q1 == nullptr, n, hv);
+  if (a.hv != nullptr) store_slice(hv, a.hv + t * d, d, lane);
+  norm_store(hv, a.norm_w, static_cast<T*>(a.xv) + t * d, a.rstdv + t, d, a.eps, lane);
+}
+
+// alpha = softmax(z) over n sources (kernels/depth_weights), or uniform; lanes own s = lane + 32 j.
+__device__ __forceinline__ void depth_weights_lanes(float* alpha, const float* z, bool uniform, int n, int lane) {
+  if (uniform) {
+    const float u = 1.0f / static_cast<float>(n);
+    for (int s = lane; s < n; s += 32) alpha[s] = u;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, z[s]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int s = lane; s < n; s += 32) {
+    const float e = expf(z[s] - mx);
+    alpha[s] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int s = lane; s < n; s += 32) alpha[s] *= inv;
+}
+
+// Block = 8 warps = one chunk of 64 tokens (8 per warp). Shared memory: u_r = q_r * gamma [2][d],
+// the block's ordered partial sums [2][d], then per warp 7 arrays of n floats.
+template <int VPL>
+__global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthReadBackward a) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n = a.n_sources, d = a.d, R = a.n_routes;
+  const bool has0 = a.queries[0] != nullptr;
+  const bool has1 = R > 1 && a.queries[1] != nullptr;
+  float* su = smem;            // [2][d]
+  float* sacc = smem + 2 * d;  // [2][d]
+  float* ws = smem + 4 * d + warp * 7 * n;
+  float* sr = ws;          // r_s
+  float* sz0 = ws + n;     // logits, route 0
+  float* sz1 = ws + 2 * n; // logits, route 1
+  float* sa0 = ws + 3 * n; // alpha, route 0
+  float* sa1 = ws + 4 * n; // alpha, route 1
+  float* sd0 = ws + 5 * n; // c_s * gscale, then delta_s, route 0
+  float* sd1 = ws + 6 * n; // same, route 1
+  for (int k = threadIdx.x; k < d; k += blockDim.x) {
+    su[k] = has0 ? a.queries[0][k] * a.gamma[k] : 0.0f;
+    su[d + k] = has1 ? a.queries[1][k] * a.gamma[k] : 0.0f;
+  }
+  __syncthreads();
+  // With averaged routes each route sees half of the output's gradient.
+  const float gscale = a.average ? 1.0f / static_cast<float>(R) : 1.0f;
+  float acc0[VPL], acc1[VPL];  // sum over tokens, sources of delta_rs * r_s * v_s (= delta n_s)
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) acc0[i] = acc1[i] = 0.0f;
+
+  for (int it = 0; it < kTokensPerWarp; ++it) {
+    const std::int64_t t = blockIdx.x * kChunkTokens + warp * kTokensPerWarp + it;
+    if (t >= a.n_tok) break;  // whole warp
+    for (int s = lane; s < n; s += 32) {
+      sr[s] = a.rms[t * n + s];
+      if (has0) sz0[s] = a.logits[t * n + s];
+      if (has1) sz1[s] = a.logits[(a.n_tok + t) * n + s];
+    }
+    __syncwarp();
+    depth_weights_lanes(sa0, sz0, !has0, n, lane);
+    if (R > 1) depth_weights_lanes(sa1, sz1, !has1, n, lane);
+    __syncwarp();
+    float g0[VPL], g1[VPL];
+    load_slice(g0, a.dout[0] + t * d, d, lane);
+    if (R > 1) {
+      load_slice(g1, (a.average ? a.dout[0] : a.dout[1]) + t * d, d, lane);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VPL; ++i) g1[i] = 0.0f;
+    }
+    // Pass 1: c_rs = g_r . v_s.
+    if (has0 || has1) {
+      for (int s = 0; s < n; ++s) {
+        float v[VPL];
+        load_slice(v, a.sources[s] + t * d, d, lane);
+        float c0 = 0.0f, c1 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VPL; ++i) {
+          c0 = fmaf(g0[i], v[i], c0);
+          c1 = fmaf(g1[i], v[i], c1);
+        }
+        if (has0) c0 = warp_sum(c0);
+        if (has1) c1 = warp_sum(c1);
+        if (lane == 0) {
+          sd0[s] = c0 * gscale;
+          sd1[s] = c1 * gscale;
+        }
+      }
+      __syncwarp();
+      // delta_rs = alpha_rs (c_rs - sum_s' alpha_rs' c_rs'); every lane sums in the same order.
+      float cbar0 = 0.0f, cbar1 = 0.0f;
+      if (has0)
+        for (int s = 0; s < n; ++s) cbar0 += sa0[s] * sd0[s];
+      if (has1)
+        for (int s = 0; s < n; ++s) cbar1 += sa1[s] * sd1[s];
+      __syncwarp();  // all lanes have read sd before it is overwritten
+      for (int s = lane; s < n; s += 32) {
+        sd0[s] = has0 ? sa0[s] * (sd0[s] - cbar0) : 0.0f;
+        sd1[s] = has1 ? sa1[s] * (sd1[s] - cbar1) : 0.0f;
+      }
+    } else {
+      for (int s = lane; s < n; s += 32) sd0[s] = sd1[s] = 0.0f;
+    }
+    __syncwarp();
+    // Pass 2: the source gradients and the query / gamma accumulators.
+    for (int s = 0; s < n; ++s) {
+      const float rs = sr[s];
+      const float al0 = sa0[s] * gscale;
+      const float al1 = R > 1 ? sa1[s] * gscale : 0.0f;
+      const float b0 = has0 ? sd0[s] * rs : 0.0f;
+      const float b1 = has1 ? sd1[s] * rs : 0.0f;
+      float key = 0.0f;
+      if (has0) key += sd0[s] * sz0[s];
+      if (has1) key += sd1[s] * sz1[s];
+      const float kv = rs * rs * key / static_cast<float>(d);
+      const float* vp = a.sources[s] + t * d;
+      float* dvp = a.dsources[s] + t * d;
+#pragma unroll
+      for (int i = 0; i < VPL; ++i) {
+        const int k = lane + 32 * i;
+        if (k < d) {
+          const float v = vp[k];
+          float dv = dvp[k];
+          dv += al0 * g0[i] + b0 * su[k];
+          if (R > 1) dv += al1 * g1[i] + b1 * su[d + k];
+          dv -= kv * v;
+          dvp[k] = dv;
+          acc0[i] = fmaf(b0, v, acc0[i]);
+          acc1[i] = fmaf(b1, v, acc1[i]);
+        }
+      }
+    }
+    __syncwarp();  // before the next token overwrites this warp's arrays
+  }
+  // The block's partial: warps added in order 0..7.
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int i = 0; i < VPL; ++i) {
+        const int k = lane + 32 * i;
+        if (k < d) {
+          sacc[k] = (w == 0 ? 0.0f : sacc[k]) + acc0[i];
+          sacc[d + k] = (w == 0 ? 0.0f : sacc[d + k]) + acc1[i];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* out = a.scratch + blockIdx.x * std::int64_t(2 * d);
+  for (int k = threadIdx.x; k < 2 * d; k += blockDim.x) out[k] = sacc[k];
+}
+
+// dq_r += A_r * gamma, dgamma += A_r * q_r (routes in order), A_r = sum over chunks of the
+// partials: 32 columns per block, 8 warps over fixed chunk ranges, then warp 0 in order.
+__global__ void depth_read_finalize_kernel(DepthReadBackward a, std::int64_t chunks) {
+  __shared__ float part[kWarps][2][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int d = a.d;
+  const int k = blockIdx.x * 32 + lane;
+  const std::int64_t per = (chunks + kWarps - 1) / kWarps;
+  const std::int64_t c0 = warp * per, c1 = c0 + per < chunks ? c0 + per : chunks;
+  float s0 = 0.0f, s1 = 0.0f;
+  if (k < d)
+    for (std::int64_t c = c0; c < c1; ++c) {
+      s0 += a.scratch[c * 2 * d + k];
+      s1 += a.scratch[c * 2 * d + d + k];
+    }
+  part[warp][0][lane] = s0;
+  part[warp][1][lane] = s1;
+  __syncthreads();
+  if (warp != 0 || k >= d) return;
+  float A[2] = {0.0f, 0.0f};
+  for (int w = 0; w < kWarps; ++w) {
+    A[0] += part[w][0][lane];
+    A[1] += part[w][1][lane];
+  }
+  for (int r = 0; r < a.n_routes; ++r) {
+    if (a.queries[r] == nullptr) continue;
+    if (a.dqueries[r] != nullptr) a.dqueries[r][k] += A[r] * a.gamma[k];
+    a.dgamma[k] += A[r] * a.queries[r][k];
+  }
+}
+
+int values_per_lane(int d) {
+  require(d >= 1 && d <= kMaxWidth, "CUDA depth read: d_model ", d, " must be at most ", kMaxWidth);
+  const int need = (d + 31) / 32;
+  for (int v : {4, 8, 12, 16, 20, 24, 28, 32, 64})
+    if (need <= v) return v;
+  return 64;
+}
+
+#define ATTNRES_VPL_DISPATCH(vpl, ...)         \
+  switch (vpl) {                               \
+    case 4: { constexpr int V = 4; __VA_ARGS__; } break;   \
+    case 8: { constexpr int V = 8; __VA_ARGS__; } break;   \
+    case 12: { constexpr int V = 12; __VA_ARGS__; } break; \
+    case 16: { constexpr int V = 16; __VA_ARGS__; } break; \
+    case 20: { constexpr int V = 20; __VA_ARGS__; } break; \
+    case 24: { constexpr int V = 24; __VA_ARGS__; } break; \
+    case 28: { constexpr int V = 28; __VA_ARGS__; } break; \
+    case 32: { constexpr int V = 32; __VA_ARGS__; } break; \
+    default: { constexpr int V = 64; __VA_ARGS__; } break; \
+  }
+
+void check_read(const DepthReadForward& a) {
+  require(a.n_sources >= 1 && a.n_routes >= 1 && a.n_routes <= 2, "CUDA depth read: bad plan");
+  require(a.n_routes == 1 || a.average || a.xv != nullptr, "CUDA depth read: a separate value route needs xv");
+}
+
+}  // namespace
+
+void depth_read_forward(const DepthReadForward& a, Stream stream) {
+  check_read(a);
+  if (a.n_tok == 0) return;
+  const unsigned blocks = static_cast<unsigned>((a.n_tok + kWarps - 1) / kWarps);
+  const int vpl = values_per_lane(a.d);
+  if (a.x_type == DType::f32) {
+    ATTNRES_VPL_DISPATCH(vpl, depth_read_forward_kernel<V, float>
+                         <<<blocks, 32 * kWarps, sizeof(float) * 64 * V, stream>>>(a))
+  } else {
+    ATTNRES_VPL_DISPATCH(vpl, depth_read_forward_kernel<V, bf16>
+                         <<<blocks, 32 * kWarps, sizeof(float) * 64 * V, stream>>>(a))
+  }
+  ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+void depth_read_recompute_value(const DepthReadForward& a, Stream stream) {
+  check_read(a);
+  require(a.n_routes == 2 && !a.average, "depth_read_recompute_value: the read has no separate value route");
+  if (a.n_tok == 0) return;
+  const unsigned blocks = static_cast<unsigned>((a.n_tok + kWarps - 1) / kWarps);
+  const int vpl = values_per_lane(a.d);
+  if (a.x_type == DType::f32) {
+    ATTNRES_VPL_DISPATCH(vpl, depth_read_value_kernel<V, float><<<blocks, 32 * kWarps, 0, stream>>>(a))
+  } else {
+    ATTNRES_VPL_DISPATCH(vpl, depth_read_value_kernel<V, bf16><<<blocks, 32 * kWarps, 0, stream>>>(a))
+  }
+  ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+std::int64_t depth_read_scratch_floats(std::int64_t n_tok, int d) { return num_chunks(n_tok) * 2 * d; }
+
+void depth_read_backward(const DepthReadBackward& a, Stream stream) {
+  require(a.n_sources >= 1 && a.n_routes >= 1 && a.n_routes <= 2, "CUDA depth read: bad plan");
+  if (a.n_tok == 0) return;
+  const std::int64_t chunks = num_chunks(a.n_tok);
+  const std::size_t smem = sizeof(float) * (4 * static_cast<std::size_t>(a.d) +
+                                            std::size_t(kWarps) * 7 * static_cast<std::size_t>(a.n_sources));
+  const int vpl = values_per_lane(a.d);
+  ATTNRES_VPL_DISPATCH(vpl, {
+    if (smem > 48 * 1024)
+      ATTNRES_CUDA_CHECK(cudaFuncSetAttribute(depth_read_backward_kernel<V>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    depth_read_backward_kernel<V><<<static_cast<unsigned>(chunks), 32 * kWarps, smem, stream>>>(a);
+  })
+  ATTNRES_CUDA_CHECK_LAUNCH();
+  depth_read_finalize_kernel<<<static_cast<unsigned>((a.d + 31) / 32), 32 * kWarps, 0, stream>>>(a, chunks);
+  ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace attnres::cuda::kern

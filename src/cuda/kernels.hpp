@@ -1,0 +1,166 @@
+// Host-side launchers of the CUDA backend's kernels (src/cuda/*.cu). Every pointer is a device
+// pointer; every launch is asynchronous on `stream`. Tensors typed `void*` + DType hold fp32 or
+// bf16 (GEMM operands in bf16 mode); everything else is fp32.
+//
+// Each kernel mirrors one CPU kernel of src/kernels (named at each declaration) and keeps its
+// semantics; parameter-gradient reductions over tokens are summed in fixed chunks of 64 tokens
+// and then in chunk order, so results do not depend on scheduling (bit-reproducible runs).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/buffer.hpp"
+#include "cuda/gemm.hpp"
+
+namespace attnres::cuda::kern {
+
+// Tokens per chunk of the deterministic parameter-gradient reductions (kReduceChunk on the CPU).
+inline constexpr std::int64_t kChunkTokens = 64;
+inline std::int64_t num_chunks(std::int64_t n_tok) { return (n_tok + kChunkTokens - 1) / kChunkTokens; }
+// Largest d_model the warp-per-token kernels (norms, depth reads) support.
+inline constexpr int kMaxWidth = 2048;
+
+// ---- elementwise and normalisation (ops.cu) ------------------------------------------------
+
+// kernels/embedding: out[t] = table[tokens[t]].
+void embedding_forward(float* out, const std::int32_t* tokens, const float* table, std::int64_t n, int d,
+                       Stream stream);
+// kernels/embedding backward, deterministic: the positions of each distinct token id are added
+// into its row in ascending order (the CPU's order). ids[u], starts[u]..starts[u+1] index
+// positions[]; built on the host (CudaModel::set_inputs).
+void embedding_backward(float* dtable, const std::int32_t* ids, const std::int32_t* starts,
+                        const std::int32_t* positions, int n_ids, const float* dout, int d, Stream stream);
+
+// kernels/rmsnorm forward: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps).
+void rmsnorm_forward(void* y, DType y_type, float* rstd, const float* x, const float* w, std::int64_t n, int d,
+                     float eps, Stream stream);
+// kernels/rmsnorm backward: dx = (or += when accumulate) the input gradient; dw += the weight
+// gradient. scratch: rmsnorm_scratch_floats.
+void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, const float* x, const float* w,
+                      const float* rstd, std::int64_t n, int d, float* scratch, Stream stream);
+std::int64_t rmsnorm_scratch_floats(std::int64_t n, int d);
+
+// kernels/rope (rotate-half), in place on x [rows, n_heads*head_dim]; row r has position r % seq.
+// inverse: the transposed rotation (backward).
+void rope(void* x, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+          const float* sin, bool inverse, Stream stream);
+
+// kernels/swiglu: act = silu(gate) * up; backward overwrites dgate, dup.
+void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream);
+void swiglu_backward(void* dgate, void* dup, const void* dact, const void* gate, const void* up, DType type,
+                     std::int64_t n, Stream stream);
+
+// dst += src (fp32).
+void add_into(float* dst, const float* src, std::int64_t n, Stream stream);
+// x /= divisor (fp32; a true division, as the CPU trainer's micro-batch average).
+void divide(float* x, float divisor, std::int64_t n, Stream stream);
+// If dst: dst += src. If cast: cast = src rounded to bf16. One pass over src.
+void add_and_cast(float* dst, const float* src, void* cast_bf16, std::int64_t n, Stream stream);
+// dst (bf16) = src (fp32), round to nearest even.
+void cast_to_bf16(void* dst, const float* src, std::int64_t n, Stream stream);
+
+// kernels/cross_entropy, one chunk of rows: logits fp32 [rows, vocab]. row_loss[r] =
+// logsumexp(row) - row[target] (double). When dlogits is not null it receives
+// grad_scale * (softmax(row) - onehot(target)) in dlogits_type (may alias logits when fp32).
+void cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows, int vocab, double* row_loss,
+                   void* dlogits, DType dlogits_type, float grad_scale, Stream stream);
+// out[0] = sum of x[0..n) in double, in a fixed order (one block).
+void sum_doubles(const double* x, std::int64_t n, double* out, Stream stream);
+
+// ---- optimizer (ops.cu) --------------------------------------------------------------------
+
+// Global gradient norm, torch's clip_grad_norm_ (optim/adamw: clip_grad_norm): partial sums of
+// squares in double over chunks of kNormChunk elements, then one block adds them in order and
+// writes norm[0] (double) and clip[0] = 1 if clipping applies, clip[1] = the factor (float).
+inline constexpr std::int64_t kNormChunk = std::int64_t(1) << 16;
+void grad_norm(const float* grads, std::int64_t n, double* partials, double max_norm, double* norm, float* clip,
+               Stream stream);
+
+// optim/adamw: torch's AdamW, one fused pass: g = grads * clip factor (when clip[0] != 0; the
+// clipped gradient is written back, as clip_grad_norm does on the CPU), then the update. Weight
+// decay applies to elements inside the ranges run_begin[i] .. run_end[i] (sorted, disjoint).
+// params_bf16 (optional) receives the updated parameters rounded to bf16.
+struct AdamWStep {
+  float step_size = 0;   // lr / (1 - beta1^t)
+  float bias2_sqrt = 0;  // sqrt(1 - beta2^t)
+  float decay = 1;       // 1 - lr * weight_decay
+  float beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0, eps = 0;
+};
+void adamw(float* params, float* grads, float* m, float* v, std::int64_t n, const AdamWStep& step, const float* clip,
+           const std::int64_t* decay_begin, const std::int64_t* decay_end, int n_decay_ranges, void* params_bf16,
+           Stream stream);
+
+// ---- depth reads (depth_read.cu): kernels/depth_read, one warp per token --------------------
+
+struct DepthReadForward {
+  const float* const* sources = nullptr;  // device array of n_sources pointers, each [n_tok, d]
+  int n_sources = 0;
+  std::int64_t n_tok = 0;
+  int d = 0;
+  float eps = 0;
+  const float* gamma = nullptr;  // key-norm weight [d]
+  int n_routes = 1;
+  const float* queries[2] = {};  // per route; nullptr = uniform route
+  bool average = false;          // one output, the mean of the routes' mixes
+  float* rms = nullptr;          // [n_tok, n_sources]
+  float* logits = nullptr;       // [n_routes, n_tok, n_sources] (uniform routes' rows untouched)
+  // Route 0 (or the average): the mix h (fp32, kept for the backward) and, fused, its RMSNorm.
+  float* h = nullptr;
+  const float* norm_w = nullptr;
+  void* x = nullptr;
+  DType x_type = DType::f32;
+  float* rstd = nullptr;
+  // Route 1 when it feeds V on its own (rd decoupled / frozen): only its normalised input.
+  float* hv = nullptr;  // optional
+  void* xv = nullptr;
+  float* rstdv = nullptr;
+};
+void depth_read_forward(const DepthReadForward& a, Stream stream);
+
+// Recomputes route 1 of a read (rd decoupled / frozen) from the saved logits, with the same
+// arithmetic as the forward (bit-identical hv): writes hv, xv = RMSNorm(hv), rstdv.
+void depth_read_recompute_value(const DepthReadForward& a, Stream stream);
+
+struct DepthReadBackward {
+  const float* const* sources = nullptr;
+  float* const* dsources = nullptr;  // device array; each += its gradient
+  int n_sources = 0;
+  std::int64_t n_tok = 0;
+  int d = 0;
+  const float* gamma = nullptr;
+  int n_routes = 1;
+  const float* queries[2] = {};
+  bool average = false;
+  const float* rms = nullptr;
+  const float* logits = nullptr;
+  const float* dout[2] = {};     // per route (dout[0] alone when average)
+  float* dqueries[2] = {};       // += (skipped where null)
+  float* dgamma = nullptr;       // +=
+  float* scratch = nullptr;      // depth_read_scratch_floats
+};
+void depth_read_backward(const DepthReadBackward& a, Stream stream);
+std::int64_t depth_read_scratch_floats(std::int64_t n_tok, int d);
+
+// ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
+
+// q, k, v, out: [batch, seq, n_heads*head_dim] of `type`; lse: [batch, n_heads, seq] (fp32).
+enum class AttentionImpl {
+  automatic,  // bf16 with head_dim 64 or 128: tensor cores (WMMA); otherwise the fp32-FMA kernels
+  simt,       // fp32 FMA kernels (any type, head_dim <= 256)
+  wmma,       // bf16 tensor-core kernels (head_dim 64 or 128 only)
+};
+struct AttentionShape {
+  std::int64_t batch = 0;
+  int seq = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+};
+void attention_forward(void* out, float* lse, const void* q, const void* k, const void* v, DType type,
+                       const AttentionShape& shape, Stream stream, AttentionImpl impl = AttentionImpl::automatic);
+// dq, dk, dv overwritten (type). delta: scratch [batch, n_heads, seq] (fp32).
+void attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                        const void* out, const float* lse, float* delta, DType type, const AttentionShape& shape,
+                        Stream stream, AttentionImpl impl = AttentionImpl::automatic);
+bool attention_has_wmma(DType type, int head_dim);
+
+}  // namespace attnres::cuda::kern

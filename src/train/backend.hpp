@@ -1,0 +1,60 @@
+// Where a training run computes: the model, its optimizer and the step's gradient on one device
+// (the CPU, or one GPU with the CUDA backend). The training loop (trainer.cpp) owns everything
+// else (data order, schedule, loss bookkeeping, checkpoints, evaluation milestones) and talks to
+// the device only through this interface, so both devices share it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "dist/communicator.hpp"
+#include "model/param_layout.hpp"
+#include "train/train_config.hpp"
+
+namespace attnres {
+
+// Host views of the whole training state (for checkpoints).
+struct HostTrainState {
+  std::span<const float> params, m, v;  // ParamLayout order
+  std::int64_t adam_steps = 0;
+};
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+
+  virtual const ParamLayout& layout() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu, 2 threads" or "cuda:0 (NVIDIA H200), bf16"
+
+  virtual void init_params(std::uint64_t seed) = 0;
+  // Weights, moments and AdamW's step count, e.g. from a checkpoint.
+  virtual void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
+                          std::int64_t adam_steps) = 0;
+  // The state as host arrays (the CPU's own buffers; a GPU copies into a host mirror).
+  virtual HostTrainState host_state() = 0;
+
+  // One micro-batch ([batch, seq+1] tokens): forward, backward, and its gradient added to this
+  // step's sum in the fixed tree order (dist/tree_sum.hpp). Returns its mean loss.
+  virtual double accumulate(std::span<const std::int32_t> tokens, int batch, int seq) = 0;
+  // Ends the step's gradient: the sum over this rank's micro-batches, summed across ranks, divided
+  // by the number of micro-batches over all ranks (so it is the gradient of the mean loss).
+  virtual void finish_gradient(dist::Communicator& comm, int micro_batches) = 0;
+  // Clips the gradient's global norm to max_norm (0: off) and applies AdamW at lr. Returns the
+  // norm before clipping.
+  virtual double update(double lr, double max_norm) = 0;
+
+  // Mean loss of [batch, seq+1] tokens, forward only (evaluation).
+  virtual double loss(std::span<const std::int32_t> tokens, int batch, int seq) = 0;
+};
+
+// `device`: "cpu", "cuda" (the GPU of this rank's local index) or "cuda:N". Sized for
+// micro-batches of `micro_batch` sequences, of which this rank computes `local_micro` per step.
+std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
+                                                 int micro_batch, int local_micro, dist::Communicator& comm);
+
+// True when this binary has the CUDA backend.
+bool cuda_backend_built();
+
+}  // namespace attnres

@@ -1,0 +1,150 @@
+// The CUDA backend for training (`train --device cuda`): CudaModel and CudaAdamW on one GPU.
+// Micro-batch gradients are accumulated on the device in the same tree order as the CPU
+// (dist/tree_sum.hpp); across ranks they are summed by NCCL when the build has it, otherwise
+// through host memory by the MPI communicator (slower, but the same tree order as the CPU).
+#include <cuda_runtime_api.h>
+
+#include <bit>
+#include <vector>
+
+#include "cuda/check.hpp"
+#include "cuda/cuda_model.hpp"
+#include "cuda/kernels.hpp"
+#include "train/backend.hpp"
+#include "util/error.hpp"
+
+namespace attnres {
+
+namespace {
+
+class CudaBackend final : public TrainBackend {
+ public:
+  CudaBackend(int device, const TrainConfig& config, int micro_batch, int local_micro, dist::Communicator& comm)
+      : model_(config.model, micro_batch, config.seq_len,
+               config.precision == kernels::MatmulPrecision::bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
+               true, device),
+        opt_(model_.layout(), config.adamw(), device),
+        local_micro_(local_micro),
+        n_(model_.n_params()) {
+    if (local_micro_ > 1) {
+      const int levels = std::bit_width(static_cast<unsigned>(local_micro_));
+      for (int l = 0; l < levels; ++l) levels_.emplace_back(static_cast<std::size_t>(n_) * sizeof(float));
+    }
+    if (comm.distributed() && cuda::GradAllReduce::available()) {
+      std::string id;
+      if (comm.is_root()) {
+        const std::vector<char> raw = cuda::GradAllReduce::nccl_unique_id();
+        id.assign(raw.begin(), raw.end());
+      }
+      comm.broadcast(id);
+      nccl_ = std::make_unique<cuda::GradAllReduce>(comm.rank(), comm.world(),
+                                                    std::span<const char>(id.data(), id.size()), device);
+    }
+    for (const auto& info : cuda::list_devices())
+      if (info.index == device) name_ = info.name;
+  }
+
+  const ParamLayout& layout() const override { return model_.layout(); }
+  std::string describe() const override {
+    return concat("cuda:", model_.device(), name_.empty() ? "" : " (" + name_ + ")", ", ",
+                  cuda::to_string(model_.precision()));
+  }
+
+  void init_params(std::uint64_t seed) override { model_.init_params(seed); }
+
+  void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
+                  std::int64_t adam_steps) override {
+    model_.load_params_from_host(params);
+    opt_.load_state_from_host(m, v);
+    opt_.set_steps(adam_steps);
+  }
+
+  HostTrainState host_state() override {
+    const auto n = static_cast<std::size_t>(n_);
+    params_.resize(n);
+    m_.resize(n);
+    v_.resize(n);
+    model_.copy_params_to_host(params_);
+    opt_.copy_state_to_host(m_, v_);
+    return {params_, m_, v_, opt_.steps()};
+  }
+
+  double accumulate(std::span<const std::int32_t> tokens, int batch, int seq) override {
+    const double loss = model_.forward_backward(tokens, batch, seq);
+    if (local_micro_ > 1) add_leaf();
+    return loss;
+  }
+
+  void finish_gradient(dist::Communicator& comm, int micro_batches) override {
+    float* grads = model_.device_grads();
+    const cuda::Stream stream = model_.stream();
+    if (local_micro_ > 1) {  // the stored subtrees, combined from the smallest (PairwiseSum::result)
+      bool have = false;
+      for (std::size_t level = 0; level < levels_.size(); ++level) {
+        if (((count_ >> level) & 1u) == 0) continue;
+        if (!have) copy(grads, levels_[level].as<float>());
+        else cuda::kern::add_into(grads, levels_[level].as<float>(), n_, stream);
+        have = true;
+      }
+      count_ = 0;
+    }
+    if (comm.distributed()) {
+      if (nccl_ != nullptr) {
+        nccl_->sum_grads(model_);
+      } else {
+        staging_.resize(static_cast<std::size_t>(n_));
+        model_.copy_grads_to_host(staging_);
+        comm.sum(staging_);
+        ATTNRES_CUDA_CHECK(cudaMemcpyAsync(grads, staging_.data(), staging_.size() * sizeof(float),
+                                           cudaMemcpyHostToDevice, stream));
+      }
+    }
+    if (micro_batches > 1) cuda::kern::divide(grads, static_cast<float>(micro_batches), n_, stream);
+  }
+
+  double update(double lr, double max_norm) override { return opt_.step(model_, lr, max_norm); }
+
+  double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
+    return model_.forward(tokens, batch, seq);
+  }
+
+ private:
+  void copy(float* to, const float* from) {
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(n_) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, model_.stream()));
+  }
+
+  // PairwiseSum::add on the device: merge with the stored left sibling of each completed pair.
+  void add_leaf() {
+    require(count_ < static_cast<std::size_t>(local_micro_), "more micro-batches than the step has");
+    float* leaf = model_.device_grads();
+    std::size_t i = count_++;
+    std::size_t level = 0;
+    for (; i & 1u; i >>= 1, ++level) cuda::kern::add_into(leaf, levels_[level].as<float>(), n_, model_.stream());
+    copy(levels_[level].as<float>(), leaf);
+  }
+
+  cuda::CudaModel model_;
+  cuda::CudaAdamW opt_;
+  int local_micro_;
+  std::int64_t n_;
+  std::string name_;
+  std::vector<cuda::DeviceBuffer> levels_;  // one partial gradient sum per tree level
+  std::size_t count_ = 0;
+  std::unique_ptr<cuda::GradAllReduce> nccl_;
+  std::vector<float> params_, m_, v_, staging_;  // host mirrors
+};
+
+}  // namespace
+
+std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
+                                                      int local_micro, dist::Communicator& comm) {
+  const auto devices = cuda::list_devices();
+  require(!devices.empty(), "--device cuda: no CUDA GPU is visible to this process (check nvidia-smi and "
+          "CUDA_VISIBLE_DEVICES), or use --device cpu");
+  require(device < static_cast<int>(devices.size()), "--device cuda:", device, ": only ", devices.size(),
+          " GPU(s) visible");
+  return std::make_unique<CudaBackend>(device, config, micro_batch, local_micro, comm);
+}
+
+}  // namespace attnres

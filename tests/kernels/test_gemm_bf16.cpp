@@ -1,0 +1,350 @@
+// The bf16 GEMM (kernels/gemm_bf16.hpp): the AMX path and the portable fallback against a
+// double-precision product of the same bf16-rounded operands, every transpose combination, odd
+// sizes, alpha/beta and padded leading dimensions; thread-count determinism; and bf16 Linear
+// GEMMs in a whole model (kernels::MatmulPrecision).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/model_util.hpp"
+#include "common/test_util.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "model/model.hpp"
+#include "optim/adamw.hpp"
+#include "train/train_config.hpp"
+#include "util/error.hpp"
+#include "util/threads.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+namespace k = attnres::kernels;
+
+namespace {
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+std::uint32_t to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// One GEMM problem: stored operands with padded leading dimensions, and C's initial value.
+struct Case {
+  bool ta = false, tb = false;
+  std::int64_t m = 1, n = 1, k = 1, pad = 0;
+  float alpha = 1, beta = 0;
+
+  std::int64_t lda() const { return (ta ? m : k) + pad; }
+  std::int64_t ldb() const { return (tb ? k : n) + pad; }
+  std::int64_t ldc() const { return n + pad; }
+  std::size_t a_size() const { return static_cast<std::size_t>((ta ? k : m) * lda()); }
+  std::size_t b_size() const { return static_cast<std::size_t>((tb ? n : k) * ldb()); }
+  std::size_t c_size() const { return static_cast<std::size_t>(m * ldc()); }
+  float a_at(const std::vector<float>& a, std::int64_t i, std::int64_t p) const {
+    return ta ? a[static_cast<std::size_t>(p * lda() + i)] : a[static_cast<std::size_t>(i * lda() + p)];
+  }
+  float b_at(const std::vector<float>& b, std::int64_t p, std::int64_t j) const {
+    return tb ? b[static_cast<std::size_t>(j * ldb() + p)] : b[static_cast<std::size_t>(p * ldb() + j)];
+  }
+};
+
+struct Data {
+  std::vector<float> a, b, c0;
+};
+
+Data make_data(const Case& c, std::uint64_t seed) {
+  Data d{random_vector<float>(c.a_size(), seed), random_vector<float>(c.b_size(), seed + 1),
+         random_vector<float>(c.c_size(), seed + 2)};
+  return d;
+}
+
+// alpha * op(round(A)) op(round(B)) + beta * C in double; padding columns of C keep their value.
+std::vector<double> reference(const Case& c, const Data& d) {
+  std::vector<double> out(d.c0.begin(), d.c0.end());
+  for (std::int64_t i = 0; i < c.m; ++i)
+    for (std::int64_t j = 0; j < c.n; ++j) {
+      double s = 0;
+      for (std::int64_t p = 0; p < c.k; ++p)
+        s += double(k::round_to_bf16(c.a_at(d.a, i, p))) * double(k::round_to_bf16(c.b_at(d.b, p, j)));
+      const double old = d.c0[static_cast<std::size_t>(i * c.ldc() + j)];
+      out[static_cast<std::size_t>(i * c.ldc() + j)] = double(c.alpha) * s + (c.beta == 0 ? 0.0 : double(c.beta) * old);
+    }
+  return out;
+}
+
+std::vector<float> run(const Case& c, const Data& d, k::Bf16Backend backend) {
+  std::vector<float> out = d.c0;
+  if (c.beta == 0)  // C must not be read: NaN in the valid part would otherwise propagate
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j)
+        out[static_cast<std::size_t>(i * c.ldc() + j)] = std::numeric_limits<float>::quiet_NaN();
+  k::gemm_bf16(c.ta, c.tb, c.m, c.n, c.k, c.alpha, d.a.data(), c.lda(), d.b.data(), c.ldb(), c.beta, out.data(),
+               c.ldc(), backend);
+  return out;
+}
+
+// Every listed combination of sizes, transposes, alpha/beta and padding.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const std::int64_t sizes[] = {1, 15, 17, 33, 100};
+  int variant = 0;
+  for (std::int64_t m : sizes)
+    for (std::int64_t n : sizes)
+      for (std::int64_t kk : sizes)
+        for (int t = 0; t < 4; ++t) {
+          Case c;
+          c.ta = (t & 1) != 0;
+          c.tb = (t & 2) != 0;
+          c.m = m;
+          c.n = n;
+          c.k = kk;
+          switch (variant++ % 4) {
+            case 0: break;
+            case 1: c.alpha = 0.75f, c.beta = 1.0f; break;
+            case 2: c.pad = 3, c.beta = -0.5f; break;
+            case 3: c.pad = 16, c.alpha = -2.0f; break;
+          }
+          out.push_back(c);
+        }
+  // Model-like shapes: several k tiles and k passes, more than one task per thread, and (k = 2048,
+  // 10 column pairs) B in more than one column chunk.
+  for (int t = 0; t < 4; ++t) {
+    out.push_back(Case{(t & 1) != 0, (t & 2) != 0, 64, 96, 256, 0, 1, 0});
+    out.push_back(Case{(t & 1) != 0, (t & 2) != 0, 130, 70, 300, 5, 1, 1});
+    out.push_back(Case{(t & 1) != 0, (t & 2) != 0, 70, 300, 2048, 2, 1, 0.5f});
+  }
+  return out;
+}
+
+std::string describe(const Case& c) {
+  return concat("m=", c.m, " n=", c.n, " k=", c.k, " trans_a=", c.ta, " trans_b=", c.tb, " pad=", c.pad,
+                " alpha=", c.alpha, " beta=", c.beta);
+}
+
+// max |got - ref| over the valid part / max |ref|, and the padding columns untouched.
+double check(const Case& c, const std::vector<float>& got, const std::vector<double>& ref, const Data& d) {
+  double diff = 0, scale = 0;
+  for (std::int64_t i = 0; i < c.m; ++i)
+    for (std::int64_t j = 0; j < c.ldc(); ++j) {
+      const auto at = static_cast<std::size_t>(i * c.ldc() + j);
+      if (j >= c.n) {
+        EXPECT_EQ(to_bits(got[at]), to_bits(d.c0[at])) << "padding overwritten, " << describe(c);
+        continue;
+      }
+      diff = std::max(diff, std::abs(double(got[at]) - ref[at]));
+      scale = std::max(scale, std::abs(ref[at]));
+      if (!std::isfinite(got[at])) return std::numeric_limits<double>::infinity();
+    }
+  return scale == 0 ? diff : diff / scale;
+}
+
+constexpr double kTol = 1e-5;
+
+}  // namespace
+
+TEST(Bf16, RoundingIsNearestEven) {
+  EXPECT_EQ(k::round_to_bf16(1.0f), 1.0f);
+  EXPECT_EQ(k::round_to_bf16(-3.5f), -3.5f);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(k::round_to_bf16(1.0f + 0x1p-8f), 1.0f);
+  // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: to the even one, 1 + 2^-6.
+  EXPECT_EQ(k::round_to_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+  EXPECT_EQ(k::round_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);  // above the tie: up
+  EXPECT_EQ(k::bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(k::bf16_bits(-2.0f), 0xc000);
+  EXPECT_TRUE(std::isinf(k::round_to_bf16(std::numeric_limits<float>::max())));  // rounds up to inf
+  EXPECT_TRUE(std::isinf(k::round_to_bf16(-std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isnan(k::round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(k::round_to_bf16(from_bits(0x7f800001u))));  // a NaN that would round to inf
+  EXPECT_EQ(to_bits(k::round_to_bf16(from_bits(0x00000001u))), 0u);           // denormal -> +0
+  EXPECT_EQ(to_bits(k::round_to_bf16(from_bits(0x807fffffu))), 0x80000000u);  // -denormal -> -0
+  EXPECT_EQ(k::round_to_bf16(std::numeric_limits<float>::min()), std::numeric_limits<float>::min());
+  // Every rounded value is a bf16: the low 16 bits are zero, and rounding again changes nothing.
+  const auto v = random_vector<float>(1000, 5, 100.0);
+  for (float x : v) {
+    const float r = k::round_to_bf16(x);
+    EXPECT_EQ(to_bits(r) & 0xffffu, 0u);
+    EXPECT_EQ(k::round_to_bf16(r), r);
+    EXPECT_LE(std::abs(r - x), std::abs(x) * 0x1p-8f);
+  }
+}
+
+TEST(Bf16, FallbackMatchesReference) {
+  std::uint64_t seed = 100;
+  for (const Case& c : cases()) {
+    const Data d = make_data(c, seed += 3);
+    const double err = check(c, run(c, d, k::Bf16Backend::fallback), reference(c, d), d);
+    EXPECT_LT(err, kTol) << describe(c);
+  }
+}
+
+TEST(Bf16, AmxMatchesReference) {
+  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+  std::uint64_t seed = 100;
+  for (const Case& c : cases()) {
+    const Data d = make_data(c, seed += 3);
+    const double err = check(c, run(c, d, k::Bf16Backend::amx), reference(c, d), d);
+    EXPECT_LT(err, kTol) << describe(c);
+  }
+}
+
+TEST(Bf16, AmxMatchesFallback) {
+  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+  std::uint64_t seed = 7;
+  for (const Case& c : cases()) {
+    const Data d = make_data(c, seed += 3);
+    const std::vector<float> amx = run(c, d, k::Bf16Backend::amx), fb = run(c, d, k::Bf16Backend::fallback);
+    EXPECT_LT(max_rel_error(amx, fb), kTol) << describe(c);
+  }
+}
+
+// The AMX packing rounds with VCVTNEPS2BF16; round_to_bf16 must agree bit for bit (k = 1 and a
+// unit B make C the rounded A itself), on ties, denormals, huge values and random bit patterns.
+TEST(Bf16, AmxRoundsLikeRoundToBf16) {
+  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+  std::vector<float> a = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-8f, 1e30f, -7.25f, 0.0f,
+                          std::numeric_limits<float>::min(), from_bits(0x3f808000u), from_bits(0x3f818000u)};
+  Rng rng(11);
+  while (a.size() < 1000) {
+    const float f = from_bits(static_cast<std::uint32_t>(rng.next_u64()));
+    // Finite, and products with 1 stay normal (AMX flushes denormal results; so does the reference).
+    if (std::isfinite(f) && std::abs(f) > 1e-30f && std::abs(f) < 1e30f) a.push_back(f);
+  }
+  const auto m = static_cast<std::int64_t>(a.size());
+  for (bool ta : {false, true}) {
+    const float one = 1.0f;
+    std::vector<float> c(a.size());
+    k::gemm_bf16(ta, false, m, 1, 1, 1.0f, a.data(), ta ? m : 1, &one, 1, 0.0f, c.data(), 1, k::Bf16Backend::amx);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(to_bits(c[i]), to_bits(k::round_to_bf16(a[i]))) << "a = " << a[i] << " trans_a=" << ta;
+    // The same through B (n = size, the B packing paths).
+    std::vector<float> row(a.size());
+    k::gemm_bf16(false, ta, 1, m, 1, 1.0f, &one, 1, a.data(), ta ? 1 : m, 0.0f, row.data(), m, k::Bf16Backend::amx);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(to_bits(row[i]), to_bits(k::round_to_bf16(a[i]))) << "b = " << a[i] << " trans_b=" << ta;
+  }
+}
+
+TEST(Bf16, KZeroScalesC) {
+  for (auto backend : {k::Bf16Backend::fallback, k::Bf16Backend::automatic}) {
+    std::vector<float> c = {1, 2, 3, 4};
+    const float dummy = 0;
+    k::gemm_bf16(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 0.5f, c.data(), 2, backend);
+    EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2}));
+    k::gemm_bf16(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 0.0f, c.data(), 2, backend);
+    EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
+  }
+}
+
+// Each output element is summed by one thread in a fixed order: bit-identical for any thread count.
+TEST(Bf16, DeterministicAcrossThreadCounts) {
+  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+  const int saved = num_threads();
+  for (int t = 0; t < 4; ++t) {
+    const Case c{(t & 1) != 0, (t & 2) != 0, 515, 300, t < 2 ? 600 : 2048, 1, 1, 1};
+    const Data d = make_data(c, 40 + t);
+    set_num_threads(1);
+    const std::vector<float> one = run(c, d, k::Bf16Backend::amx);
+    for (int threads : {2, 3, 5}) {
+      set_num_threads(threads);
+      const std::vector<float> many = run(c, d, k::Bf16Backend::amx);
+      ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+          << threads << " threads, " << describe(c);
+    }
+  }
+  set_num_threads(saved);
+}
+
+TEST(Bf16, LinearPrecisionSwitch) {
+  const int n = 37, in = 45, out = 29;
+  auto x = random_vector<float>(n * in, 1), w = random_vector<float>(out * in, 2), dy = random_vector<float>(n * out, 3);
+  std::vector<float> y32(n * out), y16(n * out), dx32(n * in), dx16(n * in), dw32(out * in, 0.0f), dw16(out * in, 0.0f);
+  k::linear_forward(y32.data(), x.data(), w.data(), n, in, out);
+  k::linear_forward(y16.data(), x.data(), w.data(), n, in, out, false, k::MatmulPrecision::bf16);
+  k::linear_backward_input(dx32.data(), dy.data(), w.data(), n, in, out);
+  k::linear_backward_input(dx16.data(), dy.data(), w.data(), n, in, out, false, k::MatmulPrecision::bf16);
+  k::linear_backward_weight(dw32.data(), dy.data(), x.data(), n, in, out);
+  k::linear_backward_weight(dw16.data(), dy.data(), x.data(), n, in, out, k::MatmulPrecision::bf16);
+  // bf16 operands: about 2^-8 relative per operand; clearly not fp32 any more, but close.
+  for (auto [a, b] : {std::pair{&y16, &y32}, std::pair{&dx16, &dx32}, std::pair{&dw16, &dw32}}) {
+    const double err = max_rel_error(*a, *b);
+    EXPECT_LT(err, 2e-2);
+    EXPECT_GT(err, 1e-6);
+  }
+  std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), yd(n * out);
+  EXPECT_THROW(k::linear_forward(yd.data(), xd.data(), wd.data(), n, in, out, false, k::MatmulPrecision::bf16), Error);
+  EXPECT_EQ(k::parse_matmul_precision("bf16"), k::MatmulPrecision::bf16);
+  EXPECT_EQ(k::parse_matmul_precision("fp32"), k::MatmulPrecision::fp32);
+  EXPECT_STREQ(k::to_string(k::MatmulPrecision::bf16), "bf16");
+  EXPECT_THROW(k::parse_matmul_precision("fp16"), Error);
+}
+
+// A tiny model trained on one batch: bf16 Linear GEMMs lower the loss like fp32 and stay close.
+TEST(Bf16, ModelTrainsCloseToFp32) {
+  ModelConfig config = tiny_config(ResidualMode::rd);
+  config.vocab_size = 50;
+  config.d_model = 32;
+  config.mlp_hidden = 80;
+  config.n_heads = 2;
+  config.max_seq_len = 16;
+  const int batch = 4, seq = 16;
+  Model<float> m32(config, batch, seq, true), m16(config, batch, seq, true);
+  init_params<float>(m32.layout(), 3, m32.params());
+  init_params<float>(m16.layout(), 3, m16.params());
+  m16.set_matmul_precision(k::MatmulPrecision::bf16);
+  EXPECT_EQ(m16.matmul_precision(), k::MatmulPrecision::bf16);
+  AdamW<float> o32(m32.layout(), AdamWConfig{}), o16(m16.layout(), AdamWConfig{});
+  const auto tokens = random_tokens(batch, seq, config.vocab_size, 9);
+  double first = 0, last32 = 0, last16 = 0;
+  for (int step = 0; step < 8; ++step) {
+    last32 = m32.forward_backward(tokens, batch, seq);
+    last16 = m16.forward_backward(tokens, batch, seq);
+    if (step == 0) first = last16;
+    EXPECT_NEAR(last16, last32, 1e-2) << "step " << step;
+    o32.step(m32.params(), m32.grads(), 1e-2);
+    o16.step(m16.params(), m16.grads(), 1e-2);
+  }
+  EXPECT_LT(last16, first - 0.1);
+  EXPECT_NE(last16, last32);  // the switch did change the arithmetic
+  // Double models refuse bf16.
+  Model<double> md(config, 1, seq, false);
+  EXPECT_THROW(md.set_matmul_precision(k::MatmulPrecision::bf16), Error);
+  EXPECT_NO_THROW(md.set_matmul_precision(k::MatmulPrecision::fp32));
+}
+
+TEST(Bf16, TrainConfigKey) {
+  TrainConfig c = preset("tiny");
+  EXPECT_EQ(c.precision, k::MatmulPrecision::fp32);
+  // The default is not written, so configs from before the key existed still match on resume.
+  EXPECT_EQ(to_toml(c).find("precision ="), std::string::npos);
+  apply_setting(c, "train.precision=bf16", "--set");
+  EXPECT_EQ(c.precision, k::MatmulPrecision::bf16);
+  EXPECT_NE(to_toml(c).find("precision = \"bf16\""), std::string::npos);
+  TrainConfig back = preset("tiny");
+  const auto file = std::filesystem::temp_directory_path() / ("attnres_precision_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(file) << to_toml(c);
+  apply_toml_file(back, file.string());
+  std::filesystem::remove(file);
+  EXPECT_EQ(back.precision, k::MatmulPrecision::bf16);
+  EXPECT_EQ(to_toml(back), to_toml(c));
+  try {
+    apply_setting(c, "train.precision=fp16", "--set");
+    ADD_FAILURE() << "fp16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.precision"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apply_setting(c, "train.precision=1", "--set"), Error);  // not a string
+}
