@@ -65,6 +65,25 @@ TEST(Ops, SwigluGradients) {
   EXPECT_LT(max_rel_error(du, numeric_gradient(loss, upv)), kTol);
 }
 
+TEST(Ops, SwigluFloatMatchesDouble) {
+  // float has an 8-lane path and a scalar tail (n = 43 covers both); both must agree with double.
+  const int n = 43;
+  const auto gate = random_vector<double>(n, 4, 6.0), upv = random_vector<double>(n, 5), da = random_vector<double>(n, 6);
+  std::vector<double> act(n), dg(n), du(n);
+  k::swiglu_forward(act.data(), gate.data(), upv.data(), n);
+  k::swiglu_backward(dg.data(), du.data(), da.data(), gate.data(), upv.data(), n);
+  const auto to_f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const auto gf = to_f(gate), uf = to_f(upv), af = to_f(da);
+  std::vector<float> actf(n), dgf(n), duf(n);
+  k::swiglu_forward(actf.data(), gf.data(), uf.data(), n);
+  k::swiglu_backward(dgf.data(), duf.data(), af.data(), gf.data(), uf.data(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(actf[i], act[i], 2e-6 * (1 + std::abs(act[i]))) << i;
+    EXPECT_NEAR(dgf[i], dg[i], 2e-6 * (1 + std::abs(dg[i]))) << i;
+    EXPECT_NEAR(duf[i], du[i], 2e-6 * (1 + std::abs(du[i]))) << i;
+  }
+}
+
 TEST(Ops, RopeGradientsAndRotateHalfConvention) {
   const int T = 5, heads = 2, hd = 6, d = heads * hd, rows = 2 * T;
   std::vector<double> cos(T * hd / 2), sin(T * hd / 2);
