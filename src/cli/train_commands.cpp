@@ -14,6 +14,7 @@
 #include "data/tokenizer.hpp"
 #include "model/model.hpp"
 #include "model/safetensors.hpp"
+#include "train/backend.hpp"
 #include "train/evaluate.hpp"
 #include "train/train_config.hpp"
 #include "train/trainer.hpp"
@@ -104,7 +105,30 @@ struct EvalArgs {
   bool json = false;
   int batch = 8, seq = 0, threads = 0;
   std::int64_t max_tokens = 0;
+  std::string device = "cpu";
 };
+
+// The forward-only loss of saved weights on a device: the CPU model, or a training backend
+// (train/backend.hpp) holding the weights with zero optimizer state.
+BatchLoss weights_loss(const std::string& device, const std::string& weights, const ModelConfig& config, int batch,
+                       int seq) {
+  if (device == "cpu") {
+    auto model = std::make_shared<Model<float>>(config, batch, seq, false);
+    load_weights<float>(weights, config, model->layout(), model->params());
+    return [model](std::span<const std::int32_t> tokens, int b, int s) { return model->forward(tokens, b, s); };
+  }
+  TrainConfig tc;
+  tc.model = config;
+  tc.batch_size = batch;
+  tc.seq_len = seq;
+  dist::Communicator single;
+  std::shared_ptr<TrainBackend> backend = make_train_backend(device, tc, batch, 1, single);
+  std::vector<float> params(static_cast<std::size_t>(backend->layout().total()));
+  load_weights<float>(weights, config, backend->layout(), params);
+  const std::vector<float> zeros(params.size(), 0.0f);
+  backend->load_state(params, zeros, zeros, 0);
+  return [backend](std::span<const std::int32_t> tokens, int b, int s) { return backend->loss(tokens, b, s); };
+}
 
 void run_eval(const EvalArgs& a) {
   set_num_threads(a.threads);
@@ -123,9 +147,8 @@ void run_eval(const EvalArgs& a) {
     if (tok != file.metadata.end())
       require(tok->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
               tok->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
-    Model<float> model(config, a.batch, seq, false);
-    load_weights<float>(a.checkpoint, config, model.layout(), model.params());
-    const EvalResult r = evaluate_split(model, split, a.batch, seq, a.max_tokens);
+    const EvalResult r =
+        evaluate_split(weights_loss(a.device, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
     nll_sum = r.nll * double(r.tokens);
     tokens = r.tokens;
     // Bytes of the scored text: decode the scored tokens (end-of-text counts no bytes).
@@ -138,8 +161,7 @@ void run_eval(const EvalArgs& a) {
     auto tok = file.metadata.find("tokenizer");
     require(tok != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; evaluate with --data");
     const auto tokenizer = data::make_tokenizer(tok->second);
-    Model<float> model(config, 1, seq, false);
-    load_weights<float>(a.checkpoint, config, model.layout(), model.params());
+    const BatchLoss loss = weights_loss(a.device, a.checkpoint, config, 1, seq);
     for (const auto& path : a.text) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
@@ -148,7 +170,7 @@ void run_eval(const EvalArgs& a) {
       // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
       for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
         const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
-        const double mean = model.forward(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
+        const double mean = loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
       }
@@ -296,6 +318,7 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--seq", eargs->seq, "window length (default: the model's max_seq_len)");
   eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)");
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
+  add_device_option(eval_cmd, eargs->device);
   eval_cmd->callback([eargs] { run_eval(*eargs); });
 
   auto sargs = std::make_shared<SampleArgs>();

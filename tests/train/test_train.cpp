@@ -193,6 +193,12 @@ TEST_F(TrainTest, EvalSampleAndMismatchedInputs) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   EXPECT_EQ(j["tokens"].get<long>(), 100);
+  // A device this binary or machine does not have is a clear error.
+  r = run_cli("eval --checkpoint " + ckpt + " --text " + runs.str("doc.txt") + " --device tpu");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--device must be cpu, cuda or cuda:N"), std::string::npos) << r.output;
+  r = run_cli("eval --checkpoint " + ckpt + " --text " + runs.str("doc.txt") + " --device cuda");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
 
   r = run_cli("sample --checkpoint " + ckpt + " --prompt \"the depth\" --max-tokens 20 --seed 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
