@@ -97,6 +97,26 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
 }
 
 template <class Real>
+void depth_read_route_from_logits(const DepthRead<Real>& rd, int route, const Real* logits, Real* out) {
+  const int n = rd.n_sources, d = rd.d;
+  const bool uniform = rd.queries[route] == nullptr;
+#pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
+  for (std::int64_t t = 0; t < rd.n_tok; ++t) {
+    // The forward's steps for this route: the same weights from the same logits, the same mix.
+    Real alpha[kMaxSources];
+    depth_weights(uniform ? nullptr : logits + (route * rd.n_tok + t) * n, n, uniform, alpha);
+    Real* h = out + t * d;
+    std::fill(h, h + d, Real(0));
+    for (int s = 0; s < n; ++s) {
+      const Real c = alpha[s];
+      const Real* v = rd.sources[s] + t * d;
+#pragma omp simd
+      for (int k = 0; k < d; ++k) h[k] += c * v[k];
+    }
+  }
+}
+
+template <class Real>
 void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real* logits, const Real* const* dout,
                          Real* const* dsources, Real* const* dqueries, Real* dgamma, Real* scratch) {
   const int n = rd.n_sources, d = rd.d, R = rd.n_routes;
@@ -189,6 +209,8 @@ template void depth_weights<float>(const float*, int, bool, float*);
 template void depth_weights<double>(const double*, int, bool, double*);
 template void depth_read_forward<float>(const DepthRead<float>&, float* const*, float*, float*);
 template void depth_read_forward<double>(const DepthRead<double>&, double* const*, double*, double*);
+template void depth_read_route_from_logits<float>(const DepthRead<float>&, int, const float*, float*);
+template void depth_read_route_from_logits<double>(const DepthRead<double>&, int, const double*, double*);
 template void depth_read_backward<float>(const DepthRead<float>&, const float*, const float*, const float* const*,
                                          float* const*, float* const*, float*, float*);
 template void depth_read_backward<double>(const DepthRead<double>&, const double*, const double*,

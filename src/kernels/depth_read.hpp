@@ -29,6 +29,12 @@ struct DepthRead {
 template <class Real>
 void depth_read_forward(const DepthRead<Real>& read, Real* const* out, Real* rms, Real* logits);
 
+// Recomputes one route's output out [n_tok, d] from the logits the forward saved (no pass over
+// the sources for RMS factors and dots): bit-identical to that route's forward output. Not for
+// averaged reads (their single output mixes both routes).
+template <class Real>
+void depth_read_route_from_logits(const DepthRead<Real>& read, int route, const Real* logits, Real* out);
+
 // dout[r] per route (dout[0] alone when average). Accumulates (+=) into dsources[s],
 // dqueries[r] (skipped where null) and dgamma. Parameter gradients are summed over tokens
 // in fixed chunk order. scratch: depth_read_scratch_size.

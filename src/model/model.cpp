@@ -342,8 +342,11 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
     const bool separate = plan != nullptr && plan->separate_value;
     if (separate) {
-      // Recompute the value route's input (bit-identical to the forward: same code, same data).
-      run_read(*plan, lw.attn_query, lw.attn_value_query, lw.attn_key_norm, s.h, b.hv, s.rms, s.read_logits);
+      // Recompute the value route's input from the saved logits (bit-identical to the forward:
+      // the same weights and mix, without the pass over the sources for RMS factors and dots).
+      const Real* sources[k::kMaxSources];
+      const k::DepthRead<Real> rd = depth_read(*plan, lw.attn_query, lw.attn_value_query, lw.attn_key_norm, sources);
+      k::depth_read_route_from_logits(rd, 1, s.read_logits, b.hv);
       k::rmsnorm_forward(b.xv, b.rstdv, b.hv, lw.attn_norm, n, d, static_cast<Real>(config_.norm_eps));
     }
     // s.dout is complete: every later user of this partial sum has been visited.

@@ -1,6 +1,8 @@
 // The depth read against the spec's §6.1 vectors and finite differences (float64).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -205,4 +207,40 @@ TEST(DepthRead, NoInverseSqrtDScale) {
   k::depth_read_forward(rd, out, rms.data(), logits.data());
   k::depth_weights(logits.data(), 2, false, alpha.data());
   EXPECT_GT(alpha[0], 0.98);
+}
+
+TEST(DepthRead, RouteFromLogitsEqualsTheForwardBitForBit) {
+  // The RD backward recomputes the value route from saved logits; it must equal the forward's
+  // output exactly (float: the production type), for a learned and for a uniform (frozen) route.
+  const int n = 5, d = 37;
+  const std::int64_t tok = 70;
+  std::vector<std::vector<float>> v;
+  for (int s = 0; s < n; ++s) {
+    const auto r = random_vector<double>(tok * d, 10 + s, 2.0);
+    v.emplace_back(r.begin(), r.end());
+  }
+  const auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  const auto q0 = to_f(random_vector<double>(d, 1)), q1 = to_f(random_vector<double>(d, 2)),
+             gamma = to_f(random_vector<double>(d, 3));
+  std::vector<const float*> src;
+  for (const auto& x : v) src.push_back(x.data());
+  for (bool uniform : {false, true}) {
+    k::DepthRead<float> rd;
+    rd.sources = src.data();
+    rd.n_sources = n;
+    rd.n_tok = tok;
+    rd.d = d;
+    rd.eps = 1e-6f;
+    rd.gamma = gamma.data();
+    rd.n_routes = 2;
+    rd.queries[0] = q0.data();
+    rd.queries[1] = uniform ? nullptr : q1.data();
+    std::vector<float> h0(tok * d), h1(tok * d), rms(tok * n), logits(2 * tok * n), again(tok * d, -1.0f);
+    float* out[] = {h0.data(), h1.data()};
+    k::depth_read_forward(rd, out, rms.data(), logits.data());
+    k::depth_read_route_from_logits(rd, 1, logits.data(), again.data());
+    EXPECT_EQ(std::memcmp(again.data(), h1.data(), h1.size() * sizeof(float)), 0) << "uniform=" << uniform;
+    k::depth_read_route_from_logits(rd, 0, logits.data(), again.data());
+    EXPECT_EQ(std::memcmp(again.data(), h0.data(), h0.size() * sizeof(float)), 0) << "route 0";
+  }
 }
