@@ -62,6 +62,13 @@ Communicator Communicator::from_environment() {
   check(MPI_Comm_size(local, &c.local_size_), "MPI_Comm_size");
   check(MPI_Comm_rank(local, &c.local_rank_), "MPI_Comm_rank");
   MPI_Comm_free(&local);
+  const auto w = static_cast<std::size_t>(c.world_);
+  Tables& t = c.tables_;
+  for (auto* v : {&t.send_counts, &t.send_displs, &t.recv_counts, &t.recv_displs}) v->resize(w);
+  t.parts.resize(w);
+  t.values.resize(w);
+  t.value_parts.resize(w);
+  for (std::size_t r = 0; r < w; ++r) t.value_parts[r] = &t.values[r];
   return c;
 #else
   fail("this process was started by an MPI launcher, but attnres was built without MPI; install MPI "
@@ -71,7 +78,7 @@ Communicator Communicator::from_environment() {
 
 Communicator::Communicator(Communicator&& o) noexcept
     : rank_(o.rank_), world_(o.world_), local_size_(o.local_size_), local_rank_(o.local_rank_), owns_mpi_(std::exchange(o.owns_mpi_, false)),
-      scratch_(std::move(o.scratch_)) {}
+      scratch_(std::move(o.scratch_)), tables_(std::move(o.tables_)) {}
 
 Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(rank_, o.rank_);
@@ -80,6 +87,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(local_rank_, o.local_rank_);
   std::swap(owns_mpi_, o.owns_mpi_);
   std::swap(scratch_, o.scratch_);
+  std::swap(tables_, o.tables_);
   return *this;
 }
 
@@ -103,8 +111,7 @@ void Communicator::sum(std::span<float> data) {
   const auto w = static_cast<std::size_t>(world_);
   const std::size_t chunk_max = (std::min(kBucket, data.size()) + w - 1) / w;
   if (scratch_.size() < chunk_max * w) scratch_.resize(chunk_max * w);
-  std::vector<int> send_counts(w), send_displs(w), recv_counts(w), recv_displs(w);
-  std::vector<const float*> parts(w);
+  auto& [send_counts, send_displs, recv_counts, recv_displs, parts, values, value_parts] = tables_;
   for (std::size_t begin = 0; begin < data.size(); begin += kBucket) {
     const std::size_t len = std::min(kBucket, data.size() - begin);
     const std::size_t chunk = (len + w - 1) / w;
@@ -136,11 +143,8 @@ void Communicator::sum(std::span<float> data) {
 double Communicator::sum(double value) {
   if (world_ == 1) return value;
 #ifdef ATTNRES_WITH_MPI
-  std::vector<double> all(static_cast<std::size_t>(world_));
-  check(MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
-  std::vector<const double*> parts(all.size());
-  for (std::size_t r = 0; r < all.size(); ++r) parts[r] = &all[r];
-  return tree_sum_at<double>(parts, 0, parts.size(), 0);
+  check(MPI_Allgather(&value, 1, MPI_DOUBLE, tables_.values.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
+  return tree_sum_at<double>(tables_.value_parts, 0, tables_.value_parts.size(), 0);
 #else
   return value;
 #endif

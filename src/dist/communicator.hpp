@@ -59,7 +59,15 @@ class Communicator {
   int local_size_ = 1;
   int local_rank_ = 0;
   bool owns_mpi_ = false;
+  // Reduction scratch, sized once per job so a training step allocates nothing.
+  struct Tables {
+    std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+    std::vector<const float*> parts;
+    std::vector<double> values;
+    std::vector<const double*> value_parts;
+  };
   std::vector<float> scratch_;
+  Tables tables_;
 };
 
 // Threads for one rank when the user asked for "all cores" (0): OMP_NUM_THREADS if set, else the

@@ -55,7 +55,10 @@ class CpuBackend final : public TrainBackend {
     comm.sum(model_.grads());
     if (micro_batches > 1) {
       const float n = static_cast<float>(micro_batches);
-      for (float& g : model_.grads()) g /= n;
+      float* g = model_.grads().data();
+      const auto size = static_cast<std::int64_t>(model_.grads().size());
+#pragma omp parallel for simd schedule(static) if (size >= kParallelMin)
+      for (std::int64_t i = 0; i < size; ++i) g[i] /= n;
     }
   }
 
