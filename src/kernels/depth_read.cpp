@@ -3,11 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/row_ops.hpp"
 #include "util/threads.hpp"
 
 namespace attnres::kernels {
 
-std::int64_t depth_read_scratch_size(std::int64_t n_tok, int d) { return num_chunks(n_tok) * kMaxRoutes * d; }
+// Per chunk: query accumulators, norm-weight accumulators, w*gamma per route, one mix row and
+// the normalised outputs' mix gradients.
+namespace {
+constexpr int kScratchRows = 4 * kMaxRoutes + 1;
+}
+
+std::int64_t depth_read_scratch_size(std::int64_t n_tok, int d) { return num_chunks(n_tok) * kScratchRows * d; }
 
 template <class Real>
 void depth_weights(const Real* logits, int n_sources, bool uniform, Real* alpha) {
@@ -25,13 +32,157 @@ void depth_weights(const Real* logits, int n_sources, bool uniform, Real* alpha)
 
 namespace {
 
-// Mixing coefficient of source s for output o (the routes' weights, or their mean).
+// Mixing coefficients of output o over the sources: the route's weights, or the routes' mean.
 template <class Real>
-inline Real mix_coefficient(const DepthRead<Real>& rd, Real (*alpha)[kMaxSources], int o, int s) {
-  if (!rd.average) return alpha[o][s];
-  Real sum = 0;
-  for (int r = 0; r < rd.n_routes; ++r) sum += alpha[r][s];
-  return sum / Real(rd.n_routes);
+void mix_coefficients(const DepthRead<Real>& rd, const Real (*alpha)[kMaxSources], int o, Real* c) {
+  for (int s = 0; s < rd.n_sources; ++s) {
+    if (!rd.average) {
+      c[s] = alpha[o][s];
+      continue;
+    }
+    Real sum = 0;
+    for (int r = 0; r < rd.n_routes; ++r) sum += alpha[r][s];
+    c[s] = sum / Real(rd.n_routes);
+  }
+}
+
+// The per-token passes over L1-resident rows, each in one sweep whatever the number of routes
+// (RD's second route reuses every load). Fixed summation order; explicit 8-lane code for float.
+
+// h[o] = sum_s c[o][s] * v[s] for NO outputs. Each output is summed in the same order whatever
+// NO, so the forward (both outputs) and the backward's recompute (one) agree bit for bit.
+template <int NO, class Real>
+void mix_rows(Real* const* h, const Real* const* v, const Real (*c)[kMaxSources], int n, int d) {
+  for (int o = 0; o < NO; ++o)
+    for (int k = 0; k < d; ++k) {
+      Real a = c[o][0] * v[0][k];
+      for (int s = 1; s < n; ++s) a = std::fma(c[o][s], v[s][k], a);
+      h[o][k] = a;
+    }
+}
+
+// out[0] = v . v, out[1 + i] = (q[i] * gamma) . v for NQ queries.
+template <int NQ, class Real>
+void source_stats(const Real* v, const Real* const* q, const Real* gamma, int d, Real* out) {
+  for (int i = 0; i <= NQ; ++i) out[i] = 0;
+  for (int k = 0; k < d; ++k) {
+    out[0] += v[k] * v[k];
+    for (int i = 0; i < NQ; ++i) out[1 + i] += q[i][k] * gamma[k] * v[k];
+  }
+}
+
+// out[i] = x . y[i] for NY rows.
+template <int NY, class Real>
+void dots_with(const Real* x, const Real* const* y, int d, Real* out) {
+  for (int i = 0; i < NY; ++i) out[i] = dot(x, y[i], d);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <int NO>
+void mix_rows(float* const* h, const float* const* v, const float (*c)[kMaxSources], int n, int d) {
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m256 x = _mm256_loadu_ps(v[0] + k);
+    __m256 a[NO];
+    for (int o = 0; o < NO; ++o) a[o] = _mm256_mul_ps(_mm256_set1_ps(c[o][0]), x);
+    for (int s = 1; s < n; ++s) {
+      x = _mm256_loadu_ps(v[s] + k);
+      for (int o = 0; o < NO; ++o) a[o] = _mm256_fmadd_ps(_mm256_set1_ps(c[o][s]), x, a[o]);
+    }
+    for (int o = 0; o < NO; ++o) _mm256_storeu_ps(h[o] + k, a[o]);
+  }
+  for (; k < d; ++k)
+    for (int o = 0; o < NO; ++o) {
+      float a = c[o][0] * v[0][k];
+      for (int s = 1; s < n; ++s) a = std::fma(c[o][s], v[s][k], a);
+      h[o][k] = a;
+    }
+}
+
+template <int NQ>
+void source_stats(const float* v, const float* const* q, const float* gamma, int d, float* out) {
+  __m256 a[1 + NQ];
+  for (int i = 0; i <= NQ; ++i) a[i] = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    const __m256 x = _mm256_loadu_ps(v + k), g = _mm256_loadu_ps(gamma + k);
+    a[0] = _mm256_fmadd_ps(x, x, a[0]);
+    for (int i = 0; i < NQ; ++i) a[1 + i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(q[i] + k), g), x, a[1 + i]);
+  }
+  for (int i = 0; i <= NQ; ++i) out[i] = hsum8(a[i]);
+  for (; k < d; ++k) {
+    out[0] += v[k] * v[k];
+    for (int i = 0; i < NQ; ++i) out[1 + i] += q[i][k] * gamma[k] * v[k];
+  }
+}
+
+template <int NY>
+void dots_with(const float* x, const float* const* y, int d, float* out) {
+  __m256 a[NY];
+  for (int i = 0; i < NY; ++i) a[i] = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + k);
+    for (int i = 0; i < NY; ++i) a[i] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y[i] + k), a[i]);
+  }
+  for (int i = 0; i < NY; ++i) out[i] = hsum8(a[i]);
+  for (; k < d; ++k)
+    for (int i = 0; i < NY; ++i) out[i] += x[k] * y[i][k];
+}
+#endif
+
+// Runtime counts (0-2) to the templates above.
+template <class Real>
+void mix_rows(int n_out, Real* const* h, const Real* const* v, const Real (*c)[kMaxSources], int n, int d) {
+  if (n_out == 1) mix_rows<1>(h, v, c, n, d);
+  else mix_rows<2>(h, v, c, n, d);
+}
+
+template <class Real>
+void source_stats(int n_q, const Real* v, const Real* const* q, const Real* gamma, int d, Real* out) {
+  if (n_q == 0) source_stats<0>(v, q, gamma, d, out);
+  else if (n_q == 1) source_stats<1>(v, q, gamma, d, out);
+  else source_stats<2>(v, q, gamma, d, out);
+}
+
+// The weights of the routes for one token, from the saved logits.
+template <class Real>
+void route_weights(const DepthRead<Real>& rd, const Real* logits, std::int64_t t, Real (*alpha)[kMaxSources],
+                   Real (*z)[kMaxSources]) {
+  const int n = rd.n_sources;
+  for (int ro = 0; ro < rd.n_routes; ++ro) {
+    const bool uniform = rd.queries[ro] == nullptr;
+    if (!uniform) std::copy(logits + (ro * rd.n_tok + t) * n, logits + (ro * rd.n_tok + t + 1) * n, z[ro]);
+    depth_weights(z[ro], n, uniform, alpha[ro]);
+  }
+}
+
+// One source row's gradient for NR routes, in one pass:
+// dv += sum_r (a_r g_r + b_r u_r) - kv v,  acc_r += b_r v  (u_r = w_r * gamma; zero for uniform routes).
+template <int NR, class Real>
+void source_gradient_row(Real* dv, Real* acc, const Real* v, const Real* const* g, const Real* u, const Real* a,
+                         const Real* b, Real kv, int d) {
+#pragma omp simd
+  for (int k = 0; k < d; ++k) {
+    Real x = dv[k] - kv * v[k];
+    for (int r = 0; r < NR; ++r) {
+      x += a[r] * g[r][k] + b[r] * u[r * d + k];
+      acc[r * d + k] += b[r] * v[k];
+    }
+    dv[k] = x;
+  }
+}
+
+// The routes that have a query (a uniform route takes no dot products): count and indices.
+template <class Real>
+int routes_with_query(const DepthRead<Real>& rd, const Real** q, int* route) {
+  int n_q = 0;
+  for (int ro = 0; ro < rd.n_routes; ++ro)
+    if (rd.queries[ro] != nullptr) {
+      q[n_q] = rd.queries[ro];
+      route[n_q++] = ro;
+    }
+  return n_q;
 }
 
 }  // namespace
@@ -40,167 +191,136 @@ template <class Real>
 void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, Real* logits) {
   const int n = rd.n_sources, d = rd.d;
   const int n_out = rd.average ? 1 : rd.n_routes;
-  const Real* q0 = rd.queries[0];
-  const Real* q1 = rd.n_routes > 1 ? rd.queries[1] : nullptr;
-  const Real* gamma = rd.gamma;
+  const Real* q[kMaxRoutes];
+  int route[kMaxRoutes];
+  const int n_q = routes_with_query(rd, q, route);
 #pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
   for (std::int64_t t = 0; t < rd.n_tok; ++t) {
-    Real r[kMaxSources];
+    const Real* v[kMaxSources];
     Real alpha[kMaxRoutes][kMaxSources];
     Real z[kMaxRoutes][kMaxSources];
-    // One pass over each source: its sum of squares and its dot with every query.
+    Real c[kMaxRoutes][kMaxSources];
+    // One sweep over each source row: its RMS factor and its dot with every query.
     for (int s = 0; s < n; ++s) {
-      const Real* v = rd.sources[s] + t * d;
-      Real ss = 0, dot0 = 0, dot1 = 0;
-      if (q1 != nullptr && q0 != nullptr) {
-#pragma omp simd reduction(+ : ss, dot0, dot1)
-        for (int k = 0; k < d; ++k) {
-          ss += v[k] * v[k];
-          dot0 += q0[k] * gamma[k] * v[k];
-          dot1 += q1[k] * gamma[k] * v[k];
-        }
-      } else if (q0 != nullptr) {
-#pragma omp simd reduction(+ : ss, dot0)
-        for (int k = 0; k < d; ++k) {
-          ss += v[k] * v[k];
-          dot0 += q0[k] * gamma[k] * v[k];
-        }
-      } else {
-        // Route 0 is never uniform in practice; keep the general case correct anyway.
-#pragma omp simd reduction(+ : ss, dot1)
-        for (int k = 0; k < d; ++k) {
-          ss += v[k] * v[k];
-          if (q1 != nullptr) dot1 += q1[k] * gamma[k] * v[k];
-        }
-      }
-      r[s] = Real(1) / std::sqrt(ss / Real(d) + rd.eps);
-      z[0][s] = r[s] * dot0;
-      z[1][s] = r[s] * dot1;
-      rms[t * n + s] = r[s];
+      v[s] = rd.sources[s] + t * d;
+      Real stats[1 + kMaxRoutes];
+      source_stats(n_q, v[s], q, rd.gamma, d, stats);
+      const Real r = rms_scale(stats[0], d, rd.eps);
+      rms[t * n + s] = r;
+      for (int i = 0; i < n_q; ++i) z[route[i]][s] = r * stats[1 + i];
     }
     for (int ro = 0; ro < rd.n_routes; ++ro) {
       const bool uniform = rd.queries[ro] == nullptr;
       if (!uniform) std::copy(z[ro], z[ro] + n, logits + (ro * rd.n_tok + t) * n);
       depth_weights(z[ro], n, uniform, alpha[ro]);
     }
+    Real* h[kMaxRoutes];
     for (int o = 0; o < n_out; ++o) {
-      Real* h = out[o] + t * d;
-      std::fill(h, h + d, Real(0));
-      for (int s = 0; s < n; ++s) {
-        const Real c = mix_coefficient(rd, alpha, o, s);
-        const Real* v = rd.sources[s] + t * d;
-#pragma omp simd
-        for (int k = 0; k < d; ++k) h[k] += c * v[k];
-      }
+      h[o] = out[o] + t * d;
+      mix_coefficients(rd, alpha, o, c[o]);
     }
+    mix_rows(n_out, h, v, c, n, d);
+    for (int o = 0; o < n_out; ++o)
+      if (rd.out_norm[o] != nullptr) scale_row(h[o], h[o], inverse_rms(h[o], d, rd.eps), rd.out_norm[o], d);
   }
 }
 
 template <class Real>
-void depth_read_route_from_logits(const DepthRead<Real>& rd, int route, const Real* logits, Real* out) {
-  const int n = rd.n_sources, d = rd.d;
-  const bool uniform = rd.queries[route] == nullptr;
-#pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
-  for (std::int64_t t = 0; t < rd.n_tok; ++t) {
-    // The forward's steps for this route: the same weights from the same logits, the same mix.
-    Real alpha[kMaxSources];
-    depth_weights(uniform ? nullptr : logits + (route * rd.n_tok + t) * n, n, uniform, alpha);
-    Real* h = out + t * d;
-    std::fill(h, h + d, Real(0));
-    for (int s = 0; s < n; ++s) {
-      const Real c = alpha[s];
-      const Real* v = rd.sources[s] + t * d;
-#pragma omp simd
-      for (int k = 0; k < d; ++k) h[k] += c * v[k];
-    }
-  }
-}
-
-template <class Real>
-void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real* logits, const Real* const* dout,
-                         Real* const* dsources, Real* const* dqueries, Real* dgamma, Real* scratch) {
+void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real* logits,
+                         const DepthReadGrads<Real>& gr, Real* scratch) {
   const int n = rd.n_sources, d = rd.d, R = rd.n_routes;
+  const int n_out = rd.average ? 1 : R;
   const std::int64_t chunks = num_chunks(rd.n_tok);
   const Real* gamma = rd.gamma;
   // With averaged routes each route sees half of the output's gradient.
   const Real gscale = rd.average ? Real(1) / Real(R) : Real(1);
+  const Real* q[kMaxRoutes];
+  int route[kMaxRoutes];
+  const int n_q = routes_with_query(rd, q, route);
 #pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    Real* acc = scratch + c * kMaxRoutes * d;  // acc[r][k] = sum over tokens, sources of delta * n_s
-    std::fill(acc, acc + R * d, Real(0));
-    const std::int64_t t_end = std::min(rd.n_tok, (c + 1) * kReduceChunk);
-    for (std::int64_t t = c * kReduceChunk; t < t_end; ++t) {
+  for (std::int64_t ch = 0; ch < chunks; ++ch) {
+    Real* acc = scratch + ch * kScratchRows * d;  // acc[r][k] = sum over tokens, sources of delta * n_s
+    Real* acc_norm = acc + kMaxRoutes * d;        // per normalised output: its norm weight's gradient
+    Real* u = acc_norm + kMaxRoutes * d;          // u[r] = w_r * gamma (zero for uniform routes)
+    Real* mix = u + kMaxRoutes * d;               // a recomputed mix row
+    Real* dmix = mix + d;                         // per normalised output: the gradient of its mix
+    std::fill(acc, acc + 2 * kMaxRoutes * d, Real(0));
+    for (int ro = 0; ro < R; ++ro)
+      for (int k = 0; k < d; ++k) u[ro * d + k] = rd.queries[ro] != nullptr ? rd.queries[ro][k] * gamma[k] : Real(0);
+    const std::int64_t t_end = std::min(rd.n_tok, (ch + 1) * kReduceChunk);
+    for (std::int64_t t = ch * kReduceChunk; t < t_end; ++t) {
+      const Real* v[kMaxSources];
       Real alpha[kMaxRoutes][kMaxSources];
       Real z[kMaxRoutes][kMaxSources];
       Real delta[kMaxRoutes][kMaxSources];
-      const Real* r = rms + t * n;
-      const Real* g[kMaxRoutes];
-      for (int ro = 0; ro < R; ++ro) {
-        g[ro] = (rd.average ? dout[0] : dout[ro]) + t * d;
-        const bool uniform = rd.queries[ro] == nullptr;
-        if (!uniform) std::copy(logits + (ro * rd.n_tok + t) * n, logits + (ro * rd.n_tok + t + 1) * n, z[ro]);
-        depth_weights(z[ro], n, uniform, alpha[ro]);
+      Real c[kMaxRoutes][kMaxSources];
+      for (int s = 0; s < n; ++s) v[s] = rd.sources[s] + t * d;
+      route_weights(rd, logits, t, alpha, z);
+      // The gradient of each output's mix: given, or through the output's norm (the mix is
+      // recomputed here as in the forward).
+      const Real* gout[kMaxRoutes];
+      for (int o = 0; o < n_out; ++o) {
+        gout[o] = gr.dout[o] + t * d;
+        if (rd.out_norm[o] == nullptr) continue;
+        mix_coefficients(rd, alpha, o, c[o]);
+        mix_rows(1, &mix, v, &c[o], n, d);
+        const Real r = inverse_rms(mix, d, rd.eps);
+        if (gr.out[o] != nullptr) scale_row(gr.out[o] + t * d, mix, r, rd.out_norm[o], d);
+        Real* dm = dmix + o * d;
+        rmsnorm_row_backward(dm, acc_norm + o * d, gout[o], mix, rd.out_norm[o], r, d);
+        gout[o] = dm;
       }
-      // c_rs = g_r . v_s; delta_rs = alpha_rs (c_rs - sum_s' alpha_rs' c_rs')
-      for (int ro = 0; ro < R; ++ro) {
-        if (rd.queries[ro] == nullptr) {
-          std::fill(delta[ro], delta[ro] + n, Real(0));
-          continue;
-        }
-        Real cbar = 0;
-        for (int s = 0; s < n; ++s) {
-          const Real* v = rd.sources[s] + t * d;
-          Real dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int k = 0; k < d; ++k) dot += g[ro][k] * v[k];
-          delta[ro][s] = dot * gscale;
-          cbar += alpha[ro][s] * delta[ro][s];
-        }
-        for (int s = 0; s < n; ++s) delta[ro][s] = alpha[ro][s] * (delta[ro][s] - cbar);
-      }
-      // dv_s = sum_r alpha_rs g_r + r_s sum_r delta_rs u_r - r_s^2 (sum_r delta_rs z_rs)/d v_s, u_r = w_r * gamma
+      const Real* g[kMaxRoutes] = {};
+      for (int ro = 0; ro < R; ++ro) g[ro] = gout[rd.average ? 0 : ro];
+      // c_rs = g_r . v_s (one sweep over v_s for all routes with a query);
+      // delta_rs = alpha_rs (c_rs - sum_s' alpha_rs' c_rs'), zero for a uniform route.
+      const Real* gq[kMaxRoutes] = {};
+      for (int i = 0; i < n_q; ++i) gq[i] = g[route[i]];
+      for (int ro = 0; ro < R; ++ro) std::fill(delta[ro], delta[ro] + n, Real(0));
       for (int s = 0; s < n; ++s) {
-        const Real* v = rd.sources[s] + t * d;
-        Real* dv = dsources[s] + t * d;
-        const Real rs = r[s];
-        Real a[kMaxRoutes] = {}, b[kMaxRoutes] = {};
+        Real cs[kMaxRoutes] = {};
+        if (n_q == 1) dots_with<1>(v[s], gq, d, cs);
+        else if (n_q == 2) dots_with<2>(v[s], gq, d, cs);
+        for (int i = 0; i < n_q; ++i) delta[route[i]][s] = cs[i] * gscale;
+      }
+      for (int i = 0; i < n_q; ++i) {
+        Real* dl = delta[route[i]];
+        const Real* al = alpha[route[i]];
+        Real cbar = 0;
+        for (int s = 0; s < n; ++s) cbar += al[s] * dl[s];
+        for (int s = 0; s < n; ++s) dl[s] = al[s] * (dl[s] - cbar);
+      }
+      // dv_s = sum_r alpha_rs g_r + r_s sum_r delta_rs u_r - r_s^2 (sum_r delta_rs z_rs)/d v_s
+      const Real* r = rms + t * n;
+      for (int s = 0; s < n; ++s) {
+        Real a[kMaxRoutes], b[kMaxRoutes];
         Real key = 0;
         for (int ro = 0; ro < R; ++ro) {
           a[ro] = alpha[ro][s] * gscale;
-          b[ro] = rd.queries[ro] != nullptr ? delta[ro][s] * rs : Real(0);
+          b[ro] = delta[ro][s] * r[s];
           if (rd.queries[ro] != nullptr) key += delta[ro][s] * z[ro][s];
         }
-        const Real kv = rs * rs * key / Real(d);
-        for (int ro = 0; ro < R; ++ro) {
-          const Real* gr = g[ro];
-          const Real* w = rd.queries[ro];
-          const Real ar = a[ro], br = b[ro];
-          if (w != nullptr) {
-            Real* accr = acc + ro * d;
-#pragma omp simd
-            for (int k = 0; k < d; ++k) {
-              dv[k] += ar * gr[k] + br * w[k] * gamma[k];
-              accr[k] += br * v[k];
-            }
-          } else {
-#pragma omp simd
-            for (int k = 0; k < d; ++k) dv[k] += ar * gr[k];
-          }
-        }
-#pragma omp simd
-        for (int k = 0; k < d; ++k) dv[k] -= kv * v[k];
+        const Real kv = r[s] * r[s] * key / Real(d);
+        if (R == 1) source_gradient_row<1>(gr.dsources[s] + t * d, acc, v[s], g, u, a, b, kv, d);
+        else source_gradient_row<2>(gr.dsources[s] + t * d, acc, v[s], g, u, a, b, kv, d);
       }
     }
   }
-  // dw_r += acc_r * gamma; dgamma += sum_r acc_r * w_r (acc summed over chunks in order).
+  // dw_r += acc_r * gamma; dgamma += sum_r acc_r * w_r; dnorm_o += acc_norm_o (chunks summed in order).
 #pragma omp parallel for schedule(static) if (chunks * d >= kParallelMin)
   for (int k = 0; k < d; ++k) {
     for (int ro = 0; ro < R; ++ro) {
       if (rd.queries[ro] == nullptr) continue;
       Real a = 0;
-      for (std::int64_t c = 0; c < chunks; ++c) a += scratch[c * kMaxRoutes * d + ro * d + k];
-      if (dqueries[ro] != nullptr) dqueries[ro][k] += a * gamma[k];
-      dgamma[k] += a * rd.queries[ro][k];
+      for (std::int64_t ch = 0; ch < chunks; ++ch) a += scratch[ch * kScratchRows * d + ro * d + k];
+      if (gr.dqueries[ro] != nullptr) gr.dqueries[ro][k] += a * gamma[k];
+      gr.dgamma[k] += a * rd.queries[ro][k];
+    }
+    for (int o = 0; o < n_out; ++o) {
+      if (rd.out_norm[o] == nullptr || gr.dout_norm[o] == nullptr) continue;
+      Real a = 0;
+      for (std::int64_t ch = 0; ch < chunks; ++ch) a += scratch[(ch * kScratchRows + kMaxRoutes + o) * d + k];
+      gr.dout_norm[o][k] += a;
     }
   }
 }
@@ -209,11 +329,9 @@ template void depth_weights<float>(const float*, int, bool, float*);
 template void depth_weights<double>(const double*, int, bool, double*);
 template void depth_read_forward<float>(const DepthRead<float>&, float* const*, float*, float*);
 template void depth_read_forward<double>(const DepthRead<double>&, double* const*, double*, double*);
-template void depth_read_route_from_logits<float>(const DepthRead<float>&, int, const float*, float*);
-template void depth_read_route_from_logits<double>(const DepthRead<double>&, int, const double*, double*);
-template void depth_read_backward<float>(const DepthRead<float>&, const float*, const float*, const float* const*,
-                                         float* const*, float* const*, float*, float*);
+template void depth_read_backward<float>(const DepthRead<float>&, const float*, const float*,
+                                         const DepthReadGrads<float>&, float*);
 template void depth_read_backward<double>(const DepthRead<double>&, const double*, const double*,
-                                          const double* const*, double* const*, double* const*, double*, double*);
+                                          const DepthReadGrads<double>&, double*);
 
 }  // namespace attnres::kernels

@@ -2,6 +2,8 @@
 // with RMS-normalised keys and raw values. One call serves one or two routes over the same
 // sources (RD-AttnRes), sharing the RMS factors and the key-norm weight: the sources are read
 // once per pass whatever the number of routes. Only per-token RMS factors and logits are saved.
+// An output can carry its sublayer's input RMSNorm (RD's value route): the read then emits the
+// normalised row, and the backward recomputes the mix per token instead of storing it.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,20 @@ struct DepthRead {
   int n_routes = 1;
   const Real* queries[kMaxRoutes] = {};  // pseudo-query [d] per route; nullptr = uniform route
   bool average = false;                  // a single output, the mean of the routes' mixes
+  // Where set, output o is RMSNorm(mix_o) * out_norm[o] (with eps above) instead of mix_o.
+  const Real* out_norm[kMaxRoutes] = {};
+};
+
+// What the backward reads and accumulates into (entries of unused outputs/routes are ignored).
+template <class Real>
+struct DepthReadGrads {
+  const Real* dout[kMaxRoutes] = {};  // per output [n_tok, d]: the gradient of out[o] as the forward wrote it
+  Real* const* dsources = nullptr;    // += per source [n_tok, d]
+  Real* dqueries[kMaxRoutes] = {};    // += per route [d]; null = not wanted
+  Real* dgamma = nullptr;             // += [d]
+  Real* dout_norm[kMaxRoutes] = {};   // += per normalised output [d]: its norm weight's gradient
+  Real* out[kMaxRoutes] = {};         // optional, per normalised output: receives the forward's out[o]
+                                      // again, bit for bit (for the weight gradient that reads it)
 };
 
 // out[r]: [n_tok, d] per route (out[0] alone when average). rms: [n_tok, n_sources].
@@ -29,18 +45,10 @@ struct DepthRead {
 template <class Real>
 void depth_read_forward(const DepthRead<Real>& read, Real* const* out, Real* rms, Real* logits);
 
-// Recomputes one route's output out [n_tok, d] from the logits the forward saved (no pass over
-// the sources for RMS factors and dots): bit-identical to that route's forward output. Not for
-// averaged reads (their single output mixes both routes).
+// Parameter gradients are summed over tokens in fixed chunk order. scratch: depth_read_scratch_size.
 template <class Real>
-void depth_read_route_from_logits(const DepthRead<Real>& read, int route, const Real* logits, Real* out);
-
-// dout[r] per route (dout[0] alone when average). Accumulates (+=) into dsources[s],
-// dqueries[r] (skipped where null) and dgamma. Parameter gradients are summed over tokens
-// in fixed chunk order. scratch: depth_read_scratch_size.
-template <class Real>
-void depth_read_backward(const DepthRead<Real>& read, const Real* rms, const Real* logits, const Real* const* dout,
-                         Real* const* dsources, Real* const* dqueries, Real* dgamma, Real* scratch);
+void depth_read_backward(const DepthRead<Real>& read, const Real* rms, const Real* logits,
+                         const DepthReadGrads<Real>& grads, Real* scratch);
 
 std::int64_t depth_read_scratch_size(std::int64_t n_tok, int d);
 

@@ -21,6 +21,25 @@ namespace k = kernels;
 namespace {
 constexpr std::int64_t kCrossEntropyRows = 256;
 bool is_attention(int j) { return j % 2 == 0; }
+
+// The parameters read j uses (j == n_sublayers: the final read), from the parameters or from
+// their gradients. RD's separate value route carries the sublayer's input norm (fused into the read).
+template <class Real>
+struct ReadParams {
+  Real* query = nullptr;
+  Real* value_query = nullptr;
+  Real* key_norm = nullptr;
+  Real* value_norm = nullptr;
+};
+
+template <class Real>
+ReadParams<Real> read_params(const ModelWeights<Real>& w, const ReadPlan& plan, int j, int n_sublayers) {
+  if (j == n_sublayers) return {w.final_query, nullptr, w.final_key_norm, nullptr};
+  const LayerWeights<Real>& l = w.layers[static_cast<std::size_t>(j / 2)];
+  if (!is_attention(j)) return {l.mlp_query, nullptr, l.mlp_key_norm, nullptr};
+  return {l.attn_query, plan.uniform_value ? nullptr : l.attn_value_query, l.attn_key_norm,
+          plan.separate_value ? l.attn_norm : nullptr};
+}
 }  // namespace
 
 std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
@@ -139,18 +158,15 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
   }
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
-  if (std::any_of(plans_.begin(), plans_.end(), [](const ReadPlan& p) { return p.separate_value; })) {
-    b.hv = take(bt * d);
+  if (std::any_of(plans_.begin(), plans_.end(), [](const ReadPlan& p) { return p.separate_value; }))
     b.xv = take(bt * d);
-    b.rstdv = take(bt);
-  }
   const int half = config_.head_dim() / 2;
   b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
   b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
   b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
   if (with_grad_) {
     b.demb = take(bt * d);
-    for (Real** p : {&b.dx_final, &b.dh, &b.dhv, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
+    for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
     for (Real** p : {&b.dgate, &b.dup, &b.dact}) *p = take(bt * H);
     b.reduce = take(std::max(k::rmsnorm_scratch_size(bt, config_.d_model), k::depth_read_scratch_size(bt, config_.d_model)));
   }
@@ -213,10 +229,10 @@ Real* Model<Real>::dwrite_base(int j) {
   return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
 }
 
-// The kernel's view of one planned read; `sources` receives the source pointers.
 template <class Real>
-k::DepthRead<Real> Model<Real>::depth_read(const ReadPlan& plan, const Real* query, const Real* value_query,
-                                           const Real* key_norm, const Real** sources) const {
+k::DepthRead<Real> Model<Real>::depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const {
+  const ReadPlan& plan = plans_[static_cast<std::size_t>(j)];
+  const ReadParams<Real> p = read_params(w, plan, j, config_.n_sublayers());
   for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = source(plan.sources[s]);
   k::DepthRead<Real> rd;
   rd.sources = sources;
@@ -224,34 +240,42 @@ k::DepthRead<Real> Model<Real>::depth_read(const ReadPlan& plan, const Real* que
   rd.n_tok = n_tok_;
   rd.d = config_.d_model;
   rd.eps = static_cast<Real>(config_.norm_eps);
-  rd.gamma = key_norm;
+  rd.gamma = p.key_norm;
   rd.n_routes = plan.n_routes;
-  rd.queries[0] = query;
-  rd.queries[1] = plan.uniform_value ? nullptr : value_query;
+  rd.queries[0] = p.query;
+  rd.queries[1] = p.value_query;
   rd.average = plan.average;
+  rd.out_norm[1] = p.value_norm;
   return rd;
 }
 
 template <class Real>
-void Model<Real>::run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
-                           Real* out, Real* out_v, Real* rms, Real* logits) {
+void Model<Real>::run_read(int j, Real* out, Real* xv, Real* rms, Real* logits) {
   const Real* sources[k::kMaxSources];
-  const k::DepthRead<Real> rd = depth_read(plan, query, value_query, key_norm, sources);
-  Real* outs[k::kMaxRoutes] = {out, out_v};
+  const k::DepthRead<Real> rd = depth_read(j, w_, sources);
+  Real* outs[k::kMaxRoutes] = {out, xv};
   k::depth_read_forward(rd, outs, rms, logits);
 }
 
 template <class Real>
-void Model<Real>::run_read_backward(const ReadPlan& plan, const Real* query, const Real* value_query,
-                                    const Real* key_norm, Real* dquery, Real* dvalue_query, Real* dkey_norm,
-                                    const Real* dout, const Real* dout_v, const Real* rms, const Real* logits) {
+void Model<Real>::run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits,
+                                    Real* xv) {
+  const ReadPlan& plan = plans_[static_cast<std::size_t>(j)];
   const Real* sources[k::kMaxSources];
-  const k::DepthRead<Real> rd = depth_read(plan, query, value_query, key_norm, sources);
+  const k::DepthRead<Real> rd = depth_read(j, w_, sources);
+  const ReadParams<Real> pg = read_params(g_, plan, j, config_.n_sublayers());
   Real* dsources[k::kMaxSources];
   for (std::size_t s = 0; s < plan.sources.size(); ++s) dsources[s] = dsource(plan.sources[s]);
-  const Real* douts[k::kMaxRoutes] = {dout, dout_v};
-  Real* dqueries[k::kMaxRoutes] = {dquery, plan.uniform_value ? nullptr : dvalue_query};
-  k::depth_read_backward(rd, rms, logits, douts, dsources, dqueries, dkey_norm, buf_.reduce);
+  k::DepthReadGrads<Real> gr;
+  gr.dout[0] = dout;
+  gr.dout[1] = dxv;
+  gr.dsources = dsources;
+  gr.dqueries[0] = pg.query;
+  gr.dqueries[1] = pg.value_query;
+  gr.dgamma = pg.key_norm;
+  gr.dout_norm[1] = pg.value_norm;
+  gr.out[1] = xv;
+  k::depth_read_backward(rd, rms, logits, gr, buf_.reduce);
 }
 
 template <class Real>
@@ -270,15 +294,12 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
     const bool attn = is_attention(j);
     const Real* h = input_of(j);
     const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
+    const bool separate = plan != nullptr && plan->separate_value;
     if (reads) {
-      run_read(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query, attn ? lw.attn_key_norm : lw.mlp_key_norm,
-               s.h, buf_.hv, s.rms, s.read_logits);
+      run_read(j, s.h, separate ? buf_.xv : nullptr, s.rms, s.read_logits);
       h = s.h;
     }
-    const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
-    k::rmsnorm_forward(s.x, s.rstd, h, norm_w, n, d, eps);
-    const bool separate = plan != nullptr && plan->separate_value;
-    if (separate) k::rmsnorm_forward(buf_.xv, buf_.rstdv, buf_.hv, norm_w, n, d, eps);
+    k::rmsnorm_forward(s.x, s.rstd, h, attn ? lw.attn_norm : lw.mlp_norm, n, d, eps);
     const Real* base = write_base(j);
     if (base != nullptr) k::copy(s.out, base, n * d);
     if (attn) {
@@ -309,8 +330,7 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
   }
   const Real* h_final = buf_.sub.back().out;
   if (reads) {
-    run_read(plans_.back(), w_.final_query, nullptr, w_.final_key_norm, buf_.h_final, nullptr, buf_.rms_final,
-             buf_.logits_final);
+    run_read(config_.n_sublayers(), buf_.h_final, nullptr, buf_.rms_final, buf_.logits_final);
     h_final = buf_.h_final;
   }
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, h_final, w_.final_norm, n, d, eps);
@@ -328,8 +348,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
   const Real* h_final = reads ? b.h_final : b.sub.back().out;
   k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, h_final, w_.final_norm, b.rstd_final, n, d, b.reduce);
   if (reads) {
-    run_read_backward(plans_.back(), w_.final_query, nullptr, w_.final_key_norm, g_.final_query, nullptr,
-                      g_.final_key_norm, b.dh, nullptr, b.rms_final, b.logits_final);
+    run_read_backward(config_.n_sublayers(), b.dh, nullptr, b.rms_final, b.logits_final, nullptr);
   } else {
     k::add_into(b.sub.back().dout, b.dh, n * d);
   }
@@ -341,14 +360,6 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     const bool attn = is_attention(j);
     const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
     const bool separate = plan != nullptr && plan->separate_value;
-    if (separate) {
-      // Recompute the value route's input from the saved logits (bit-identical to the forward:
-      // the same weights and mix, without the pass over the sources for RMS factors and dots).
-      const Real* sources[k::kMaxSources];
-      const k::DepthRead<Real> rd = depth_read(*plan, lw.attn_query, lw.attn_value_query, lw.attn_key_norm, sources);
-      k::depth_read_route_from_logits(rd, 1, s.read_logits, b.hv);
-      k::rmsnorm_forward(b.xv, b.rstdv, b.hv, lw.attn_norm, n, d, static_cast<Real>(config_.norm_eps));
-    }
     // s.dout is complete: every later user of this partial sum has been visited.
     if (Real* dbase = dwrite_base(j)) k::add_into(dbase, s.dout, n * d);
     if (attn) {
@@ -359,7 +370,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
       k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
       k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d, precision_);
       k::linear_backward_weight(lg.wk, b.dk, s.x, n, d, d, precision_);
-      k::linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, n, d, d, precision_);
+      if (!separate) k::linear_backward_weight(lg.wv, b.dv, s.x, n, d, d, precision_);  // RD's: after its read
       k::linear_backward_input(b.dx, b.dq, lw.wq, n, d, d, false, precision_);
       k::linear_backward_input(b.dx, b.dk, lw.wk, n, d, d, true, precision_);
       if (separate) k::linear_backward_input(b.dxv, b.dv, lw.wv, n, d, d, false, precision_);
@@ -377,12 +388,11 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     Real* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
     const Real* h = reads ? s.h : input_of(j);
     k::rmsnorm_backward(b.dh, dnorm_w, b.dx, h, norm_w, s.rstd, n, d, b.reduce);
-    if (separate) k::rmsnorm_backward(b.dhv, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce);
     if (reads) {
-      run_read_backward(*plan, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query,
-                        attn ? lw.attn_key_norm : lw.mlp_key_norm, attn ? lg.attn_query : lg.mlp_query,
-                        lg.attn_value_query, attn ? lg.attn_key_norm : lg.mlp_key_norm, b.dh, b.dhv, s.rms,
-                        s.read_logits);
+      // RD's value route: the read's backward takes dxv through the fused norm and recomputes
+      // the normalised input xv on the way (bit for bit), which Wv's gradient then reads.
+      run_read_backward(j, b.dh, separate ? b.dxv : nullptr, s.rms, s.read_logits, separate ? b.xv : nullptr);
+      if (separate) k::linear_backward_weight(lg.wv, b.dv, b.xv, n, d, d, precision_);
     } else {
       k::add_into(dinput_of(j), b.dh, n * d);
     }

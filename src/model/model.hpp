@@ -111,13 +111,12 @@ class Model {
     Real* logits_final = nullptr;
     Real* x_final = nullptr;
     Real* rstd_final = nullptr;
-    // RD's value route (decoupled, frozen): its read output and normalised input are not kept
-    // per layer but recomputed in the backward, so RD needs no more activation memory than Block.
-    Real* hv = nullptr;
+    // RD's value route (decoupled, frozen): the read emits its normalised input directly (the
+    // norm is fused into the read), and the backward recomputes it, so it is not kept per layer
+    // and RD needs no more activation memory than Block.
     Real* xv = nullptr;
-    Real* rstdv = nullptr;
     // Gradient scratch shared by all sublayers.
-    Real *dx_final = nullptr, *dh = nullptr, *dhv = nullptr, *dx = nullptr, *dxv = nullptr;
+    Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
     Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
     Real *dgate = nullptr, *dup = nullptr, *dact = nullptr;
     Real* reduce = nullptr;
@@ -135,13 +134,14 @@ class Model {
   Real* dwrite_base(int j);
   const Real* source(int index) const;
   Real* dsource(int index);
-  kernels::DepthRead<Real> depth_read(const ReadPlan& plan, const Real* query, const Real* value_query,
-                                      const Real* key_norm, const Real** sources) const;
-  void run_read(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
-                Real* out, Real* out_v, Real* rms, Real* logits);
-  void run_read_backward(const ReadPlan& plan, const Real* query, const Real* value_query, const Real* key_norm,
-                         Real* dquery, Real* dvalue_query, Real* dkey_norm, const Real* dout, const Real* dout_v,
-                         const Real* rms, const Real* logits);
+  // One planned read's view for the kernels: the read of sublayer j (j == n_sublayers: the final
+  // read) with its weights from w; `sources` receives the source pointers.
+  kernels::DepthRead<Real> depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const;
+  // out: the read's output (the QK route); xv: RD's normalised value-route input.
+  void run_read(int j, Real* out, Real* xv, Real* rms, Real* logits);
+  // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
+  // value-route input again (for Wv's gradient).
+  void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
 
   ModelConfig config_;
   ParamLayout layout_;

@@ -82,9 +82,12 @@ TEST(DepthRead, SpecVectorBForwardAndBackward) {
   std::vector<std::vector<double>> dv(3, std::vector<double>(4, 0.0));
   std::vector<double> dw(4, 0.0), dgamma(4, 0.0), scratch(k::depth_read_scratch_size(1, 4));
   double* dsrc[] = {dv[0].data(), dv[1].data(), dv[2].data()};
-  const double* dout[] = {g.data(), nullptr};
-  double* dq[] = {dw.data(), nullptr};
-  k::depth_read_backward(rd, rms.data(), logits.data(), dout, dsrc, dq, dgamma.data(), scratch.data());
+  k::DepthReadGrads<double> gr;
+  gr.dout[0] = g.data();
+  gr.dsources = dsrc;
+  gr.dqueries[0] = dw.data();
+  gr.dgamma = dgamma.data();
+  k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
   const double dv_ref[3][4] = {{0.890529627, -0.057744158, -0.658493554, 0.298520584},
                                {0.075216396, 0.003367939, -0.081952275, 0.039292162},
                                {0.056184052, 0.122280272, -0.300744596, -0.024313781}};
@@ -113,6 +116,7 @@ struct ReadCase {
   int n_routes;
   bool uniform_second;
   bool average;
+  bool normed_last = false;  // the last output carries an RMSNorm (RD's value route)
 };
 
 void check_read_gradients(const ReadCase& c) {
@@ -122,6 +126,8 @@ void check_read_gradients(const ReadCase& c) {
   std::vector<double> gamma = random_vector<double>(d, 3, 0.5);
   for (auto& x : gamma) x += 1.0;
   std::vector<std::vector<double>> q = {random_vector<double>(d, 4), random_vector<double>(d, 5)};
+  std::vector<double> norm_w = random_vector<double>(d, 6, 0.5);
+  for (auto& x : norm_w) x += 1.0;
   const int n_out = c.average ? 1 : c.n_routes;
   std::vector<std::vector<double>> upstream;
   for (int o = 0; o < n_out; ++o) upstream.push_back(random_vector<double>(n_tok * d, 20 + o));
@@ -140,6 +146,7 @@ void check_read_gradients(const ReadCase& c) {
     rd.queries[0] = q[0].data();
     rd.queries[1] = c.n_routes > 1 && !c.uniform_second ? q[1].data() : nullptr;
     rd.average = c.average;
+    if (c.normed_last) rd.out_norm[n_out - 1] = norm_w.data();
     return rd;
   };
   std::vector<std::vector<double>> out(2, std::vector<double>(n_tok * d));
@@ -156,15 +163,28 @@ void check_read_gradients(const ReadCase& c) {
   loss();
   std::vector<std::vector<double>> dv(c.n_sources, std::vector<double>(n_tok * d, 0.0));
   std::vector<std::vector<double>> dq(2, std::vector<double>(d, 0.0));
-  std::vector<double> dgamma(d, 0.0), scratch(k::depth_read_scratch_size(n_tok, d));
+  std::vector<double> dgamma(d, 0.0), dnorm(d, 0.0), scratch(k::depth_read_scratch_size(n_tok, d));
+  std::vector<double> again(n_tok * d, 0.0);
   {
     std::vector<const double*> src;
     auto rd = make(src);
     std::vector<double*> dsrc;
     for (auto& x : dv) dsrc.push_back(x.data());
-    const double* douts[] = {upstream[0].data(), n_out > 1 ? upstream[1].data() : nullptr};
-    double* dqs[] = {dq[0].data(), dq[1].data()};
-    k::depth_read_backward(rd, rms.data(), logits.data(), douts, dsrc.data(), dqs, dgamma.data(), scratch.data());
+    k::DepthReadGrads<double> gr;
+    for (int o = 0; o < n_out; ++o) gr.dout[o] = upstream[o].data();
+    gr.dsources = dsrc.data();
+    gr.dqueries[0] = dq[0].data();
+    gr.dqueries[1] = dq[1].data();
+    gr.dgamma = dgamma.data();
+    gr.dout_norm[n_out - 1] = dnorm.data();
+    gr.out[n_out - 1] = again.data();
+    k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+  }
+  if (c.normed_last) {
+    EXPECT_EQ(again, out[n_out - 1]) << "the backward's recomputed output differs from the forward's";
+    EXPECT_LT(max_rel_error(dnorm, numeric_gradient(loss, norm_w)), 1e-7) << "output norm weight";
+  } else {
+    for (double x : dnorm) EXPECT_EQ(x, 0.0);
   }
   for (int s = 0; s < c.n_sources; ++s)
     EXPECT_LT(max_rel_error(dv[s], numeric_gradient(loss, v[s])), 1e-7) << "source " << s;
@@ -189,6 +209,10 @@ TEST(DepthRead, GradientSingleSource) { check_read_gradients({1, 1, false, false
 TEST(DepthRead, GradientTwoRoutes) { check_read_gradients({3, 2, false, false}); }
 TEST(DepthRead, GradientAveragedRoutes) { check_read_gradients({3, 2, false, true}); }
 TEST(DepthRead, GradientUniformValueRoute) { check_read_gradients({5, 2, true, false}); }
+TEST(DepthRead, GradientNormalisedValueRoute) { check_read_gradients({3, 2, false, false, true}); }
+TEST(DepthRead, GradientNormalisedUniformValueRoute) { check_read_gradients({4, 2, true, false, true}); }
+TEST(DepthRead, GradientNormalisedSingleRoute) { check_read_gradients({4, 1, false, false, true}); }
+TEST(DepthRead, GradientNormalisedAveragedRoutes) { check_read_gradients({3, 2, false, true, true}); }
 
 TEST(DepthRead, NoInverseSqrtDScale) {
   // Pitfall from the spec: a 1/sqrt(d) logit scale gives alpha_0 ~ 0.881 on vector A.
@@ -209,9 +233,10 @@ TEST(DepthRead, NoInverseSqrtDScale) {
   EXPECT_GT(alpha[0], 0.98);
 }
 
-TEST(DepthRead, RouteFromLogitsEqualsTheForwardBitForBit) {
-  // The RD backward recomputes the value route from saved logits; it must equal the forward's
-  // output exactly (float: the production type), for a learned and for a uniform (frozen) route.
+TEST(DepthRead, RecomputedNormalisedOutputEqualsTheForwardBitForBit) {
+  // The RD backward recomputes the value route's normalised input (for Wv's gradient); it must
+  // equal the forward's exactly (float: the production type), for a learned and a uniform route,
+  // at a width with a vector tail.
   const int n = 5, d = 37;
   const std::int64_t tok = 70;
   std::vector<std::vector<float>> v;
@@ -221,7 +246,8 @@ TEST(DepthRead, RouteFromLogitsEqualsTheForwardBitForBit) {
   }
   const auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
   const auto q0 = to_f(random_vector<double>(d, 1)), q1 = to_f(random_vector<double>(d, 2)),
-             gamma = to_f(random_vector<double>(d, 3));
+             gamma = to_f(random_vector<double>(d, 3)), norm_w = to_f(random_vector<double>(d, 4)),
+             g0 = to_f(random_vector<double>(tok * d, 5)), g1 = to_f(random_vector<double>(tok * d, 6));
   std::vector<const float*> src;
   for (const auto& x : v) src.push_back(x.data());
   for (bool uniform : {false, true}) {
@@ -235,12 +261,24 @@ TEST(DepthRead, RouteFromLogitsEqualsTheForwardBitForBit) {
     rd.n_routes = 2;
     rd.queries[0] = q0.data();
     rd.queries[1] = uniform ? nullptr : q1.data();
-    std::vector<float> h0(tok * d), h1(tok * d), rms(tok * n), logits(2 * tok * n), again(tok * d, -1.0f);
-    float* out[] = {h0.data(), h1.data()};
+    rd.out_norm[1] = norm_w.data();
+    std::vector<float> h0(tok * d), xv(tok * d), rms(tok * n), logits(2 * tok * n), again(tok * d, -1.0f);
+    float* out[] = {h0.data(), xv.data()};
     k::depth_read_forward(rd, out, rms.data(), logits.data());
-    k::depth_read_route_from_logits(rd, 1, logits.data(), again.data());
-    EXPECT_EQ(std::memcmp(again.data(), h1.data(), h1.size() * sizeof(float)), 0) << "uniform=" << uniform;
-    k::depth_read_route_from_logits(rd, 0, logits.data(), again.data());
-    EXPECT_EQ(std::memcmp(again.data(), h0.data(), h0.size() * sizeof(float)), 0) << "route 0";
+    std::vector<std::vector<float>> dv(n, std::vector<float>(tok * d, 0.0f));
+    std::vector<float*> dsrc;
+    for (auto& x : dv) dsrc.push_back(x.data());
+    std::vector<float> dq0(d), dq1(d), dgamma(d), dnorm(d), scratch(k::depth_read_scratch_size(tok, d));
+    k::DepthReadGrads<float> gr;
+    gr.dout[0] = g0.data();
+    gr.dout[1] = g1.data();
+    gr.dsources = dsrc.data();
+    gr.dqueries[0] = dq0.data();
+    gr.dqueries[1] = dq1.data();
+    gr.dgamma = dgamma.data();
+    gr.dout_norm[1] = dnorm.data();
+    gr.out[1] = again.data();
+    k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+    EXPECT_EQ(std::memcmp(again.data(), xv.data(), xv.size() * sizeof(float)), 0) << "uniform=" << uniform;
   }
 }
