@@ -26,6 +26,7 @@
 
 #include "cli/commands.hpp"
 #include "experiment/runner.hpp"
+#include "experiment/stats.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "model/model.hpp"
@@ -128,12 +129,7 @@ std::vector<int> parse_seqs(const std::string& text) {
   return seqs;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double median(const std::vector<double>& v) { return v.empty() ? 0 : experiment::median_interval(v).median; }
 
 // A value of /proc/self/status in bytes (VmRSS: now; VmHWM: peak of this process image, which,
 // unlike getrusage's ru_maxrss, does not inherit the parent's footprint across fork + exec).
@@ -632,13 +628,15 @@ void run_bench(const BenchArgs& a) {
             "--threads", std::to_string(threads), "--seed", std::to_string(a.seed), "--precision", precision};
         const json r = parse_worker_output(run_child(argv), "paired " + arms[i] + " " + arms[0]);
         const auto ratios = r.at("ratio_b_over_a").get<std::vector<double>>();
-        const double ratio = median(ratios);
-        std::fprintf(stderr, "step time ratio %.3f\n", ratio);
+        const experiment::MedianInterval ratio = experiment::median_interval(ratios);
+        std::fprintf(stderr, "step time ratio %.3f (95%% CI %.3f-%.3f)\n", ratio.median, ratio.low, ratio.high);
         paired.push_back({{"seq", seq},
                           {"batch", batch},
                           {"a", arms[0]},
                           {"b", arms[i]},
-                          {"step_time_ratio", ratio},
+                          {"step_time_ratio", ratio.median},
+                          {"ratio_ci95_low", ratio.low},
+                          {"ratio_ci95_high", ratio.high},
                           {"ratio_min", *std::min_element(ratios.begin(), ratios.end())},
                           {"ratio_max", *std::max_element(ratios.begin(), ratios.end())},
                           {"a_ms_median", median(r.at("step_ms_a").get<std::vector<double>>())},
@@ -808,11 +806,14 @@ void run_bench(const BenchArgs& a) {
                   double(r["peak_rss_delta_bytes"].get<std::int64_t>()) / 1e6);
   }
   if (!paired.empty()) {
-    std::printf("\nattnres paired in one process, alternate steps (median of per-step ratios, range):\n");
+    std::printf("\nattnres paired in one process, alternate steps (median of per-step ratios, its distribution-free\n"
+                "95%% confidence interval, range; more --steps narrow the interval):\n");
     for (const auto& r : paired)
-      std::printf("  %s / %s T=%-5d step time %.3f (%.3f-%.3f over %zu step pairs)\n", r["b"].get<std::string>().c_str(),
-                  r["a"].get<std::string>().c_str(), r["seq"].get<int>(), r["step_time_ratio"].get<double>(),
-                  r["ratio_min"].get<double>(), r["ratio_max"].get<double>(), r["ratios"].size());
+      std::printf("  %s / %s T=%-5d step time %.3f (95%% CI %.3f-%.3f; range %.3f-%.3f over %zu step pairs)\n",
+                  r["b"].get<std::string>().c_str(), r["a"].get<std::string>().c_str(), r["seq"].get<int>(),
+                  r["step_time_ratio"].get<double>(), r["ratio_ci95_low"].get<double>(),
+                  r["ratio_ci95_high"].get<double>(), r["ratio_min"].get<double>(), r["ratio_max"].get<double>(),
+                  r["ratios"].size());
   }
   const Cell* any = m.cells.empty() ? nullptr : &m.cells.front();
   if (any != nullptr) {

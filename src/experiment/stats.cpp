@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "util/error.hpp"
 
@@ -147,5 +148,29 @@ PairedStats paired_stats(std::span<const double> differences) {
 }
 
 double ppl_change(double delta_nll) { return std::expm1(delta_nll); }
+
+MedianInterval median_interval(std::span<const double> x, double level) {
+  require(level > 0 && level < 1, "median_interval: level must be in (0, 1), got ", level);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (x.empty()) return {nan, nan, nan};
+  std::vector<double> v(x.begin(), x.end());
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  MedianInterval m;
+  m.median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  // P(B < j) for B ~ Binomial(n, 1/2), accumulated term by term in log space (no overflow).
+  const double tail = (1 - level) / 2, log_half_n = static_cast<double>(n) * std::log(0.5);
+  std::size_t j = 0;  // the largest rank (1-based) with P(B < j) <= tail; 0: none
+  double below = 0;   // P(B < j + 1) = P(B <= j)
+  for (std::size_t i = 0; i <= n / 2; ++i) {
+    const double log_choose = std::lgamma(double(n) + 1) - std::lgamma(double(i) + 1) - std::lgamma(double(n - i) + 1);
+    below += std::exp(log_choose + log_half_n);  // now P(B <= i) = P(B < i + 1)
+    if (below > tail) break;
+    j = i + 1;
+  }
+  m.low = j == 0 ? v.front() : v[j - 1];
+  m.high = j == 0 ? v.back() : v[n - j];
+  return m;
+}
 
 }  // namespace attnres::experiment

@@ -40,6 +40,16 @@ struct PairedStats {
 
 PairedStats paired_stats(std::span<const double> differences);
 
+// The median of x and a distribution-free confidence interval for it: order statistics
+// x_(j) and x_(n+1-j) with j the largest rank where P(Binomial(n, 1/2) < j) <= (1 - level)/2
+// (coverage >= level for any continuous distribution). With few values (n <= 8 at 95%) that
+// is the whole range [min, max]. Empty x: all NaN.
+struct MedianInterval {
+  double median = 0, low = 0, high = 0;
+};
+
+MedianInterval median_interval(std::span<const double> x, double level = 0.95);
+
 // Relative perplexity change for an NLL difference (arm − baseline): exp(ΔNLL) − 1.
 // Negative is a reduction; the paper's "perplexity reduction" is 1 − exp(−reduction) = −ppl_change(Δ).
 double ppl_change(double delta_nll);

@@ -131,3 +131,35 @@ TEST(PerplexityChange, MatchesThePaper) {
 
 }  // namespace
 }  // namespace attnres::experiment
+
+namespace ex = attnres::experiment;
+
+TEST(MedianInterval, OrderStatisticsOfTheBinomialTable) {
+  // 95%: n = 10 -> ranks 2 and 9; n = 40 -> ranks 14 and 27 (standard tables); given unsorted.
+  std::vector<double> ten = {10, 3, 7, 1, 9, 2, 8, 4, 6, 5};
+  const ex::MedianInterval a = ex::median_interval(ten);
+  EXPECT_DOUBLE_EQ(a.median, 5.5);
+  EXPECT_DOUBLE_EQ(a.low, 2);
+  EXPECT_DOUBLE_EQ(a.high, 9);
+  std::vector<double> forty;
+  for (int i = 40; i >= 1; --i) forty.push_back(i);
+  const ex::MedianInterval b = ex::median_interval(forty);
+  EXPECT_DOUBLE_EQ(b.median, 20.5);
+  EXPECT_DOUBLE_EQ(b.low, 14);
+  EXPECT_DOUBLE_EQ(b.high, 27);
+  // A lower level gives a narrower interval.
+  const ex::MedianInterval c = ex::median_interval(forty, 0.90);
+  EXPECT_GT(c.low, b.low);
+  EXPECT_LT(c.high, b.high);
+}
+
+TEST(MedianInterval, FewValuesGiveTheRangeAndNoneGiveNaN) {
+  std::vector<double> five = {3, 1, 2, 5, 4};
+  const ex::MedianInterval a = ex::median_interval(five);
+  EXPECT_DOUBLE_EQ(a.median, 3);
+  EXPECT_DOUBLE_EQ(a.low, 1);
+  EXPECT_DOUBLE_EQ(a.high, 5);
+  const ex::MedianInterval e = ex::median_interval(std::vector<double>{});
+  EXPECT_TRUE(std::isnan(e.median) && std::isnan(e.low) && std::isnan(e.high));
+  EXPECT_THROW(ex::median_interval(five, 1.0), std::exception);
+}
