@@ -265,10 +265,11 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
         mix_coefficients(rd, alpha, o, c[o]);
         mix_rows(1, &mix, v, &c[o], n, d);
         const Real r = inverse_rms(mix, d, rd.eps);
-        if (gr.out[o] != nullptr) scale_row(gr.out[o] + t * d, mix, r, rd.out_norm[o], d);
         Real* dm = dmix + o * d;
         rmsnorm_row_backward(dm, acc_norm + o * d, gout[o], mix, rd.out_norm[o], r, d);
         gout[o] = dm;
+        // After the gradient row is consumed: out may be dout's buffer (its row is in cache).
+        if (gr.out[o] != nullptr) scale_row(gr.out[o] + t * d, mix, r, rd.out_norm[o], d);
       }
       const Real* g[kMaxRoutes] = {};
       for (int ro = 0; ro < R; ++ro) g[ro] = gout[rd.average ? 0 : ro];

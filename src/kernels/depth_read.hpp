@@ -37,7 +37,8 @@ struct DepthReadGrads {
   Real* dgamma = nullptr;             // += [d]
   Real* dout_norm[kMaxRoutes] = {};   // += per normalised output [d]: its norm weight's gradient
   Real* out[kMaxRoutes] = {};         // optional, per normalised output: receives the forward's out[o]
-                                      // again, bit for bit (for the weight gradient that reads it)
+                                      // again, bit for bit (for the weight gradient that reads it);
+                                      // may be dout[o]'s buffer, which it then overwrites
 };
 
 // out[r]: [n_tok, d] per route (out[0] alone when average). rms: [n_tok, n_sources].

@@ -390,9 +390,10 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     k::rmsnorm_backward(b.dh, dnorm_w, b.dx, h, norm_w, s.rstd, n, d, b.reduce);
     if (reads) {
       // RD's value route: the read's backward takes dxv through the fused norm and recomputes
-      // the normalised input xv on the way (bit for bit), which Wv's gradient then reads.
-      run_read_backward(j, b.dh, separate ? b.dxv : nullptr, s.rms, s.read_logits, separate ? b.xv : nullptr);
-      if (separate) k::linear_backward_weight(lg.wv, b.dv, b.xv, n, d, d, precision_);
+      // the normalised input xv on the way (bit for bit) into dxv's buffer, row by row as dxv
+      // is consumed (no separate buffer to fetch), which Wv's gradient then reads.
+      run_read_backward(j, b.dh, separate ? b.dxv : nullptr, s.rms, s.read_logits, separate ? b.dxv : nullptr);
+      if (separate) k::linear_backward_weight(lg.wv, b.dv, b.dxv, n, d, d, precision_);
     } else {
       k::add_into(dinput_of(j), b.dh, n * d);
     }

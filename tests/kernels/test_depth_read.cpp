@@ -265,20 +265,31 @@ TEST(DepthRead, RecomputedNormalisedOutputEqualsTheForwardBitForBit) {
     std::vector<float> h0(tok * d), xv(tok * d), rms(tok * n), logits(2 * tok * n), again(tok * d, -1.0f);
     float* out[] = {h0.data(), xv.data()};
     k::depth_read_forward(rd, out, rms.data(), logits.data());
-    std::vector<std::vector<float>> dv(n, std::vector<float>(tok * d, 0.0f));
-    std::vector<float*> dsrc;
-    for (auto& x : dv) dsrc.push_back(x.data());
-    std::vector<float> dq0(d), dq1(d), dgamma(d), dnorm(d), scratch(k::depth_read_scratch_size(tok, d));
-    k::DepthReadGrads<float> gr;
-    gr.dout[0] = g0.data();
-    gr.dout[1] = g1.data();
-    gr.dsources = dsrc.data();
-    gr.dqueries[0] = dq0.data();
-    gr.dqueries[1] = dq1.data();
-    gr.dgamma = dgamma.data();
-    gr.dout_norm[1] = dnorm.data();
-    gr.out[1] = again.data();
-    k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
-    EXPECT_EQ(std::memcmp(again.data(), xv.data(), xv.size() * sizeof(float)), 0) << "uniform=" << uniform;
+    // Twice: into a buffer of its own, and into dout[1]'s buffer (as the model does), which must
+    // change nothing else.
+    std::vector<std::vector<float>> grads[2];
+    for (int aliased = 0; aliased < 2; ++aliased) {
+      std::vector<std::vector<float>> dv(n, std::vector<float>(tok * d, 0.0f));
+      std::vector<float*> dsrc;
+      for (auto& x : dv) dsrc.push_back(x.data());
+      std::vector<float> dq0(d), dq1(d), dgamma(d), dnorm(d), scratch(k::depth_read_scratch_size(tok, d));
+      std::vector<float> dxv = g1;
+      k::DepthReadGrads<float> gr;
+      gr.dout[0] = g0.data();
+      gr.dout[1] = dxv.data();
+      gr.dsources = dsrc.data();
+      gr.dqueries[0] = dq0.data();
+      gr.dqueries[1] = dq1.data();
+      gr.dgamma = dgamma.data();
+      gr.dout_norm[1] = dnorm.data();
+      gr.out[1] = aliased ? dxv.data() : again.data();
+      k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+      if (aliased) again = dxv;
+      EXPECT_EQ(std::memcmp(again.data(), xv.data(), xv.size() * sizeof(float)), 0)
+          << "uniform=" << uniform << " aliased=" << aliased;
+      grads[aliased] = dv;
+      for (auto* x : {&dq0, &dq1, &dgamma, &dnorm}) grads[aliased].push_back(*x);
+    }
+    EXPECT_EQ(grads[0], grads[1]) << "uniform=" << uniform;
   }
 }
