@@ -145,6 +145,12 @@ void source_stats(int n_q, const Real* v, const Real* const* q, const Real* gamm
   else source_stats<2>(v, q, gamma, d, out);
 }
 
+template <class Real>
+void dots_with(int n_y, const Real* x, const Real* const* y, int d, Real* out) {
+  if (n_y == 1) dots_with<1>(x, y, d, out);
+  else if (n_y == 2) dots_with<2>(x, y, d, out);
+}
+
 // The weights of the routes for one token, from the saved logits.
 template <class Real>
 void route_weights(const DepthRead<Real>& rd, const Real* logits, std::int64_t t, Real (*alpha)[kMaxSources],
@@ -280,8 +286,7 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
       for (int ro = 0; ro < R; ++ro) std::fill(delta[ro], delta[ro] + n, Real(0));
       for (int s = 0; s < n; ++s) {
         Real cs[kMaxRoutes] = {};
-        if (n_q == 1) dots_with<1>(v[s], gq, d, cs);
-        else if (n_q == 2) dots_with<2>(v[s], gq, d, cs);
+        dots_with(n_q, v[s], gq, d, cs);
         for (int i = 0; i < n_q; ++i) delta[route[i]][s] = cs[i] * gscale;
       }
       for (int i = 0; i < n_q; ++i) {
