@@ -1,0 +1,141 @@
+#include "results/run_result.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+#include <set>
+
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+
+namespace attnres::results {
+namespace {
+
+using nlohmann::json;
+
+// A depth distribution over `sources` sources.
+std::vector<double> distribution(const JsonValue& v, int sources) {
+  if (!v.raw().is_array()) v.bad("must be an array of numbers");
+  if (static_cast<int>(v.raw().size()) != sources)
+    v.bad(concat("has ", v.raw().size(), " entries but 'sources' is ", sources));
+  std::vector<double> out;
+  double sum = 0;
+  for (const JsonValue& e : v.array()) {
+    const double p = e.number();
+    if (p < 0) e.bad("must not be negative");
+    out.push_back(p);
+    sum += p;
+  }
+  // Token-averaged softmax weights sum to 1; the slack absorbs float32 accumulation in the runner,
+  // while a wrong array (logits, another layer's counts) still fails.
+  if (std::abs(sum - 1) > 1e-2) v.bad(concat("must sum to 1 (a distribution over sources), sums to ", sum));
+  return out;
+}
+
+}  // namespace
+
+json to_json(const LayerRouting& l) {
+  json j = {{"layer", l.layer}, {"sources", l.sources}, {"qk_mean", l.qk_mean}};
+  if (!l.v_mean.empty()) j["v_mean"] = l.v_mean;
+  if (std::isfinite(l.js_nats)) j["js_nats"] = l.js_nats;
+  return j;
+}
+
+void from_json(JsonObject& in, LayerRouting& l) {
+  const JsonValue layer = in.get("layer");
+  l.layer = static_cast<int>(layer.integer());
+  if (l.layer < 0) layer.bad("must not be negative");
+  const JsonValue sources = in.get("sources");
+  l.sources = static_cast<int>(sources.integer());
+  if (l.sources < 1) sources.bad("must be at least 1");
+  l.qk_mean = distribution(in.get("qk_mean"), l.sources);
+  if (const auto v = in.find("v_mean"); v && !v->is_null()) l.v_mean = distribution(*v, l.sources);
+  if (const auto js = in.find("js_nats"); js && !js->is_null()) {
+    l.js_nats = js->number();
+    if (l.js_nats < -1e-9 || l.js_nats > std::numbers::ln2 + 1e-6) js->bad("must lie in [0, ln 2]");
+    if (l.v_mean.empty()) js->bad("is given without 'v_mean'");
+  }
+}
+
+json to_json(const RunResult& r) {
+  json milestones = json::array(), curve = json::array();
+  for (const auto& m : r.milestones) milestones.push_back(to_json(m));
+  for (const auto& p : r.curve) curve.push_back(to_json(p));
+  json j = {{"arm", r.arm},
+            {"seed", r.seed},
+            {"params", r.params},
+            {"milestones", std::move(milestones)},
+            {"test_nll", r.test_nll},
+            {"tokens_per_sec", r.tokens_per_sec},
+            {"step_time_ms", r.step_time_ms},
+            {"peak_rss_bytes", r.peak_rss_bytes},
+            {"curve", std::move(curve)}};
+  if (!r.routing.empty()) {
+    json layers = json::array();
+    for (const auto& l : r.routing) layers.push_back(to_json(l));
+    j["routing"] = {{"layers", std::move(layers)}};
+  }
+  return j;
+}
+
+void from_json(JsonObject& in, RunResult& r) {
+  r.arm = in.get("arm").string();
+  r.seed = in.get("seed").integer();
+  const JsonValue params = in.get("params");
+  r.params = params.integer();
+  if (r.params <= 0) params.bad("must be positive");
+
+  for (const JsonValue& entry : in.get("milestones").array()) {
+    JsonObject object = entry.object();
+    Milestone m;
+    from_json(object, m);
+    object.finish();
+    if (!r.milestones.empty() && m.tokens <= r.milestones.back().tokens)
+      object.get("tokens").bad("must be larger than the one before");
+    r.milestones.push_back(m);
+  }
+
+  r.test_nll = in.get("test_nll").number();
+  r.tokens_per_sec = in.get("tokens_per_sec").non_negative();
+  const JsonValue rss = in.get("peak_rss_bytes");
+  r.peak_rss_bytes = rss.integer();
+  if (r.peak_rss_bytes < 0) rss.bad("must not be negative");
+  r.step_time_ms = in.get("step_time_ms").non_negative();
+
+  if (const auto curve = in.find("curve"))
+    for (const JsonValue& p : curve->array()) r.curve.push_back(read_object<LossPoint>(p));
+
+  if (const auto routing = in.find("routing"); routing && !routing->is_null()) {
+    JsonObject object = routing->object();
+    const JsonValue layers = object.get("layers");
+    std::set<int> seen;
+    for (const JsonValue& entry : layers.array()) {
+      JsonObject layer = entry.object();
+      LayerRouting l;
+      from_json(layer, l);
+      layer.finish();
+      if (!seen.insert(l.layer).second) layer.get("layer").bad(concat("repeats layer ", l.layer));
+      r.routing.push_back(std::move(l));
+    }
+    object.finish();
+    const bool two = std::any_of(r.routing.begin(), r.routing.end(), [](const auto& l) { return !l.v_mean.empty(); });
+    for (auto& l : r.routing) {
+      if (!two || !l.v_mean.empty()) continue;
+      // A single source gets all the weight on either route, so its V distribution may be left out.
+      if (l.sources == 1) l.v_mean = {1.0};
+      else layers.bad(concat("gives 'v_mean' for some layers but not for layer ", l.layer));
+    }
+    std::sort(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
+  }
+}
+
+std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed) {
+  return (std::filesystem::path(dir) / "runs" / arm / ("seed-" + std::to_string(seed)) / "result.json").string();
+}
+
+void write_run_result(const std::string& path, const RunResult& r) { write_text_atomically(path, to_json(r).dump(1)); }
+
+RunResult read_run_result(const std::string& path) { return read_json_file<RunResult>(path); }
+
+}  // namespace attnres::results

@@ -1,0 +1,51 @@
+// result.json: one finished run of a paired experiment, DIR/runs/<arm>/seed-<seed>/result.json.
+// The experiment runner writes it once the run has trained and been evaluated (its existence
+// marks the run finished); the summary reads it. Format: docs/experiments.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "results/strict_json.hpp"
+#include "results/train_result.hpp"
+
+namespace attnres::results {
+
+// One attention sublayer's routing, averaged over evaluation tokens by the runner.
+struct LayerRouting {
+  int layer = 0;
+  int sources = 0;
+  std::vector<double> qk_mean;     // the Q/K route's mean depth distribution (sources entries)
+  std::vector<double> v_mean;      // the V route's; empty for single-route arms
+  double js_nats = kNotAvailable;  // per-token JS averaged over tokens; NaN when the runner gave none
+};
+
+struct RunResult {
+  std::string arm;
+  std::int64_t seed = 0;
+  std::int64_t params = 0;
+  std::vector<Milestone> milestones;  // increasing tokens (the runner copies train_result.json's)
+  double test_nll = 0;
+  double tokens_per_sec = 0;
+  double step_time_ms = 0;
+  std::int64_t peak_rss_bytes = 0;
+  std::vector<LossPoint> curve;       // may be empty
+  std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
+};
+
+// Reading checks what one file can show: types, ranges, distributions summing to 1, a value route
+// given for all layers or none (a single-source layer may leave it out: it is {1}). Whether the file
+// fits its experiment (arm, seed, milestones) is the summary's check.
+nlohmann::json to_json(const LayerRouting& l);
+void from_json(JsonObject& in, LayerRouting& l);
+nlohmann::json to_json(const RunResult& r);
+void from_json(JsonObject& in, RunResult& r);
+
+// DIR/runs/<arm>/seed-<seed>/result.json
+std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed);
+void write_run_result(const std::string& path, const RunResult& r);  // atomically
+RunResult read_run_result(const std::string& path);
+
+}  // namespace attnres::results

@@ -1,0 +1,232 @@
+#include "results/summary.hpp"
+
+#include <filesystem>
+
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+
+namespace attnres::results {
+
+using nlohmann::json;
+
+namespace {
+
+template <class T>
+json array_json(const std::vector<T>& items) {
+  json out = json::array();
+  for (const auto& item : items) out.push_back(to_json(item));
+  return out;
+}
+
+template <class T>
+std::vector<T> read_array(const JsonValue& v) {
+  std::vector<T> out;
+  for (const JsonValue& item : v.array()) out.push_back(read_object<T>(item));
+  return out;
+}
+
+constexpr const char* kPerTokenMean = "per_token_mean";
+constexpr const char* kJsOfMeans = "js_of_mean_distributions";
+
+}  // namespace
+
+json to_json(const SeedValue& v) { return {{"seed", v.seed}, {"value", number_or_null(v.value)}}; }
+
+void from_json(JsonObject& in, SeedValue& v) {
+  v.seed = in.get("seed").integer();
+  v.value = in.get("value").number_or_null();
+}
+
+json to_json(const PairedSummary& p) {
+  return {{"n", p.n},
+          {"mean", number_or_null(p.mean)},
+          {"sd", number_or_null(p.sd)},
+          {"ci95_low", number_or_null(p.ci_low)},
+          {"ci95_high", number_or_null(p.ci_high)},
+          {"t", number_or_null(p.t)},
+          {"p_value", number_or_null(p.p_value)},
+          {"wins", p.wins}};
+}
+
+void from_json(JsonObject& in, PairedSummary& p) {
+  p.n = static_cast<int>(in.get("n").integer());
+  p.mean = in.get("mean").number_or_null();
+  p.sd = in.get("sd").number_or_null();
+  p.ci_low = in.get("ci95_low").number_or_null();
+  p.ci_high = in.get("ci95_high").number_or_null();
+  p.t = in.get("t").number_or_null();
+  p.p_value = in.get("p_value").number_or_null();
+  p.wins = static_cast<int>(in.get("wins").integer());
+}
+
+json to_json(const ArmComparison& a) {
+  json j = {{"arm", a.arm},
+            {"baseline", a.is_baseline},
+            {"nll", array_json(a.values)},
+            {"mean_nll", number_or_null(a.mean)}};
+  if (!a.is_baseline) {
+    j["delta_nll"] = array_json(a.deltas);
+    j["paired"] = to_json(a.stats);
+    j["ppl_change"] = number_or_null(a.ppl_change);
+    j["ppl_reduction"] = number_or_null(-a.ppl_change);
+    j["ppl_change_ci95"] = {number_or_null(a.ppl_change_ci_low), number_or_null(a.ppl_change_ci_high)};
+  }
+  return j;
+}
+
+void from_json(JsonObject& in, ArmComparison& a) {
+  a.arm = in.get("arm").string();
+  a.is_baseline = in.get("baseline").boolean();
+  a.values = read_array<SeedValue>(in.get("nll"));
+  a.mean = in.get("mean_nll").number_or_null();
+  if (a.is_baseline) return;
+  a.deltas = read_array<SeedValue>(in.get("delta_nll"));
+  a.stats = read_object<PairedSummary>(in.get("paired"));
+  a.ppl_change = in.get("ppl_change").number_or_null();
+  in.get("ppl_reduction").number_or_null();  // −ppl_change, for readers who want the paper's sign
+  const JsonValue ci = in.get("ppl_change_ci95");
+  const std::vector<double> bounds = ci.numbers_or_null();
+  if (bounds.size() != 2) ci.bad("must have two entries (low, high)");
+  a.ppl_change_ci_low = bounds[0];
+  a.ppl_change_ci_high = bounds[1];
+}
+
+const ArmComparison* Comparison::find(const std::string& arm) const {
+  for (const auto& a : arms)
+    if (a.arm == arm) return &a;
+  return nullptr;
+}
+
+json to_json(const Comparison& c) { return {{"split", c.split}, {"tokens", c.tokens}, {"arms", array_json(c.arms)}}; }
+
+void from_json(JsonObject& in, Comparison& c) {
+  c.split = in.get("split").string();
+  c.tokens = in.get("tokens").integer();
+  c.arms = read_array<ArmComparison>(in.get("arms"));
+}
+
+json to_json(const JsLayerMean& m) {
+  return {{"nats", number_or_null(m.nats)}, {"bits", number_or_null(m.bits)}, {"layers", m.layers}};
+}
+
+void from_json(JsonObject& in, JsLayerMean& m) {
+  m.nats = in.get("nats").number_or_null();
+  m.bits = in.get("bits").number_or_null();
+  m.layers = static_cast<int>(in.get("layers").integer());
+}
+
+json to_json(const ArmRouting& a) {
+  json layers = json::array();
+  for (const auto& l : a.layers) {
+    json lj = {{"layer", l.layer}, {"sources", l.sources}, {"qk_mean", numbers_or_null(l.qk_mean)}};
+    if (a.two_routes) {
+      lj["v_mean"] = numbers_or_null(l.v_mean);
+      lj["js_nats"] = number_or_null(l.js_nats);
+      lj["js_bits"] = number_or_null(l.js_bits);
+      lj["js_of_means_nats"] = number_or_null(l.js_of_means_nats);
+    }
+    layers.push_back(std::move(lj));
+  }
+  json j = {{"arm", a.arm}, {"seeds", a.n_seeds}, {"two_routes", a.two_routes}, {"layers", std::move(layers)}};
+  if (a.two_routes) {
+    j["js_estimate"] = a.per_token_js ? kPerTokenMean : kJsOfMeans;
+    j["js_mean_all_layers"] = to_json(a.all_layers);
+    j["js_mean_multi_source_layers"] = to_json(a.multi_source_layers);
+  }
+  return j;
+}
+
+void from_json(JsonObject& in, ArmRouting& a) {
+  a.arm = in.get("arm").string();
+  a.n_seeds = static_cast<int>(in.get("seeds").integer());
+  a.two_routes = in.get("two_routes").boolean();
+  for (const JsonValue& entry : in.get("layers").array()) {
+    JsonObject lj = entry.object();
+    LayerRoutingSummary l;
+    l.layer = static_cast<int>(lj.get("layer").integer());
+    l.sources = static_cast<int>(lj.get("sources").integer());
+    l.qk_mean = lj.get("qk_mean").numbers_or_null();
+    if (a.two_routes) {
+      l.v_mean = lj.get("v_mean").numbers_or_null();
+      l.js_nats = lj.get("js_nats").number_or_null();
+      l.js_bits = lj.get("js_bits").number_or_null();
+      l.js_of_means_nats = lj.get("js_of_means_nats").number_or_null();
+    }
+    lj.finish();
+    a.layers.push_back(std::move(l));
+  }
+  if (!a.two_routes) return;
+  const JsonValue estimate = in.get("js_estimate");
+  const std::string e = estimate.string();
+  if (e != kPerTokenMean && e != kJsOfMeans)
+    estimate.bad(concat("must be '", kPerTokenMean, "' or '", kJsOfMeans, "'"));
+  a.per_token_js = e == kPerTokenMean;
+  a.all_layers = read_object<JsLayerMean>(in.get("js_mean_all_layers"));
+  a.multi_source_layers = read_object<JsLayerMean>(in.get("js_mean_multi_source_layers"));
+}
+
+json to_json(const ArmSystems& a) {
+  return {{"arm", a.arm},
+          {"runs", a.runs},
+          {"params", a.params},
+          {"params_overhead", number_or_null(a.params_overhead)},
+          {"tokens_per_sec", number_or_null(a.tokens_per_sec)},
+          {"tokens_per_sec_ratio", number_or_null(a.tokens_per_sec_ratio)},
+          {"step_time_ms", number_or_null(a.step_time_ms)},
+          {"step_time_ratio", number_or_null(a.step_time_ratio)},
+          {"peak_rss_bytes", number_or_null(a.peak_rss_bytes)},
+          {"peak_rss_ratio", number_or_null(a.peak_rss_ratio)}};
+}
+
+void from_json(JsonObject& in, ArmSystems& a) {
+  a.arm = in.get("arm").string();
+  a.runs = static_cast<int>(in.get("runs").integer());
+  a.params = in.get("params").integer();
+  a.params_overhead = in.get("params_overhead").number_or_null();
+  a.tokens_per_sec = in.get("tokens_per_sec").number_or_null();
+  a.tokens_per_sec_ratio = in.get("tokens_per_sec_ratio").number_or_null();
+  a.step_time_ms = in.get("step_time_ms").number_or_null();
+  a.step_time_ratio = in.get("step_time_ratio").number_or_null();
+  a.peak_rss_bytes = in.get("peak_rss_bytes").number_or_null();
+  a.peak_rss_ratio = in.get("peak_rss_ratio").number_or_null();
+}
+
+json to_json(const RunKey& k) { return {{"arm", k.arm}, {"seed", k.seed}}; }
+
+void from_json(JsonObject& in, RunKey& k) {
+  k.arm = in.get("arm").string();
+  k.seed = in.get("seed").integer();
+}
+
+json to_json(const Summary& s) {
+  return {{"version", 1},
+          {"experiment", to_json(s.experiment)},
+          {"finished_runs", array_json(s.finished_runs)},
+          {"missing_runs", array_json(s.missing_runs)},
+          {"validation", array_json(s.validation)},
+          {"test", to_json(s.test)},
+          {"routing", array_json(s.routing)},
+          {"systems", array_json(s.systems)}};
+}
+
+void from_json(JsonObject& in, Summary& s) {
+  const JsonValue version = in.get("version");
+  if (version.integer() != 1) version.bad(concat("is ", version.integer(), "; this build reads version 1"));
+  s.experiment = read_object<Protocol>(in.get("experiment"));
+  s.finished_runs = read_array<RunKey>(in.get("finished_runs"));
+  s.missing_runs = read_array<RunKey>(in.get("missing_runs"));
+  s.validation = read_array<Comparison>(in.get("validation"));
+  s.test = read_object<Comparison>(in.get("test"));
+  s.routing = read_array<ArmRouting>(in.get("routing"));
+  s.systems = read_array<ArmSystems>(in.get("systems"));
+}
+
+std::string summary_path(const std::string& dir) { return (std::filesystem::path(dir) / "summary.json").string(); }
+
+void write_summary(const std::string& path, const Summary& s) {
+  write_text_atomically(path, to_json(s).dump(2) + "\n");
+}
+
+Summary read_summary(const std::string& path) { return read_json_file<Summary>(path); }
+
+}  // namespace attnres::results

@@ -1,0 +1,134 @@
+// summary.json: every number of a paired experiment's summary, DIR/summary.json. `attnres report`
+// (experiment/summary.hpp computes it) writes it; nothing in attnres reads it back, it is for
+// people and scripts, and from_json is the exact statement of its format (tested by a round trip).
+// Values that are not available are null. Format: docs/experiments.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "results/experiment_spec.hpp"
+#include "results/strict_json.hpp"
+
+namespace attnres::results {
+
+struct SeedValue {
+  std::int64_t seed = 0;
+  double value = 0;
+};
+
+// summary.json's "paired": the paired statistics of one arm against the baseline, as
+// experiment::paired_stats computes them (see experiment/stats.hpp for the definitions).
+struct PairedSummary {
+  int n = 0;
+  double mean = kNotAvailable, sd = kNotAvailable, ci_low = kNotAvailable, ci_high = kNotAvailable;
+  double t = kNotAvailable, p_value = kNotAvailable;
+  int wins = 0;  // differences < 0: seeds where the arm's NLL is below the baseline's
+};
+
+// One arm against the baseline for one quantity (a milestone's validation NLL, or the test NLL).
+struct ArmComparison {
+  std::string arm;
+  bool is_baseline = false;
+  std::vector<SeedValue> values;  // this arm's NLL for every finished seed
+  double mean = kNotAvailable;    // mean of `values`
+  // The rest is not written for the baseline.
+  std::vector<SeedValue> deltas;  // arm − baseline for seeds finished in both
+  PairedSummary stats;            // over `deltas`
+  double ppl_change = kNotAvailable;  // exp(mean Δ) − 1; negative = lower perplexity than the baseline
+  double ppl_change_ci_low = kNotAvailable, ppl_change_ci_high = kNotAvailable;  // the CI mapped through exp
+};
+
+struct Comparison {
+  std::string split;  // "val" or "test"
+  std::int64_t tokens = 0;
+  std::vector<ArmComparison> arms;  // every arm, in experiment order, the baseline included
+  const ArmComparison* find(const std::string& arm) const;
+};
+
+struct LayerRoutingSummary {
+  int layer = 0;
+  int sources = 0;
+  std::vector<double> qk_mean;  // mean over seeds
+  std::vector<double> v_mean;   // mean over seeds; empty for single-route arms
+  // The rest is written for arms with two routes only.
+  // Headline JS: the runs' per-token average (mean over seeds) when every run gave it, else
+  // js_of_means_nats. 0 for single-source layers.
+  double js_nats = kNotAvailable;
+  double js_bits = kNotAvailable;
+  // JS between the seed-mean distributions above: a lower bound of the per-token average (convexity).
+  double js_of_means_nats = kNotAvailable;
+};
+
+struct JsLayerMean {
+  double nats = kNotAvailable;
+  double bits = kNotAvailable;
+  int layers = 0;  // layers averaged
+};
+
+struct ArmRouting {
+  std::string arm;
+  int n_seeds = 0;
+  bool two_routes = false;  // has a separate V route (rd, rd-average, rd-frozen)
+  // The rest is written for arms with two routes only.
+  bool per_token_js = false;  // js_nats is the runs' per-token average (else the JS of mean distributions)
+  std::vector<LayerRoutingSummary> layers;
+  JsLayerMean all_layers;           // mean over every attention sublayer (single-source ones count as 0)
+  JsLayerMean multi_source_layers;  // mean over layers with more than one source
+};
+
+struct ArmSystems {
+  std::string arm;
+  int runs = 0;  // finished seeds averaged
+  std::int64_t params = 0;
+  double params_overhead = kNotAvailable;  // (params − baseline) / baseline
+  double tokens_per_sec = kNotAvailable;   // means over finished seeds
+  double step_time_ms = kNotAvailable;
+  double peak_rss_bytes = kNotAvailable;
+  double tokens_per_sec_ratio = kNotAvailable;  // arm / baseline
+  double step_time_ratio = kNotAvailable;
+  double peak_rss_ratio = kNotAvailable;
+};
+
+struct RunKey {
+  std::string arm;
+  std::int64_t seed = 0;
+};
+
+struct Summary {
+  Protocol experiment;
+  std::vector<RunKey> finished_runs;
+  std::vector<RunKey> missing_runs;   // no result.json yet
+  std::vector<Comparison> validation;  // one per milestone
+  Comparison test;                     // the test split after training
+  std::vector<ArmRouting> routing;     // arms with depth routing and a finished run
+  std::vector<ArmSystems> systems;     // arms with a finished run
+};
+
+nlohmann::json to_json(const SeedValue& v);
+void from_json(JsonObject& in, SeedValue& v);
+nlohmann::json to_json(const PairedSummary& p);
+void from_json(JsonObject& in, PairedSummary& p);
+nlohmann::json to_json(const ArmComparison& a);
+void from_json(JsonObject& in, ArmComparison& a);
+nlohmann::json to_json(const Comparison& c);
+void from_json(JsonObject& in, Comparison& c);
+nlohmann::json to_json(const JsLayerMean& m);
+void from_json(JsonObject& in, JsLayerMean& m);
+nlohmann::json to_json(const ArmRouting& a);  // with its layers
+void from_json(JsonObject& in, ArmRouting& a);
+nlohmann::json to_json(const ArmSystems& a);
+void from_json(JsonObject& in, ArmSystems& a);
+nlohmann::json to_json(const RunKey& k);
+void from_json(JsonObject& in, RunKey& k);
+nlohmann::json to_json(const Summary& s);
+void from_json(JsonObject& in, Summary& s);
+
+// DIR/summary.json
+std::string summary_path(const std::string& dir);
+void write_summary(const std::string& path, const Summary& s);  // atomically
+Summary read_summary(const std::string& path);
+
+}  // namespace attnres::results

@@ -1,0 +1,69 @@
+#include "results/train_result.hpp"
+
+#include <filesystem>
+
+#include "util/atomic_file.hpp"
+
+namespace attnres::results {
+
+using nlohmann::json;
+
+json to_json(const Milestone& m) {
+  json j = {{"tokens", m.tokens}, {"val_nll", m.val_nll}};
+  if (m.step) j["step"] = *m.step;
+  return j;
+}
+
+void from_json(JsonObject& in, Milestone& m) {
+  if (const auto step = in.find("step")) m.step = step->integer();
+  m.tokens = in.get("tokens").integer();
+  m.val_nll = in.get("val_nll").number();
+}
+
+json to_json(const LossPoint& p) { return {{"tokens", p.tokens}, {"train_loss", p.train_loss}}; }
+
+void from_json(JsonObject& in, LossPoint& p) {
+  p.tokens = in.get("tokens").integer();
+  p.train_loss = in.get("train_loss").number();
+}
+
+json to_json(const TrainResult& r) {
+  json milestones = json::array(), curve = json::array();
+  for (const auto& m : r.milestones) milestones.push_back(to_json(m));
+  for (const auto& p : r.curve) curve.push_back(to_json(p));
+  return {{"params", r.params},
+          {"steps", r.steps},
+          {"milestones", std::move(milestones)},
+          {"curve", std::move(curve)},
+          {"tokens_per_sec", r.tokens_per_sec},
+          {"step_time_ms", r.step_time_ms},
+          {"peak_rss_bytes", r.peak_rss_bytes},
+          {"processes", r.processes},
+          {"reduce_fraction", r.reduce_fraction},
+          {"micro_batches", r.micro_batches}};
+}
+
+void from_json(JsonObject& in, TrainResult& r) {
+  r.params = in.get("params").integer();
+  r.steps = in.get("steps").integer();
+  for (const JsonValue& m : in.get("milestones").array()) r.milestones.push_back(read_object<Milestone>(m));
+  for (const JsonValue& p : in.get("curve").array()) r.curve.push_back(read_object<LossPoint>(p));
+  r.tokens_per_sec = in.get("tokens_per_sec").non_negative();
+  r.step_time_ms = in.get("step_time_ms").non_negative();
+  r.peak_rss_bytes = in.get("peak_rss_bytes").integer();
+  r.processes = static_cast<int>(in.get("processes").integer());
+  r.reduce_fraction = in.get("reduce_fraction").non_negative();
+  r.micro_batches = static_cast<int>(in.get("micro_batches").integer());
+}
+
+std::string train_result_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "train_result.json").string();
+}
+
+void write_train_result(const std::string& path, const TrainResult& r) {
+  write_text_atomically(path, to_json(r).dump(1));
+}
+
+TrainResult read_train_result(const std::string& path) { return read_json_file<TrainResult>(path); }
+
+}  // namespace attnres::results

@@ -1,0 +1,54 @@
+// train_result.json: what a finished training run measured. train() (src/train) writes it into
+// its output directory after the last step; the experiment runner reads it and carries the
+// milestones, the loss curve and the systems figures into the run's result.json.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/strict_json.hpp"
+
+namespace attnres::results {
+
+// A validation evaluation during training: {"step", "tokens", "val_nll"}.
+struct Milestone {
+  std::optional<std::int64_t> step;  // the optimiser step: train() records it; result.json may leave it out
+  std::int64_t tokens = 0;           // training tokens seen
+  double val_nll = 0;
+};
+
+// The training loss of one step: {"tokens", "train_loss"}.
+struct LossPoint {
+  std::int64_t tokens = 0;
+  double train_loss = 0;
+};
+
+struct TrainResult {
+  std::int64_t params = 0;
+  std::int64_t steps = 0;
+  std::vector<Milestone> milestones;
+  std::vector<LossPoint> curve;  // one point per step
+  double tokens_per_sec = 0;     // over the steps run in this process
+  double step_time_ms = 0;
+  std::int64_t peak_rss_bytes = 0;
+  int processes = 1;           // ranks of the data-parallel job
+  double reduce_fraction = 0;  // share of step time spent summing gradients across ranks
+  int micro_batches = 1;       // over all ranks
+};
+
+nlohmann::json to_json(const Milestone& m);
+void from_json(JsonObject& in, Milestone& m);
+nlohmann::json to_json(const LossPoint& p);
+void from_json(JsonObject& in, LossPoint& p);
+nlohmann::json to_json(const TrainResult& r);
+void from_json(JsonObject& in, TrainResult& r);
+
+// RUN_DIR/train_result.json
+std::string train_result_path(const std::string& run_dir);
+void write_train_result(const std::string& path, const TrainResult& r);  // atomically
+TrainResult read_train_result(const std::string& path);
+
+}  // namespace attnres::results

@@ -1,0 +1,206 @@
+// The result file schemas (src/results). Files that attnres wrote before the schemas existed
+// (tests/results/data/old-format: a paired experiment of the runner and report of that time) read
+// and write back byte for byte; what a schema writes it reads back; a malformed file is refused with
+// an error that names the file and the key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "results/experiment_spec.hpp"
+#include "results/run_result.hpp"
+#include "results/summary.hpp"
+#include "results/train_result.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+
+namespace attnres::results {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kOldFormat = fs::path(ATTNRES_SOURCE_DIR) / "tests/results/data/old-format";
+
+// A fresh directory under the system's temporary directory, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("attnres-results-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// The Error `f` throws; fails the test when it throws none.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+// `text` with one edit applied to its JSON, written to `path`.
+void write_edited(const std::string& path, const std::string& text, const std::function<void(json&)>& edit) {
+  json j = json::parse(text);
+  edit(j);
+  std::ofstream(path) << j.dump(1);
+}
+
+std::vector<fs::path> old_run_results() {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(kOldFormat / "runs"))
+    if (e.path().filename() == "result.json") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(OldFormat, EveryFileReadsAndWritesBackByteForByte) {
+  TempDir tmp;
+  const std::string spec_text = read_text_file((kOldFormat / "experiment.json").string());
+  const ExperimentSpec spec = read_experiment_spec((kOldFormat / "experiment.json").string());
+  write_experiment_spec(tmp.file("experiment.json"), spec);
+  EXPECT_EQ(read_text_file(tmp.file("experiment.json")), spec_text);
+  EXPECT_EQ(read_experiment_spec(tmp.file("experiment.json")), spec);  // what a resumed runner compares
+  EXPECT_FALSE(spec.data.empty());
+
+  const auto runs = old_run_results();
+  ASSERT_EQ(runs.size(), 6u);
+  bool routed = false, unrouted = false;
+  for (const auto& path : runs) {
+    SCOPED_TRACE(path.string());
+    const RunResult r = read_run_result(path.string());
+    (r.routing.empty() ? unrouted : routed) = true;
+    ASSERT_FALSE(r.milestones.empty());
+    EXPECT_TRUE(r.milestones.front().step.has_value());  // the runner copied train_result.json's
+    write_run_result(tmp.file("result.json"), r);
+    EXPECT_EQ(read_text_file(tmp.file("result.json")), read_text_file(path.string()));
+  }
+  EXPECT_TRUE(routed && unrouted);  // rd and block, and prenorm
+
+  const fs::path train = kOldFormat / "runs/rd/seed-1/train_result.json";
+  write_train_result(tmp.file("train_result.json"), read_train_result(train.string()));
+  EXPECT_EQ(read_text_file(tmp.file("train_result.json")), read_text_file(train.string()));
+
+  const fs::path summary = kOldFormat / "summary.json";
+  write_summary(tmp.file("summary.json"), read_summary(summary.string()));
+  EXPECT_EQ(read_text_file(tmp.file("summary.json")), read_text_file(summary.string()));
+}
+
+TEST(Schemas, ReadBackWhatTheyWrite) {
+  TempDir tmp;
+  TrainResult t;
+  t.params = 9814784;
+  t.steps = 3;
+  t.milestones = {{1, 128, 5.5}, {3, 384, 5.25}};
+  t.curve = {{128, 6.0}, {256, 5.75}, {384, 5.5}};
+  t.tokens_per_sec = 0;  // no step ran in this process (resumed at the end)
+  t.step_time_ms = 0;
+  t.peak_rss_bytes = 2050000000;
+  t.processes = 2;
+  t.reduce_fraction = 0.125;
+  t.micro_batches = 4;
+  write_train_result(tmp.file("t.json"), t);
+  EXPECT_EQ(to_json(read_train_result(tmp.file("t.json"))), to_json(t));
+
+  RunResult r;
+  r.arm = "rd";
+  r.seed = 2;
+  r.params = 1064;
+  r.milestones = {{std::nullopt, 1000, 5.0}, {std::nullopt, 2000, 4.5}};
+  r.test_nll = 4.4;
+  r.peak_rss_bytes = 1 << 20;
+  r.routing = {{0, 1, {1.0}, {1.0}, 0.0}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1}};
+  write_run_result(tmp.file("r.json"), r);
+  const RunResult back = read_run_result(tmp.file("r.json"));
+  EXPECT_EQ(to_json(back), to_json(r));
+  EXPECT_FALSE(json::parse(read_text_file(tmp.file("r.json")))["milestones"][0].contains("step"));
+
+  ExperimentSpec s;
+  s.arms = {"block", "rd"};
+  s.baseline = "block";
+  s.seeds = {1, 2};
+  s.tokens = 4000;
+  s.milestones = {2000, 4000};
+  s.train = {{"lr", 0.003}};
+  write_experiment_spec(tmp.file("e.json"), s);
+  EXPECT_EQ(read_experiment_spec(tmp.file("e.json")), s);
+  ExperimentSpec other = s;
+  other.seeds = {1, 3};
+  EXPECT_NE(read_experiment_spec(tmp.file("e.json")), other);
+  EXPECT_FALSE(json::parse(read_text_file(tmp.file("e.json"))).contains("data"));  // "" is left out
+}
+
+TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
+  TempDir tmp;
+  const std::string path = tmp.file("result.json");
+  const std::string text = read_text_file(old_run_results().back().string());  // runs/rd/seed-2
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](json& r) { r["tokens_per_second"] = 1.0; }, "key 'tokens_per_second' is not part of this file's format"},
+      {[](json& r) { r["milestones"][0]["val_loss"] = 1.0; }, "key 'milestones[0].val_loss' is not part"},
+      {[](json& r) { r["routing"]["layers"][1]["js_bits"] = 0.1; }, "key 'routing.layers[1].js_bits' is not part"},
+      {[](json& r) { r["routing"]["mean"] = 0.1; }, "key 'routing.mean' is not part"},
+      {[](json& r) { r["curve"][2]["train_loss"] = "high"; }, "key 'curve[2].train_loss' must be a number"},
+      {[](json& r) { r["milestones"][1]["step"] = 1.5; }, "key 'milestones[1].step' must be an integer"},
+      {[](json& r) { r["peak_rss_bytes"] = -1; }, "key 'peak_rss_bytes' must not be negative"},
+      {[](json& r) { r.erase("step_time_ms"); }, "key 'step_time_ms' is missing"},
+      {[](json& r) { r["routing"] = 3; }, "key 'routing' must be an object"},
+      {[](json& r) { r = json::array(); }, "key '(top level)' must be an object"},
+  };
+  for (const auto& c : cases) {
+    write_edited(path, text, c.edit);
+    const std::string msg = error_of([&] { read_run_result(path); });
+    EXPECT_NE(msg.find(path + ": "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.want), std::string::npos) << msg;
+  }
+  std::ofstream(path) << "{\"arm\": ";
+  EXPECT_NE(error_of([&] { read_run_result(path); }).find(path + ": invalid JSON"), std::string::npos);
+
+  const std::string train = tmp.file("train_result.json");
+  const std::string train_text = read_text_file((kOldFormat / "runs/rd/seed-1/train_result.json").string());
+  write_edited(train, train_text, [](json& t) { t.erase("micro_batches"); });
+  EXPECT_NE(error_of([&] { read_train_result(train); }).find("key 'micro_batches' is missing"), std::string::npos);
+  write_edited(train, train_text, [](json& t) { t["processes"] = "2"; });
+  EXPECT_NE(error_of([&] { read_train_result(train); }).find("key 'processes' must be an integer"), std::string::npos);
+
+  const std::string spec = tmp.file("experiment.json");
+  const std::string spec_text = read_text_file((kOldFormat / "experiment.json").string());
+  write_edited(spec, spec_text, [](json& s) { s["armz"] = s["arms"]; });
+  EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'armz' is not part"), std::string::npos);
+  write_edited(spec, spec_text, [](json& s) { s["model"] = "tiny"; });
+  EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'model' must be an object"), std::string::npos);
+  write_edited(spec, spec_text, [](json& s) { s["version"] = 2; });
+  EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'version' is 2; this build reads version 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_experiment_spec(tmp.file("none.json")); }).find("none.json: not found"),
+            std::string::npos);
+
+  const std::string summary = tmp.file("summary.json");
+  const std::string summary_text = read_text_file((kOldFormat / "summary.json").string());
+  write_edited(summary, summary_text, [](json& s) { s["validation"][0]["arms"][1]["paired"]["median"] = 0; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'validation[0].arms[1].paired.median' is not part"),
+            std::string::npos);
+  write_edited(summary, summary_text, [](json& s) { s["routing"][1]["js_estimate"] = "per_layer"; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].js_estimate' must be"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnres::results
