@@ -11,8 +11,10 @@
 
 #include "data/loader.hpp"
 #include "experiment/routing.hpp"
-#include "experiment/summary.hpp"
 #include "model/safetensors.hpp"
+#include "results/experiment_spec.hpp"
+#include "results/run_result.hpp"
+#include "results/train_result.hpp"
 #include "train/evaluate.hpp"
 #include "train/trainer.hpp"
 #include "util/atomic_file.hpp"
@@ -84,15 +86,18 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-nlohmann::json routing_json(const std::vector<LayerRoutingStats>& layers) {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<results::LayerRouting> routing_result(const std::vector<LayerRoutingStats>& layers) {
+  std::vector<results::LayerRouting> out;
   for (const auto& l : layers) {
-    nlohmann::json j = {{"layer", l.layer}, {"sources", l.sources}, {"qk_mean", l.qk_mean}};
+    results::LayerRouting r;
+    r.layer = l.layer;
+    r.sources = l.sources;
+    r.qk_mean = l.qk_mean;
     if (l.has_value_route) {
-      j["v_mean"] = l.v_mean;
-      j["js_nats"] = l.js_nats;
+      r.v_mean = l.v_mean;
+      r.js_nats = l.js_nats;
     }
-    out.push_back(std::move(j));
+    out.push_back(std::move(r));
   }
   return out;
 }
@@ -126,34 +131,26 @@ bool run_experiment(const ExperimentOptions& options) {
   StatusLine status(o.progress);
 
   // experiment.json fixes the protocol; a resumed experiment must ask for the same one.
-  nlohmann::json milestones = nlohmann::json::array();
-  for (auto s : base.milestone_steps()) milestones.push_back(s * base.tokens_per_step());
-  const nlohmann::json spec = {{"version", 1},
-                               {"arms", o.arms},
-                               {"baseline", o.arms.front()},
-                               {"seeds", o.seeds},
-                               {"tokens", base.total_steps() * base.tokens_per_step()},
-                               {"milestones", milestones},
-                               {"preset", o.preset},
-                               {"data", fs::absolute(o.data_dir).string()},
-                               {"model", nlohmann::json(apply_arm(base.model, o.arms.front()))},
-                               {"train", {{"config_toml", to_toml(base)}}}};
-  const std::string spec_path = (fs::path(o.out_dir) / "experiment.json").string();
+  results::ExperimentSpec spec;
+  spec.arms = o.arms;
+  spec.baseline = o.arms.front();
+  for (std::uint64_t seed : o.seeds) spec.seeds.push_back(static_cast<std::int64_t>(seed));
+  spec.tokens = base.total_steps() * base.tokens_per_step();
+  for (auto s : base.milestone_steps()) spec.milestones.push_back(s * base.tokens_per_step());
+  spec.preset = o.preset;
+  spec.data = fs::absolute(o.data_dir).string();
+  spec.model = nlohmann::json(apply_arm(base.model, o.arms.front()));
+  spec.train = {{"config_toml", to_toml(base)}};
+  const std::string spec_path = results::experiment_spec_path(o.out_dir);
   // Rank 0 writes the spec first; the others then check theirs against it.
   if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
-    nlohmann::json existing;
-    try {
-      existing = nlohmann::json::parse(read_text_file(spec_path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("'", spec_path, "' is corrupt: ", e.what());
-    }
-    require(existing == spec, "'", o.out_dir, "' holds a different experiment (", spec_path,
-            " differs in arms, seeds, budget, data or config); choose another --out");
+    require(results::read_experiment_spec(spec_path) == spec, "'", o.out_dir, "' holds a different experiment (",
+            spec_path, " differs in arms, seeds, budget, data or config); choose another --out");
   } else {
     require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
             "' on a file system every rank shares?");
-    write_text_atomically(spec_path, spec.dump(1));
+    results::write_experiment_spec(spec_path, spec);
   }
   if (comm.is_root()) comm.barrier();
 
@@ -164,7 +161,7 @@ bool run_experiment(const ExperimentOptions& options) {
     for (const std::string& arm : o.arms) {
       ++index;
       if (index % o.workers != o.worker) continue;
-      const std::string result_path = run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed));
+      const std::string result_path = results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed));
       if (fs::exists(result_path)) continue;
       if (o.stop != nullptr && o.stop->load()) return;
       const fs::path run_dir = fs::path(result_path).parent_path();
@@ -180,9 +177,9 @@ bool run_experiment(const ExperimentOptions& options) {
       const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, label, child_threads, device);
       require(rc == 0, "training ", label, " failed (exit status ", rc, "); its log is above, its files in '",
               run_dir.string(), "'; rerun the same command to resume");
-      const std::string train_result = (run_dir / "train_result.json").string();
+      const std::string train_result = results::train_result_path(run_dir.string());
       if (!fs::exists(train_result)) return;  // stopped by a signal; resumable
-      const nlohmann::json tr = nlohmann::json::parse(read_text_file(train_result));
+      const results::TrainResult tr = results::read_train_result(train_result);
 
       // Test NLL and routing diagnostics of the final weights, with the run's thread count
       // (results depend on it at float rounding level).
@@ -192,19 +189,20 @@ bool run_experiment(const ExperimentOptions& options) {
       const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
       const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
       const EvalResult test_eval = evaluate_split(model, test, config.batch_size, config.seq_len, config.eval_tokens);
-      nlohmann::json result = {{"arm", arm},
-                               {"seed", seed},
-                               {"params", tr.at("params")},
-                               {"milestones", tr.at("milestones")},
-                               {"test_nll", test_eval.nll},
-                               {"tokens_per_sec", tr.at("tokens_per_sec")},
-                               {"step_time_ms", tr.at("step_time_ms")},
-                               {"peak_rss_bytes", tr.at("peak_rss_bytes")},
-                               {"curve", tr.at("curve")}};
+      results::RunResult result;
+      result.arm = arm;
+      result.seed = static_cast<std::int64_t>(seed);
+      result.params = tr.params;
+      result.milestones = tr.milestones;
+      result.test_nll = test_eval.nll;
+      result.tokens_per_sec = tr.tokens_per_sec;
+      result.step_time_ms = tr.step_time_ms;
+      result.peak_rss_bytes = tr.peak_rss_bytes;
+      result.curve = tr.curve;
       if (config.model.uses_depth_reads())
-        result["routing"] = {{"layers", routing_json(routing_diagnostics(model, val, config.batch_size, config.seq_len,
-                                                                          o.diagnostic_tokens))}};
-      write_text_atomically(result_path, result.dump(1));
+        result.routing = routing_result(
+            routing_diagnostics(model, val, config.batch_size, config.seq_len, o.diagnostic_tokens));
+      results::write_run_result(result_path, result);
       status.message(concat(label, ": done, test NLL ", test_eval.nll));
     }
   }
@@ -213,7 +211,7 @@ bool run_experiment(const ExperimentOptions& options) {
   comm.wait_for_all();  // every rank's share is done (or stopped)
   for (std::uint64_t seed : o.seeds)
     for (const std::string& arm : o.arms)
-      if (!fs::exists(run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)))) return false;
+      if (!fs::exists(results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)))) return false;
   return true;
 }
 

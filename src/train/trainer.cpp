@@ -331,29 +331,15 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
   const std::int64_t ran = state.step - first_step;
   result.finished = true;
   result.steps = state.step;
-  result.milestones = state.milestones;
-  result.curve = state.curve;
+  for (const auto& m : state.milestones) result.milestones.push_back({m.step, m.tokens, m.val_nll});
+  for (const auto& [tokens, loss] : state.curve) result.curve.push_back({tokens, loss});
   result.tokens_per_sec = ran > 0 ? double(ran * config.tokens_per_step()) / elapsed : 0;
   result.step_time_ms = ran > 0 ? 1000.0 * elapsed / double(ran) : 0;
   result.peak_rss_bytes = peak_rss_bytes();
   result.reduce_fraction = elapsed > 0 ? reduce_seconds / elapsed : 0;
-  if (!root) return result;
-  nlohmann::json ms = nlohmann::json::array();
-  for (const auto& m : result.milestones) ms.push_back({{"step", m.step}, {"tokens", m.tokens}, {"val_nll", m.val_nll}});
-  nlohmann::json curve = nlohmann::json::array();
-  for (const auto& [t, l] : result.curve) curve.push_back({{"tokens", t}, {"train_loss", l}});
-  write_text_atomically((fs::path(out) / "train_result.json").string(),
-                        nlohmann::json{{"params", result.params},
-                                       {"steps", result.steps},
-                                       {"milestones", ms},
-                                       {"curve", curve},
-                                       {"tokens_per_sec", result.tokens_per_sec},
-                                       {"step_time_ms", result.step_time_ms},
-                                       {"peak_rss_bytes", result.peak_rss_bytes},
-                                       {"processes", comm.world()},
-                                       {"reduce_fraction", result.reduce_fraction},
-                                       {"micro_batches", geo.micro_batches}}
-                            .dump(1));
+  result.processes = comm.world();
+  result.micro_batches = geo.micro_batches;
+  if (root) results::write_train_result(results::train_result_path(out), result);
   return result;
 }
 

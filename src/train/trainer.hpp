@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/communicator.hpp"
+#include "results/train_result.hpp"
 #include "train/train_config.hpp"
 
 namespace attnres {
@@ -32,16 +33,10 @@ struct MilestoneResult {
   double val_nll = 0;
 };
 
-struct TrainResult {
-  bool finished = false;  // false: stopped by a signal, resumable
-  std::int64_t params = 0;
-  std::int64_t steps = 0;
-  std::vector<MilestoneResult> milestones;
-  std::vector<std::pair<std::int64_t, double>> curve;  // (tokens, train loss) per step
-  double tokens_per_sec = 0;  // over the steps run in this process
-  double step_time_ms = 0;
-  double reduce_fraction = 0;  // share of step time spent summing gradients across ranks
-  std::int64_t peak_rss_bytes = 0;
+// What train() returns: what train_result.json records (results/train_result.hpp; of a stopped
+// run only params and steps), and how it ended.
+struct TrainResult : results::TrainResult {
+  bool finished = false;     // false: stopped by a signal, resumable
   std::string weights_path;  // OUT/model.safetensors
 };
 
