@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "experiment/runner.hpp"
 #include "experiment/summary.hpp"
+#include "experiment/tables.hpp"
 #include "util/error.hpp"
 
 namespace attnres::cli {

@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "experiment/report.hpp"
 #include "experiment/summary.hpp"
+#include "experiment/tables.hpp"
 
 namespace attnres::cli {
 namespace {

@@ -1,13 +1,11 @@
 #include "experiment/report.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <functional>
-#include <map>
-#include <utility>
 
+#include "experiment/format.hpp"
+#include "experiment/plots.hpp"
+#include "experiment/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
@@ -15,589 +13,8 @@ namespace attnres::experiment {
 namespace {
 
 namespace fs = std::filesystem;
-using Point = std::pair<double, double>;
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-// Pixel coordinates: one decimal is below what any screen shows and keeps the file small.
-std::string px(double v) { return fmt("%.1f", v); }
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// A minimal SVG writer. No xmlns attribute: inline SVG in HTML5 needs none, and the page must not
-// reference any URL.
-
-class Svg {
- public:
-  Svg(double width, double height, std::string label) : width_(width), height_(height), label_(std::move(label)) {}
-
-  void line(double x1, double y1, double x2, double y2, const std::string& stroke, double width,
-            const std::string& extra = "") {
-    body_ += "<line x1=\"" + px(x1) + "\" y1=\"" + px(y1) + "\" x2=\"" + px(x2) + "\" y2=\"" + px(y2) +
-             "\" stroke=\"" + stroke + "\" stroke-width=\"" + fmt("%.2g", width) + "\"" + extra + "/>";
-  }
-  void rect(double x, double y, double w, double h, const std::string& fill, const std::string& extra = "",
-            const std::string& tooltip = "") {
-    body_ += "<rect x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" + px(w) + "\" height=\"" + px(h) +
-             "\" fill=\"" + fill + "\"" + extra;
-    body_ += tooltip.empty() ? "/>" : "><title>" + escape(tooltip) + "</title></rect>";
-  }
-  void circle(double cx, double cy, double r, const std::string& fill, const std::string& extra = "",
-              const std::string& tooltip = "") {
-    body_ += "<circle cx=\"" + px(cx) + "\" cy=\"" + px(cy) + "\" r=\"" + px(r) + "\" fill=\"" + fill + "\"" + extra;
-    body_ += tooltip.empty() ? "/>" : "><title>" + escape(tooltip) + "</title></circle>";
-  }
-  void polyline(const std::vector<Point>& points, const std::string& stroke, double width,
-                const std::string& extra = "") {
-    if (points.size() < 2) return;
-    std::string p;
-    for (const auto& [x, y] : points) p += (p.empty() ? "" : " ") + px(x) + "," + px(y);
-    body_ += "<polyline points=\"" + p + "\" fill=\"none\" stroke=\"" + stroke + "\" stroke-width=\"" +
-             fmt("%.2g", width) + "\" stroke-linejoin=\"round\" stroke-linecap=\"round\"" + extra + "/>";
-  }
-  // `extra` carries anchor/class attributes; the text is escaped here.
-  void text(double x, double y, const std::string& s, const std::string& extra = "") {
-    body_ += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\"" + extra + ">" + escape(s) + "</text>";
-  }
-  void raw(const std::string& s) { body_ += s; }
-
-  std::string str() const {
-    return "<svg class=\"plot\" viewBox=\"0 0 " + px(width_) + " " + px(height_) + "\" width=\"" + px(width_) +
-           "\" height=\"" + px(height_) + "\" role=\"img\" aria-label=\"" + escape(label_) + "\"><title>" +
-           escape(label_) + "</title>" + body_ + "</svg>";
-  }
-
- private:
-  double width_, height_;
-  std::string label_;
-  std::string body_;
-};
-
-struct Axis {
-  double lo = 0, hi = 1;    // data range
-  double px0 = 0, px1 = 1;  // pixel range (px0 maps lo; for a y axis px0 is the bottom)
-  bool log = false;
-  double operator()(double v) const {
-    const double t = log ? (std::log(v) - std::log(lo)) / (std::log(hi) - std::log(lo)) : (v - lo) / (hi - lo);
-    return px0 + t * (px1 - px0);
-  }
-};
-
-constexpr const char* kInk = "#1f2937";
-constexpr const char* kMuted = "#6b7280";
-constexpr const char* kGrid = "#e5e7eb";
-
-// Decimals that show a tick step of 1, 2 or 5 × 10^k exactly.
-int tick_decimals(const std::vector<double>& ticks) {
-  if (ticks.size() < 2) return 2;
-  const double step = std::abs(ticks[1] - ticks[0]);
-  return std::clamp(static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), 0, 8);
-}
-
-// Extends [lo, hi] to whole tick steps and returns the ticks.
-std::vector<double> nice_range(double& lo, double& hi, int target) {
-  if (!(hi > lo)) {
-    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.05;
-    lo -= pad;
-    hi += pad;
-  }
-  std::vector<double> ticks = nice_ticks(lo, hi, target);
-  if (ticks.size() >= 2) {
-    const double step = ticks[1] - ticks[0];
-    if (ticks.front() > lo + 1e-12 * step) ticks.insert(ticks.begin(), ticks.front() - step);
-    if (ticks.back() < hi - 1e-12 * step) ticks.push_back(ticks.back() + step);
-    lo = ticks.front();
-    hi = ticks.back();
-  }
-  return ticks;
-}
-
-void draw_axes(Svg& svg, const Axis& x, const Axis& y, const std::vector<double>& xticks,
-               const std::vector<double>& yticks, const std::function<std::string(double)>& xlabel_of,
-               const std::function<std::string(double)>& ylabel_of, const std::string& xlabel,
-               const std::string& ylabel) {
-  for (double t : yticks) {
-    svg.line(x.px0, y(t), x.px1, y(t), kGrid, 1);
-    svg.text(x.px0 - 8, y(t) + 4, ylabel_of(t), " text-anchor=\"end\" class=\"tick\"");
-  }
-  for (double t : xticks) {
-    svg.line(x(t), y.px0, x(t), y.px1, kGrid, 1);
-    svg.line(x(t), y.px0, x(t), y.px0 + 5, kInk, 1);
-    svg.text(x(t), y.px0 + 19, xlabel_of(t), " text-anchor=\"middle\" class=\"tick\"");
-  }
-  svg.line(x.px0, y.px0, x.px1, y.px0, kInk, 1);
-  svg.line(x.px0, y.px0, x.px0, y.px1, kInk, 1);
-  svg.text((x.px0 + x.px1) / 2, y.px0 + 42, xlabel, " text-anchor=\"middle\" class=\"axis-label\"");
-  const double ly = (y.px0 + y.px1) / 2, lx = x.px0 - 58;
-  svg.text(lx, ly, ylabel,
-           " text-anchor=\"middle\" class=\"axis-label\" transform=\"rotate(-90 " + px(lx) + " " + px(ly) + ")\"");
-}
-
-struct LegendEntry {
-  std::string label;
-  std::string color;
-};
-
-void draw_legend(Svg& svg, double x, double y, const std::vector<LegendEntry>& entries, bool dots = false) {
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const double yy = y + 20.0 * static_cast<double>(i);
-    if (dots) svg.circle(x + 9, yy - 4, 5, entries[i].color);
-    else svg.line(x, yy - 4, x + 18, yy - 4, entries[i].color, 3);
-    svg.text(x + 26, yy, entries[i].label, " class=\"legend\"");
-  }
-}
-
-// Bucket means: keeps long training curves to a few hundred points and smooths their noise.
-std::vector<Point> downsample(const std::vector<Point>& pts, std::size_t max_points) {
-  if (pts.size() <= max_points) return pts;
-  std::vector<Point> out;
-  const double per = static_cast<double>(pts.size()) / static_cast<double>(max_points);
-  for (std::size_t b = 0; b < max_points; ++b) {
-    const auto i0 = static_cast<std::size_t>(static_cast<double>(b) * per);
-    const auto i1 = std::max(i0 + 1, static_cast<std::size_t>(static_cast<double>(b + 1) * per));
-    double sx = 0, sy = 0;
-    for (std::size_t i = i0; i < i1 && i < pts.size(); ++i) {
-      sx += pts[i].first;
-      sy += pts[i].second;
-    }
-    const double n = static_cast<double>(std::min(i1, pts.size()) - i0);
-    out.push_back({sx / n, sy / n});
-  }
-  return out;
-}
-
-std::vector<std::string> arms_with_runs(const ExperimentSummary& s) {
-  std::vector<std::string> out;
-  for (const auto& arm : s.spec.arms)
-    for (const auto seed : s.spec.seeds)
-      if (s.find_run(arm, seed)) {
-        out.push_back(arm);
-        break;
-      }
-  return out;
-}
-
-std::string color_of(const ExperimentSummary& s, const std::string& arm) {
-  const auto it = std::find(s.spec.arms.begin(), s.spec.arms.end(), arm);
-  return arm_color(arm, static_cast<std::size_t>(it - s.spec.arms.begin()));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Plots.
-
-constexpr double kPlotWidth = 1000;
-
-// (a) Validation NLL against tokens: a thin line per seed, a bold line with markers for the arm's mean.
-std::string plot_validation(const ExperimentSummary& s) {
-  const double W = kPlotWidth, H = 420, left = 84, right = 190, top = 20, bottom = 60;
-  std::vector<std::pair<std::string, std::vector<std::vector<Point>>>> seeds;  // per arm, per seed
-  std::vector<std::pair<std::string, std::vector<Point>>> means;
-  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-  auto extend = [&](double x, double y) {
-    xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, y), ymax = std::max(ymax, y);
-  };
-  for (const auto& arm : arms_with_runs(s)) {
-    std::vector<std::vector<Point>> lines;
-    for (const auto seed : s.spec.seeds) {
-      const RunResult* r = s.find_run(arm, seed);
-      if (!r) continue;
-      std::vector<Point> pts;
-      for (const auto& m : r->milestones) {
-        pts.push_back({static_cast<double>(m.tokens), m.val_nll});
-        extend(pts.back().first, pts.back().second);
-      }
-      lines.push_back(std::move(pts));
-    }
-    std::vector<Point> mean;
-    for (const auto& c : s.milestones)
-      if (const ArmComparison* a = c.find(arm); a && std::isfinite(a->mean))
-        mean.push_back({static_cast<double>(c.tokens), a->mean});
-    seeds.push_back({arm, std::move(lines)});
-    means.push_back({arm, std::move(mean)});
-  }
-  if (seeds.empty()) return "";
-
-  Axis x{xmin, xmax, left, W - right};
-  x.log = xmin > 0 && xmax / xmin >= 4;  // milestones at N/8 … N are evenly spaced on a log axis
-  std::vector<double> xticks;
-  if (x.log) {
-    xticks.assign(s.spec.milestones.begin(), s.spec.milestones.end());
-    // Margins so the first and last markers are not on the frame.
-    x.lo = xmin / std::pow(xmax / xmin, 0.04);
-    x.hi = xmax * std::pow(xmax / xmin, 0.04);
-  } else {
-    xticks = nice_range(x.lo, x.hi, 6);
-  }
-  const double pad = 0.03 * (ymax - ymin);  // keeps extreme markers off the frame
-  Axis y{ymin - pad, ymax + pad, H - bottom, top};
-  const std::vector<double> yticks = nice_range(y.lo, y.hi, 6);
-  const int yd = tick_decimals(yticks);
-
-  Svg svg(W, H, "Validation NLL against training tokens, per arm");
-  draw_axes(
-      svg, x, y, xticks, yticks, [](double t) { return format_tokens(t); },
-      [yd](double t) { return format_number(t, yd); }, std::string("training tokens") + (x.log ? " (log scale)" : ""),
-      "validation NLL (nats/token)");
-  for (const auto& [arm, lines] : seeds) {
-    const std::string color = color_of(s, arm);
-    for (const auto& line : lines) {
-      std::vector<Point> p;
-      for (const auto& [tx, ty] : line) p.push_back({x(tx), y(ty)});
-      svg.polyline(p, color, 1, " stroke-opacity=\"0.35\"");
-    }
-  }
-  std::vector<LegendEntry> legend;
-  for (const auto& [arm, mean] : means) {
-    const std::string color = color_of(s, arm);
-    std::vector<Point> p;
-    for (const auto& [tx, ty] : mean) p.push_back({x(tx), y(ty)});
-    svg.polyline(p, color, 2.5);
-    for (std::size_t i = 0; i < p.size(); ++i)
-      svg.circle(p[i].first, p[i].second, 4, color, " stroke=\"#fff\" stroke-width=\"1.5\"",
-                 arm + " at " + format_tokens(mean[i].first) + " tokens: mean NLL " + format_number(mean[i].second, 4));
-    legend.push_back({arm + (arm == s.spec.baseline ? " (baseline)" : ""), color});
-  }
-  draw_legend(svg, W - right + 24, top + 14, legend);
-  svg.text(W - right + 24, top + 14 + 20.0 * static_cast<double>(legend.size()) + 10,
-           "thin: single seeds", " class=\"legend muted\"");
-  return svg.str();
-}
-
-// (b) Paired ΔNLL per seed at each milestone and on the test split: dots per seed, the mean as a bar
-// with its 95% CI, and the zero line (no difference from the baseline).
-std::string plot_deltas(const ExperimentSummary& s) {
-  std::vector<const Comparison*> groups;
-  for (const auto& c : s.milestones) groups.push_back(&c);
-  groups.push_back(&s.test);
-  std::vector<std::string> arms;
-  for (const auto& a : s.test.arms)
-    if (!a.is_baseline) arms.push_back(a.arm);
-  double ymin = 0, ymax = 0;
-  bool any = false;
-  for (const Comparison* c : groups)
-    for (const auto& a : c->arms) {
-      for (const auto& d : a.deltas) {
-        ymin = std::min(ymin, d.value), ymax = std::max(ymax, d.value);
-        any = true;
-      }
-      for (double v : {a.stats.ci_low, a.stats.ci_high})
-        if (std::isfinite(v)) ymin = std::min(ymin, v), ymax = std::max(ymax, v);
-    }
-  if (!any) return "";
-
-  const double W = kPlotWidth, H = 420, left = 84, right = 190, top = 20, bottom = 60;
-  const double pad = 0.04 * (ymax - ymin);  // keeps extreme dots off the frame
-  Axis y{ymin - pad, ymax + pad, H - bottom, top};
-  const std::vector<double> yticks = nice_range(y.lo, y.hi, 7);
-  const int yd = tick_decimals(yticks);
-  const double gw = (W - left - right) / static_cast<double>(groups.size());
-  const double slot = std::min(46.0, gw * 0.8 / static_cast<double>(arms.size()));
-
-  Svg svg(W, H, "Paired NLL difference against the baseline per seed, at each milestone and on the test split");
-  Axis x{0, 1, left, W - right};
-  draw_axes(
-      svg, x, y, {}, yticks, [](double) { return std::string(); }, [yd](double t) { return format_signed(t, yd); },
-      "training tokens (validation milestones) and the test split at the end",
-      "ΔNLL vs " + s.spec.baseline + " (nats)");
-  svg.line(left, y(0), W - right, y(0), kInk, 1.2, " stroke-dasharray=\"5 4\"");
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const double gx = left + gw * (static_cast<double>(g) + 0.5);
-    if (g > 0) svg.line(left + gw * static_cast<double>(g), top, left + gw * static_cast<double>(g), H - bottom, kGrid, 1);
-    const std::string label =
-        groups[g]->split == "test" ? "test" : format_tokens(static_cast<double>(groups[g]->tokens));
-    svg.text(gx, H - bottom + 19, label, " text-anchor=\"middle\" class=\"tick\"");
-    for (std::size_t k = 0; k < arms.size(); ++k) {
-      const ArmComparison* a = groups[g]->find(arms[k]);
-      if (!a || a->deltas.empty()) continue;
-      const std::string color = color_of(s, arms[k]);
-      const double cx = gx + (static_cast<double>(k) - (static_cast<double>(arms.size()) - 1) / 2) * slot;
-      const std::string where = groups[g]->split == "test" ? "test" : format_tokens(static_cast<double>(groups[g]->tokens));
-      if (std::isfinite(a->stats.ci_low)) {
-        svg.line(cx, y(a->stats.ci_low), cx, y(a->stats.ci_high), color, 2);
-        for (double v : {a->stats.ci_low, a->stats.ci_high}) svg.line(cx - 5, y(v), cx + 5, y(v), color, 2);
-      }
-      // Seeds spread sideways in a fixed order so equal values stay visible.
-      const double n = static_cast<double>(a->deltas.size());
-      for (std::size_t i = 0; i < a->deltas.size(); ++i) {
-        const double dx = n > 1 ? (static_cast<double>(i) / (n - 1) - 0.5) * slot * 0.5 : 0;
-        svg.circle(cx + dx, y(a->deltas[i].value), 3.2, color, " fill-opacity=\"0.55\"",
-                   concat(arms[k], " seed ", a->deltas[i].seed, " at ", where, ": ΔNLL ",
-                          format_signed(a->deltas[i].value, 4)));
-      }
-      svg.rect(cx - slot * 0.32, y(a->stats.mean) - 1.75, slot * 0.64, 3.5, color, "",
-               concat(arms[k], " at ", where, ": mean ΔNLL ", format_signed(a->stats.mean, 4), ", 95% CI ",
-                      std::isfinite(a->stats.ci_low)
-                          ? "[" + format_signed(a->stats.ci_low, 4) + ", " + format_signed(a->stats.ci_high, 4) + "]"
-                          : std::string("n/a"),
-                      ", wins ", a->stats.wins, "/", a->stats.n));
-    }
-  }
-  std::vector<LegendEntry> legend;
-  for (const auto& arm : arms) legend.push_back({arm, color_of(s, arm)});
-  draw_legend(svg, W - right + 24, top + 14, legend, true);
-  const double ly = top + 14 + 20.0 * static_cast<double>(legend.size()) + 10;
-  svg.text(W - right + 24, ly, "dots: seeds", " class=\"legend muted\"");
-  svg.text(W - right + 24, ly + 18, "bar: mean, line: 95% CI", " class=\"legend muted\"");
-  svg.text(W - right + 24, ly + 36, "below 0: better than", " class=\"legend muted\"");
-  svg.text(W - right + 24, ly + 52, s.spec.baseline, " class=\"legend muted\"");
-  return svg.str();
-}
-
-// Perceptually uniform sequential colours (viridis), linear between nine anchors.
-std::string viridis(double t) {
-  static constexpr int kAnchors[9][3] = {{68, 1, 84},    {71, 45, 123},  {59, 82, 139},  {44, 114, 142}, {33, 145, 140},
-                                         {40, 174, 128}, {94, 201, 98},  {173, 220, 48}, {253, 231, 37}};
-  t = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * 8;
-  const int i = std::min(7, static_cast<int>(t));
-  const double f = t - i;
-  char buf[16];
-  int c[3];
-  for (int k = 0; k < 3; ++k) c[k] = static_cast<int>(std::lround(kAnchors[i][k] + f * (kAnchors[i + 1][k] - kAnchors[i][k])));
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", c[0], c[1], c[2]);
-  return buf;
-}
-
-std::string source_label(int s) { return s == 0 ? "emb" : "s" + std::to_string(s); }
-
-// (c) Mean depth distribution of one route: sources (rows, the embedding at the bottom) × layers.
-std::string heatmap(const ExperimentSummary& s, const ArmRouting& a, bool v_route, double vmax) {
-  int rows = 0;
-  for (const auto& l : a.layers) rows = std::max(rows, l.sources);
-  const int cols = static_cast<int>(a.layers.size());
-  const double cw = std::clamp(380.0 / cols, 12.0, 44.0), ch = std::clamp(260.0 / rows, 12.0, 30.0);
-  const double left = 48, top = 30, bottom = 44;
-  const double W = left + cw * cols + 12, H = top + ch * rows + bottom;
-  const std::string route = v_route ? "V route" : "Q/K route";
-  Svg svg(W, H, a.arm + ": mean depth distribution of the " + route);
-  svg.rect(0, 6, 10, 14, color_of(s, a.arm), " rx=\"2\"");
-  svg.text(16, 18, a.arm + " · " + route + (a.two_routes ? "" : " (single route)"), " class=\"heat-title\"");
-  const bool labels = cw >= 30 && ch >= 16;
-  const int every = std::max(1, static_cast<int>(std::ceil(22.0 / cw)));
-  for (int c = 0; c < cols; ++c) {
-    const LayerRoutingSummary& l = a.layers[c];
-    const auto& dist = v_route ? l.v_mean : l.qk_mean;
-    const double x0 = left + cw * c;
-    for (int r = 0; r < rows; ++r) {
-      const double y0 = top + ch * (rows - 1 - r);
-      if (r >= l.sources) {
-        svg.rect(x0 + 0.5, y0 + 0.5, cw - 1, ch - 1, "#f3f4f6");
-        continue;
-      }
-      const double v = dist[r];
-      svg.rect(x0 + 0.5, y0 + 0.5, cw - 1, ch - 1, viridis(v / vmax), "",
-               concat(a.arm, " ", route, ", layer ", l.layer, ", source ", source_label(r), ": ", format_number(v, 3)));
-      if (labels) {
-        std::string label = format_number(v, 2);
-        if (label.rfind("0.", 0) == 0) label.erase(0, 1);  // ".42": fits narrow cells
-        svg.text(x0 + cw / 2, y0 + ch / 2 + 3.5, label,
-                 std::string(" text-anchor=\"middle\" class=\"cell ") + (v / vmax < 0.6 ? "on-dark" : "on-light") +
-                     "\"");
-      }
-    }
-    if (c % every == 0)
-      svg.text(x0 + cw / 2, top + ch * rows + 15, std::to_string(l.layer), " text-anchor=\"middle\" class=\"tick\"");
-  }
-  const int row_every = std::max(1, static_cast<int>(std::ceil(13.0 / ch)));
-  for (int r = 0; r < rows; r += row_every)
-    svg.text(left - 6, top + ch * (rows - 1 - r) + ch / 2 + 4, source_label(r), " text-anchor=\"end\" class=\"tick\"");
-  svg.text(left + cw * cols / 2, H - 8, "layer", " text-anchor=\"middle\" class=\"axis-label\"");
-  return svg.str();
-}
-
-std::string color_scale_legend(double vmax) {
-  const double W = 520, H = 46, x0 = 10, w = 300;
-  Svg svg(W, H, "Colour scale of the routing heatmaps");
-  const int steps = 60;
-  for (int i = 0; i < steps; ++i)
-    svg.rect(x0 + w * i / steps, 6, w / steps + 0.6, 14, viridis((i + 0.5) / steps));
-  svg.rect(x0 + w + 14, 6, 14, 14, "#f3f4f6", " stroke=\"#d1d5db\"");
-  const std::vector<double> ticks = nice_ticks(0, vmax, 5);
-  for (double t : ticks) {
-    const double x = x0 + w * t / vmax;
-    svg.line(x, 20, x, 25, kInk, 1);
-    svg.text(x, 38, format_number(t, tick_decimals(ticks)) + (t == ticks.back() && vmax < 1 ? "+" : ""),
-             " text-anchor=\"middle\" class=\"tick\"");
-  }
-  svg.text(x0 + w + 34, 17, "no such source", " class=\"tick\"");
-  return svg.str();
-}
-
-// (d) JS between the two routes per layer: grouped bars, nats on the left axis, bits on the right,
-// each arm's layer mean as a dashed line.
-std::string plot_js(const ExperimentSummary& s) {
-  std::vector<const ArmRouting*> arms;
-  for (const auto& a : s.routing)
-    if (a.two_routes) arms.push_back(&a);
-  if (arms.empty()) return "";
-  std::vector<int> layers;
-  std::map<int, int> sources;
-  double ymax = 0;
-  for (const auto* a : arms)
-    for (const auto& l : a->layers) {
-      if (!sources.count(l.layer)) layers.push_back(l.layer);
-      sources[l.layer] = l.sources;
-      if (std::isfinite(l.js_nats)) ymax = std::max(ymax, l.js_nats);
-    }
-  std::sort(layers.begin(), layers.end());
-  const double W = kPlotWidth, H = 360, left = 84, right = 250, top = 20, bottom = 60;
-  Axis y{0, std::max(ymax * 1.1, 1e-3), H - bottom, top};
-  const std::vector<double> yticks = nice_range(y.lo, y.hi, 6);
-  const int yd = tick_decimals(yticks);
-  Axis x{0, 1, left, W - right};
-  Svg svg(W, H, "Jensen–Shannon divergence between the Q/K and V routes per attention sublayer");
-  draw_axes(
-      svg, x, y, {}, yticks, [](double) { return std::string(); }, [yd](double t) { return format_number(t, yd); },
-      "layer (attention sublayer; † = single source)", "JS (nats)");
-  // Bits on the right: the same scale divided by ln 2.
-  svg.line(W - right, y.px0, W - right, y.px1, kInk, 1);
-  const std::vector<double> bticks = nice_ticks(0, nats_to_bits(y.hi), 6);
-  for (double b : bticks) {
-    if (b * kLn2 > y.hi + 1e-12) continue;
-    svg.line(W - right, y(b * kLn2), W - right + 5, y(b * kLn2), kInk, 1);
-    svg.text(W - right + 8, y(b * kLn2) + 4, format_number(b, tick_decimals(bticks)), " class=\"tick\"");
-  }
-  const double bx = W - right + 52, by = (y.px0 + y.px1) / 2;
-  svg.text(bx, by, "JS (bits)",
-           " text-anchor=\"middle\" class=\"axis-label\" transform=\"rotate(90 " + px(bx) + " " + px(by) + ")\"");
-
-  const double gw = (W - left - right) / static_cast<double>(layers.size());
-  const double bw = std::min(28.0, gw * 0.8 / static_cast<double>(arms.size()));
-  const int every = std::max(1, static_cast<int>(std::ceil(26.0 / gw)));
-  for (std::size_t g = 0; g < layers.size(); ++g) {
-    const double gx = left + gw * (static_cast<double>(g) + 0.5);
-    if (static_cast<int>(g) % every == 0)
-      svg.text(gx, H - bottom + 19, std::to_string(layers[g]) + (sources[layers[g]] == 1 ? "†" : ""),
-               " text-anchor=\"middle\" class=\"tick\"");
-    for (std::size_t k = 0; k < arms.size(); ++k) {
-      for (const auto& l : arms[k]->layers) {
-        if (l.layer != layers[g] || !std::isfinite(l.js_nats)) continue;
-        const double x0 = gx + (static_cast<double>(k) - static_cast<double>(arms.size()) / 2) * bw;
-        svg.rect(x0 + 0.5, y(l.js_nats), bw - 1, y.px0 - y(l.js_nats), color_of(s, arms[k]->arm), "",
-                 concat(arms[k]->arm, " layer ", l.layer, " (", l.sources, " sources): JS ", format_number(l.js_nats, 4),
-                        " nats = ", format_number(nats_to_bits(l.js_nats), 4), " bits"));
-      }
-    }
-  }
-  std::vector<LegendEntry> legend;
-  for (const auto* a : arms) {
-    const std::string color = color_of(s, a->arm);
-    if (std::isfinite(a->all_layers.nats))
-      svg.line(left, y(a->all_layers.nats), W - right, y(a->all_layers.nats), color, 1.5,
-               " stroke-dasharray=\"6 4\" stroke-opacity=\"0.9\"");
-    legend.push_back({a->arm + " · " + format_number(a->all_layers.nats, 3) + (a->per_token_js ? "" : "*"), color});
-  }
-  draw_legend(svg, W - right + 84, top + 14, legend);
-  const double ly = top + 14 + 20.0 * static_cast<double>(legend.size()) + 10;
-  svg.text(W - right + 84, ly, "dashed: mean over all", " class=\"legend muted\"");
-  svg.text(W - right + 84, ly + 16, "layers (nats)", " class=\"legend muted\"");
-  if (std::any_of(arms.begin(), arms.end(), [](const ArmRouting* a) { return !a->per_token_js; }))
-    svg.text(W - right + 84, ly + 34, "* JS of mean distributions", " class=\"legend muted\"");
-  return svg.str();
-}
-
-// (e) Training loss against tokens: thin per-seed curves (bucket means), a bold mean per arm when
-// the seeds share their token grid.
-std::string plot_training_loss(const ExperimentSummary& s) {
-  std::vector<std::pair<std::string, std::vector<std::vector<Point>>>> curves;
-  for (const auto& arm : arms_with_runs(s)) {
-    std::vector<std::vector<Point>> lines;
-    for (const auto seed : s.spec.seeds)
-      if (const RunResult* r = s.find_run(arm, seed); r && r->curve.size() >= 2) {
-        std::vector<Point> p;
-        for (const auto& c : r->curve) p.push_back({static_cast<double>(c.tokens), c.train_loss});
-        lines.push_back(std::move(p));
-      }
-    if (!lines.empty()) curves.push_back({arm, std::move(lines)});
-  }
-  if (curves.empty()) return "";
-  constexpr std::size_t kPoints = 240;
-  double xmax = 0, ymin = INFINITY, ymax = -INFINITY;
-  std::vector<std::pair<std::string, std::vector<Point>>> means;
-  for (auto& [arm, lines] : curves) {
-    bool same_grid = lines.size() > 1;
-    for (const auto& l : lines) {
-      same_grid = same_grid && l.size() == lines.front().size();
-      for (std::size_t i = 0; same_grid && i < l.size(); ++i) same_grid = l[i].first == lines.front()[i].first;
-    }
-    std::vector<Point> mean;
-    if (same_grid) {
-      mean = lines.front();
-      for (std::size_t i = 0; i < mean.size(); ++i) {
-        double sum = 0;
-        for (const auto& l : lines) sum += l[i].second;
-        mean[i].second = sum / static_cast<double>(lines.size());
-      }
-      mean = downsample(mean, kPoints);
-    }
-    for (auto& l : lines) l = downsample(l, kPoints);
-    for (const auto& l : lines)
-      for (const auto& [tx, ty] : l) xmax = std::max(xmax, tx);
-    means.push_back({arm, std::move(mean)});
-  }
-  // The first steps' loss (≈ ln vocab) would flatten the rest: scale y to the last 90% of training
-  // and clip what lies above.
-  for (const auto& [arm, lines] : curves)
-    for (const auto& l : lines)
-      for (const auto& [tx, ty] : l) {
-        if (!std::isfinite(ty)) continue;
-        ymin = std::min(ymin, ty);
-        if (tx >= 0.1 * xmax) ymax = std::max(ymax, ty);
-      }
-  if (!std::isfinite(ymin) || !std::isfinite(ymax)) return "";
-  const double W = kPlotWidth, H = 380, left = 84, right = 190, top = 20, bottom = 60;
-  Axis x{0, xmax, left, W - right};
-  const std::vector<double> xticks = nice_ticks(x.lo, x.hi, 8);
-  Axis y{ymin, ymax, H - bottom, top};
-  const std::vector<double> yticks = nice_range(y.lo, y.hi, 6);
-  const int yd = tick_decimals(yticks);
-  Svg svg(W, H, "Training loss against tokens, per arm");
-  draw_axes(
-      svg, x, y, xticks, yticks, [](double t) { return format_tokens(t); },
-      [yd](double t) { return format_number(t, yd); }, "training tokens", "training loss (nats/token)");
-  svg.raw("<clipPath id=\"attnres-loss-clip\"><rect x=\"" + px(left) + "\" y=\"" + px(top) + "\" width=\"" +
-          px(W - left - right) + "\" height=\"" + px(H - top - bottom) + "\"/></clipPath><g clip-path=\"url(#attnres-loss-clip)\">");
-  auto to_px = [&](const std::vector<Point>& pts) {
-    std::vector<Point> p;
-    for (const auto& [tx, ty] : pts) p.push_back({x(tx), y(ty)});
-    return p;
-  };
-  std::vector<LegendEntry> legend;
-  for (std::size_t a = 0; a < curves.size(); ++a) {
-    const std::string color = color_of(s, curves[a].first);
-    const bool has_mean = !means[a].second.empty();
-    for (const auto& l : curves[a].second)
-      svg.polyline(to_px(l), color, has_mean ? 1 : 1.6, has_mean ? " stroke-opacity=\"0.3\"" : "");
-    if (has_mean) svg.polyline(to_px(means[a].second), color, 2.2);
-    legend.push_back({curves[a].first, color});
-  }
-  svg.raw("</g>");
-  draw_legend(svg, W - right + 24, top + 14, legend);
-  svg.text(W - right + 24, top + 14 + 20.0 * static_cast<double>(legend.size()) + 10, "thin: single seeds",
-           " class=\"legend muted\"");
-  return svg.str();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Page text.
-
+// The headline sentences at the top of the page.
 std::vector<std::string> key_results(const ExperimentSummary& s) {
   std::vector<std::string> out;
   if (s.milestones.empty()) return out;
@@ -674,12 +91,12 @@ std::string markdown_table(const Table& t) {
 }
 
 std::string html_table(const ExperimentSummary& s, const Table& t) {
-  std::string out = "<div class=\"table-wrap\"><table><caption>" + escape(t.title) + "</caption><thead><tr>";
+  std::string out = "<div class=\"table-wrap\"><table><caption>" + escape_html(t.title) + "</caption><thead><tr>";
   int arm_col = -1;
   for (std::size_t c = 0; c < t.header.size(); ++c) {
     if (t.header[c] == "arm") arm_col = static_cast<int>(c);
     out += std::string("<th") + (static_cast<int>(c) < t.left_columns ? "" : " class=\"num\"") + ">" +
-           escape(t.header[c]) + "</th>";
+           escape_html(t.header[c]) + "</th>";
   }
   out += "</tr></thead><tbody>";
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
@@ -691,13 +108,13 @@ std::string html_table(const ExperimentSummary& s, const Table& t) {
       const std::string cell = c < row.size() ? row[c] : "";
       out += static_cast<int>(c) < t.left_columns ? "<td>" : "<td class=\"num\">";
       if (static_cast<int>(c) == arm_col && std::find(s.spec.arms.begin(), s.spec.arms.end(), cell) != s.spec.arms.end())
-        out += "<span class=\"swatch\" style=\"background:" + color_of(s, cell) + "\"></span>";
-      out += escape(cell) + "</td>";
+        out += "<span class=\"swatch\" style=\"background:" + arm_color(s, cell) + "\"></span>";
+      out += escape_html(cell) + "</td>";
     }
     out += "</tr>";
   }
   out += "</tbody></table></div>";
-  for (const auto& n : t.notes) out += "<p class=\"note\">" + escape(n) + "</p>";
+  for (const auto& n : t.notes) out += "<p class=\"note\">" + escape_html(n) + "</p>";
   return out;
 }
 
@@ -746,34 +163,6 @@ footer { margin-top: 48px; color: var(--muted); font-size: 12.5px; }
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-
-std::vector<double> nice_ticks(double lo, double hi, int target_count) {
-  std::vector<double> ticks;
-  if (!std::isfinite(lo) || !std::isfinite(hi) || target_count < 1) return ticks;
-  if (hi < lo) std::swap(lo, hi);
-  if (hi == lo) return {lo};
-  const double raw = (hi - lo) / target_count;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double r = raw / mag;
-  const double step = (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-  // Integer multiples of the step, so labels do not accumulate rounding error.
-  const auto first = static_cast<long long>(std::ceil(lo / step - 1e-9));
-  const auto last = static_cast<long long>(std::floor(hi / step + 1e-9));
-  for (long long k = first; k <= last; ++k) ticks.push_back(k == 0 ? 0.0 : static_cast<double>(k) * step);
-  return ticks;
-}
-
-std::string arm_color(const std::string& arm, std::size_t index) {
-  // Okabe–Ito: distinguishable with the common colour-vision deficiencies.
-  static const std::map<std::string, std::string> kKnown = {
-      {"prenorm", "#6b7280"},  {"full", "#E69F00"},     {"block", "#0072B2"},    {"rd", "#D55E00"},
-      {"rd-tied", "#56B4E9"},  {"rd-average", "#009E73"}, {"rd-frozen", "#CC79A7"}};
-  static constexpr const char* kCycle[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"};
-  if (const auto it = kKnown.find(arm); it != kKnown.end()) return it->second;
-  return kCycle[index % std::size(kCycle)];
-}
-
 std::string render_markdown(const ExperimentSummary& s) {
   std::string out = "# Paired experiment report\n\n";
   out += "Experiment directory: `" + s.dir + "`  \n" + meta_line(s) + "\n\n";
@@ -795,17 +184,18 @@ std::string render_markdown(const ExperimentSummary& s) {
 std::string render_html(const ExperimentSummary& s) {
   std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>";
-  h += escape("attnres report: " + fs::path(s.dir).filename().string()) + "</title>\n<style>" + kCss +
+  h += escape_html("attnres report: " + fs::path(s.dir).filename().string()) + "</title>\n<style>" + kCss +
        "</style>\n</head>\n<body>\n<main>\n";
-  h += "<h1>Paired experiment report</h1>\n<p class=\"meta\"><span class=\"path\">" + escape(s.dir) + "</span></p>\n";
-  h += "<p class=\"meta\">" + escape(meta_line(s)) + "</p>\n";
+  h += "<h1>Paired experiment report</h1>\n<p class=\"meta\"><span class=\"path\">" + escape_html(s.dir) +
+       "</span></p>\n";
+  h += "<p class=\"meta\">" + escape_html(meta_line(s)) + "</p>\n";
   if (!s.missing.empty())
-    h += "<div class=\"warn\"><strong>Missing runs</strong> (no result.json): " + escape(missing_line(s)) +
+    h += "<div class=\"warn\"><strong>Missing runs</strong> (no result.json): " + escape_html(missing_line(s)) +
          ". Statistics use the seeds finished in both the arm and the baseline.</div>\n";
   const auto keys = key_results(s);
   if (!keys.empty()) {
     h += "<ul class=\"keys\">";
-    for (const auto& k : keys) h += "<li>" + escape(k) + "</li>";
+    for (const auto& k : keys) h += "<li>" + escape_html(k) + "</li>";
     h += "</ul>\n";
   }
   const std::vector<Table> tables = summary_tables(s, true);
@@ -823,7 +213,7 @@ std::string render_html(const ExperimentSummary& s) {
          "finished seeds; thin: each seed.</figcaption></figure>\n";
   h += table_titled("Validation NLL");
 
-  h += "<h2>Paired differences against " + escape(s.spec.baseline) + "</h2>\n";
+  h += "<h2>Paired differences against " + escape_html(s.spec.baseline) + "</h2>\n";
   h += "<p class=\"lead\">Each seed of an arm shares its initialisation and data order with the same seed of the "
        "baseline, so the comparison is the per-seed difference ΔNLL = arm − baseline.</p>\n";
   if (const std::string plot = plot_deltas(s); !plot.empty())
@@ -834,24 +224,15 @@ std::string render_html(const ExperimentSummary& s) {
 
   if (!s.routing.empty()) {
     h += "<h2>Depth routing</h2>\n";
-    // One colour scale for every heatmap, so routes and arms compare directly. Single-source layers
-    // (weight 1 by construction) are left out of its range, so they do not wash out the rest; they
-    // and anything above the range take the top colour.
-    double vmax = 0;
-    for (const auto& a : s.routing)
-      for (const auto& l : a.layers) {
-        if (l.sources == 1) continue;
-        for (double v : l.qk_mean) vmax = std::max(vmax, v);
-        for (double v : l.v_mean) vmax = std::max(vmax, v);
-      }
-    vmax = std::clamp(std::ceil(vmax * 10 - 1e-9) / 10, 0.1, 1.0);
+    // One colour scale for every heatmap, so routes and arms compare directly.
+    const double vmax = heatmap_scale(s);
     h += "<p class=\"lead\">Mean depth-attention weight of each source (rows; emb = token embedding, then block "
          "representations in order, the last being the current block's partial sum where present) for each attention "
          "sublayer (columns), averaged over evaluation tokens and seeds. Hover a cell for its value.</p>\n";
-    h += "<figure>" + color_scale_legend(vmax) + "</figure>\n<div class=\"heatmaps\">\n";
+    h += "<figure>" + plot_heatmap_legend(vmax) + "</figure>\n<div class=\"heatmaps\">\n";
     for (const auto& a : s.routing) {
-      h += "<figure>" + heatmap(s, a, false, vmax) + "</figure>";
-      h += a.two_routes ? "<figure>" + heatmap(s, a, true, vmax) + "</figure>\n" : "<div></div>\n";
+      h += "<figure>" + plot_heatmap(s, a, false, vmax) + "</figure>";
+      h += a.two_routes ? "<figure>" + plot_heatmap(s, a, true, vmax) + "</figure>\n" : "<div></div>\n";
     }
     h += "</div>\n";
     if (const std::string plot = plot_js(s); !plot.empty())
@@ -872,18 +253,18 @@ std::string render_html(const ExperimentSummary& s) {
          "steps are clipped to keep the rest readable.</figcaption></figure>\n";
 
   h += "<h2>Configuration</h2>\n";
-  h += "<h3>Model (baseline arm)</h3><pre>" + escape(s.spec.model.dump(2)) + "</pre>\n";
+  h += "<h3>Model (baseline arm)</h3><pre>" + escape_html(s.spec.model.dump(2)) + "</pre>\n";
   // Multi-line strings (the runner records the training TOML as one) read better verbatim than as
   // escaped JSON strings.
   nlohmann::json train_rest = nlohmann::json::object();
   std::string train_text;
   for (const auto& [key, value] : s.spec.train.items()) {
     if (value.is_string() && value.get<std::string>().find('\n') != std::string::npos)
-      train_text += "<p class=\"note\">" + escape(key) + "</p><pre>" + escape(value.get<std::string>()) + "</pre>\n";
+      train_text += "<p class=\"note\">" + escape_html(key) + "</p><pre>" + escape_html(value.get<std::string>()) + "</pre>\n";
     else train_rest[key] = value;
   }
   h += "<h3>Training</h3>";
-  if (!train_rest.empty() || train_text.empty()) h += "<pre>" + escape(train_rest.dump(2)) + "</pre>\n";
+  if (!train_rest.empty() || train_text.empty()) h += "<pre>" + escape_html(train_rest.dump(2)) + "</pre>\n";
   h += train_text;
   h += "<footer>Generated by <span class=\"path\">attnres report</span> from experiment.json and the runs' "
        "result.json files; every number is also in summary.json.</footer>\n";

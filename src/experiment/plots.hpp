@@ -1,0 +1,36 @@
+// The report's SVG plots of a summary (docs/experiments.md, "attnres report"). Each returns one
+// <svg> element, or "" when the summary has nothing to plot. Every arm has one colour everywhere.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "experiment/summary.hpp"
+
+namespace attnres::experiment {
+
+// The colour of an arm in every plot: fixed for the known arms (colour-blind-safe palette), else by
+// its index in the experiment's arm list.
+std::string arm_color(const std::string& arm, std::size_t index);
+std::string arm_color(const ExperimentSummary& summary, const std::string& arm);
+
+// (a) Validation NLL against tokens: a thin line per seed, a bold line with markers per arm's mean.
+std::string plot_validation(const ExperimentSummary& summary);
+
+// (b) Paired ΔNLL per seed at each milestone and on the test split, with the mean, its 95% CI and
+// the zero line.
+std::string plot_deltas(const ExperimentSummary& summary);
+
+// (c) The mean depth distribution of one route of one arm (sources × layers), on a colour scale
+// from 0 to vmax shared by every heatmap (heatmap_scale), and that scale's legend.
+double heatmap_scale(const ExperimentSummary& summary);
+std::string plot_heatmap(const ExperimentSummary& summary, const ArmRouting& arm, bool v_route, double vmax);
+std::string plot_heatmap_legend(double vmax);
+
+// (d) JS between the two routes per attention sublayer, nats and bits, with each arm's layer mean.
+std::string plot_js(const ExperimentSummary& summary);
+
+// (e) Training loss against tokens, when the runs logged a curve.
+std::string plot_training_loss(const ExperimentSummary& summary);
+
+}  // namespace attnres::experiment

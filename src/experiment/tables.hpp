@@ -1,0 +1,28 @@
+// The summary as tables: validation and test NLL statistics, routing JS, systems. A Table is
+// rendering-neutral; format_summary_table renders the headline ones as aligned text for the
+// terminal, the report (experiment/report.hpp) renders them all as Markdown and HTML.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiment/summary.hpp"
+
+namespace attnres::experiment {
+
+struct Table {
+  std::string title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> notes;  // short lines printed under the table
+  int left_columns = 1;            // leading text columns; the rest are numbers, right-aligned
+};
+
+// Headline tables: validation NLL per milestone, test NLL, routing JS means, systems.
+// `detailed` adds JS and the mean depth distributions per layer.
+std::vector<Table> summary_tables(const ExperimentSummary& summary, bool detailed);
+
+// The experiment line, the finished/missing runs and the headline tables as aligned plain text.
+std::string format_summary_table(const ExperimentSummary& summary);
+
+}  // namespace attnres::experiment
