@@ -8,19 +8,21 @@
 
 namespace attnres::experiment {
 
-std::vector<LayerRoutingStats> routing_diagnostics(Model<float>& model, const data::TokenDataset& split, int batch,
-                                                   int seq, std::int64_t max_tokens) {
-  std::vector<LayerRoutingStats> layers;
+std::vector<results::LayerRouting> routing_diagnostics(Model<float>& model, const data::TokenDataset& split,
+                                                       int batch, int seq, std::int64_t max_tokens) {
+  std::vector<results::LayerRouting> layers;
   const ModelConfig& c = model.config();
   if (!c.uses_depth_reads()) return layers;
   for (int l = 0; l < c.n_layers; ++l) {
     const ReadPlan& plan = model.read_plan(2 * l);
-    LayerRoutingStats s;
+    results::LayerRouting s;
     s.layer = l;
     s.sources = static_cast<int>(plan.sources.size());
     s.qk_mean.assign(plan.sources.size(), 0.0);
-    s.has_value_route = plan.n_routes == 2;
-    if (s.has_value_route) s.v_mean.assign(plan.sources.size(), 0.0);
+    if (plan.n_routes == 2) {
+      s.v_mean.assign(plan.sources.size(), 0.0);
+      s.js_nats = 0;
+    }
     layers.push_back(std::move(s));
   }
   const data::BatchLoader order(split, 1, seq, 0);
@@ -41,7 +43,7 @@ std::vector<LayerRoutingStats> routing_diagnostics(Model<float>& model, const da
       for (std::int64_t t = 0; t < n_tok; ++t) {
         model.read_weights(2 * s.layer, 0, t, std::span<float>(a.data(), n));
         for (std::size_t k = 0; k < n; ++k) s.qk_mean[k] += a[k];
-        if (!s.has_value_route) continue;
+        if (s.v_mean.empty()) continue;
         model.read_weights(2 * s.layer, 1, t, std::span<float>(b.data(), n));
         for (std::size_t k = 0; k < n; ++k) {
           s.v_mean[k] += b[k];
@@ -56,7 +58,7 @@ std::vector<LayerRoutingStats> routing_diagnostics(Model<float>& model, const da
   for (auto& s : layers) {
     for (auto& x : s.qk_mean) x /= double(counted);
     for (auto& x : s.v_mean) x /= double(counted);
-    s.js_nats /= double(counted);
+    s.js_nats /= double(counted);  // stays NaN (not available) with one route
   }
   return layers;
 }

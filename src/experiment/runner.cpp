@@ -86,22 +86,6 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-std::vector<results::LayerRouting> routing_result(const std::vector<LayerRoutingStats>& layers) {
-  std::vector<results::LayerRouting> out;
-  for (const auto& l : layers) {
-    results::LayerRouting r;
-    r.layer = l.layer;
-    r.sources = l.sources;
-    r.qk_mean = l.qk_mean;
-    if (l.has_value_route) {
-      r.v_mean = l.v_mean;
-      r.js_nats = l.js_nats;
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 }  // namespace
 
 bool run_experiment(const ExperimentOptions& options) {
@@ -200,8 +184,7 @@ bool run_experiment(const ExperimentOptions& options) {
       result.peak_rss_bytes = tr.peak_rss_bytes;
       result.curve = tr.curve;
       if (config.model.uses_depth_reads())
-        result.routing = routing_result(
-            routing_diagnostics(model, val, config.batch_size, config.seq_len, o.diagnostic_tokens));
+        result.routing = routing_diagnostics(model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
       results::write_run_result(result_path, result);
       status.message(concat(label, ": done, test NLL ", test_eval.nll));
     }
