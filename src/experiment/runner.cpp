@@ -1,10 +1,5 @@
 #include "experiment/runner.hpp"
 
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -19,10 +14,9 @@
 #include "train/trainer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/process.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
-
-extern char** environ;
 
 namespace attnres::experiment {
 
@@ -56,34 +50,16 @@ namespace {
 // Returns the child's exit status (0: finished or stopped cleanly).
 int train_in_child(const std::string& config_path, const std::string& data, const std::string& out, bool resume,
                    const std::string& label, int threads, const std::string& device) {
-  std::vector<std::string> args = {"/proc/self/exe", "train", "--config", config_path, "--data", data, "--out", out,
-                                   "--label", label, "--device", device};
-  if (resume) args.push_back("--resume");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
+  ChildProcess child;
+  child.argv = {kSelfExecutable, "train", "--config", config_path, "--data", data, "--out", out,
+                "--label", label, "--device", device};
+  if (resume) child.argv.push_back("--resume");
   // The child is a process of its own, not a rank of this MPI job; under MPI it gets its rank's
   // share of the machine's cores.
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    if (entry.rfind("ATTNRES_NO_MPI=", 0) == 0 || (threads > 0 && entry.rfind("OMP_NUM_THREADS=", 0) == 0)) continue;
-    env_s.push_back(entry);
-  }
-  env_s.push_back("ATTNRES_NO_MPI=1");
-  if (threads > 0) env_s.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-  require(rc == 0, "cannot start a training process for '", out, "'");
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    require(errno == EINTR, "waiting for the training process of '", out, "' failed");
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  child.set_env = {{"ATTNRES_NO_MPI", "1"}};
+  if (threads > 0) child.set_env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
+  child.name = "a training process for '" + out + "'";
+  return run_child(child).status;
 }
 
 }  // namespace

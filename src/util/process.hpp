@@ -1,0 +1,32 @@
+// Running another program, or this one again, as a child process and waiting for it: the one
+// spawner behind `experiment` (a training process per run) and `bench` (a worker per measurement).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnres {
+
+// The running executable itself, even if its file was rebuilt or removed since it started.
+inline constexpr const char* kSelfExecutable = "/proc/self/exe";
+
+struct ChildProcess {
+  std::vector<std::string> argv;  // argv[0]: the program's path (not searched for on PATH)
+  // Variables set for the child, replacing inherited ones of the same name; the rest of this
+  // process' environment is inherited.
+  std::vector<std::pair<std::string, std::string>> set_env;
+  bool capture_stdout = false;  // else the child writes to this process' stdout; stderr is always shared
+  std::string name;             // the child in error messages (default: argv[0] in quotes)
+};
+
+struct ChildResult {
+  int status = -1;     // the exit status, or 128 + the number of the signal that ended it
+  std::string output;  // its stdout, when captured
+};
+
+// Starts the child and waits for it to end (retrying on EINTR). Throws Error when it cannot be
+// started.
+ChildResult run_child(const ChildProcess& child);
+
+}  // namespace attnres
