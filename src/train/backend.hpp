@@ -54,6 +54,11 @@ class TrainBackend {
 std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
                                                  int micro_batch, int local_micro, dist::Communicator& comm);
 
+// Checks, without building anything, that this process can train on `device` as
+// make_train_backend would (a valid name; for a GPU, a build with the CUDA backend and that GPU
+// visible); throws Error saying what is missing. Returns the GPU index, or -1 for the CPU.
+int check_train_device(const std::string& device, int local_rank = 0);
+
 // True when this binary has the CUDA backend.
 bool cuda_backend_built();
 

@@ -85,9 +85,26 @@ class CpuBackend final : public TrainBackend {
   dist::PairwiseSum<float> grad_sum_;
 };
 
+// The GPU index `device` names, or -1 for the CPU; throws Error for a malformed name.
+int gpu_index(const std::string& device, int local_rank) {
+  if (device == "cpu") return -1;
+  require(device == "cuda" || device.rfind("cuda:", 0) == 0, "--device must be cpu, cuda or cuda:N (got '", device,
+          "')");
+  if (device.size() <= 5) return local_rank;  // "cuda" (or "cuda:"): the rank's local index
+  try {
+    std::size_t used = 0;
+    const int index = std::stoi(device.substr(5), &used);
+    require(used == device.size() - 5 && index >= 0, "");
+    return index;
+  } catch (const std::exception&) {
+    fail("--device cuda:N needs a GPU index N >= 0 (got '", device, "')");
+  }
+}
+
 }  // namespace
 
 #ifdef ATTNRES_WITH_CUDA
+void check_cuda_device(int device);  // cuda_backend.cpp
 std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
                                                       int local_micro, dist::Communicator& comm);  // cuda_backend.cpp
 bool cuda_backend_built() { return true; }
@@ -95,27 +112,25 @@ bool cuda_backend_built() { return true; }
 bool cuda_backend_built() { return false; }
 #endif
 
-std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
-                                                 int micro_batch, int local_micro, dist::Communicator& comm) {
-  if (device == "cpu") return std::make_unique<CpuBackend>(config, micro_batch, local_micro);
-  require(device == "cuda" || device.rfind("cuda:", 0) == 0, "--device must be cpu, cuda or cuda:N (got '", device,
-          "')");
-  int index = comm.local_rank();
-  if (device.size() > 5) {
-    try {
-      std::size_t used = 0;
-      index = std::stoi(device.substr(5), &used);
-      require(used == device.size() - 5 && index >= 0, "");
-    } catch (const std::exception&) {
-      fail("--device cuda:N needs a GPU index N >= 0 (got '", device, "')");
-    }
-  }
+int check_train_device(const std::string& device, int local_rank) {
+  const int gpu = gpu_index(device, local_rank);
+  if (gpu < 0) return gpu;
 #ifdef ATTNRES_WITH_CUDA
-  return make_cuda_train_backend(index, config, micro_batch, local_micro, comm);
+  check_cuda_device(gpu);
+  return gpu;
 #else
   fail("--device ", device, ": this attnres was built without the CUDA backend (CMake found no CUDA toolkit); "
        "rebuild on a machine with nvcc (docs/cuda.md), or use --device cpu");
 #endif
+}
+
+std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
+                                                 int micro_batch, int local_micro, dist::Communicator& comm) {
+  [[maybe_unused]] const int gpu = check_train_device(device, comm.local_rank());
+#ifdef ATTNRES_WITH_CUDA
+  if (gpu >= 0) return make_cuda_train_backend(gpu, config, micro_batch, local_micro, comm);
+#endif
+  return std::make_unique<CpuBackend>(config, micro_batch, local_micro);
 }
 
 }  // namespace attnres

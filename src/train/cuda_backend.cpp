@@ -137,13 +137,17 @@ class CudaBackend final : public TrainBackend {
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
-                                                      int local_micro, dist::Communicator& comm) {
+void check_cuda_device(int device) {
   const auto devices = cuda::list_devices();
   require(!devices.empty(), "--device cuda: no CUDA GPU is visible to this process (check nvidia-smi and "
           "CUDA_VISIBLE_DEVICES), or use --device cpu");
   require(device < static_cast<int>(devices.size()), "--device cuda:", device, ": only ", devices.size(),
           " GPU(s) visible");
+}
+
+// After check_cuda_device (cpu_backend.cpp's make_train_backend).
+std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
+                                                      int local_micro, dist::Communicator& comm) {
   return std::make_unique<CudaBackend>(device, config, micro_batch, local_micro, comm);
 }
 
