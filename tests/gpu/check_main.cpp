@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/flops.hpp"
 #include "common/model_util.hpp"
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
@@ -466,19 +467,6 @@ void check_training(int steps) {
 // (d) throughput
 // ---------------------------------------------------------------------------------------------
 
-// bench_command.cpp's model FLOPs per trained token (6 N for the matrices, the LM head,
-// attention scores at full T, the depth reads).
-double flops_per_token(const ModelConfig& c, int seq) {
-  const double d = c.d_model, F = c.mlp_hidden, L = c.n_layers, V = c.vocab_size;
-  double f = 6 * L * (4 * d * d + 3 * d * F) + 6 * V * d + 6 * L * d * (double(seq) + 1);
-  for (const ReadPlan& p : make_read_plans(c)) {
-    const int with_query = p.n_routes - (p.uniform_value ? 1 : 0);
-    const int outputs = p.average ? 1 : p.n_routes;
-    f += 6 * double(p.sources.size()) * d * (1 + with_query + outputs);
-  }
-  return f;
-}
-
 double gemm_tflops() {
   const std::int64_t N = 8192;
   cuda::DeviceBuffer a(N * N * 2), b(N * N * 2), c(N * N * 2);
@@ -537,7 +525,7 @@ ArmResult run_arm(const ModelConfig& c, int B, int T, int warmup, int steps, dou
   std::sort(times.begin(), times.end());
   r.step_s = times[times.size() / 2];
   r.tokens_per_s = double(B) * T / r.step_s;
-  r.mfu = flops_per_token(c, T) * r.tokens_per_s / (peak_tflops * 1e12);
+  r.mfu = bench::training_flops_per_token(c, T).total() * r.tokens_per_s / (peak_tflops * 1e12);
   r.bytes = model.device_bytes() + opt.device_bytes();
   r.peak_bytes = free0 > free1 ? free0 - free1 : 0;
   return r;

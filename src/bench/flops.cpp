@@ -1,0 +1,21 @@
+#include "bench/flops.hpp"
+
+#include "model/model.hpp"
+
+namespace attnres::bench {
+
+FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
+  FlopCount f;
+  const double d = c.d_model, F = c.mlp_hidden, L = c.n_layers, V = c.vocab_size;
+  f.dense = 6 * L * (4 * d * d + 3 * d * F);
+  f.lm_head = 6 * V * d;
+  f.attention = 6 * L * d * (double(seq) + 1);
+  for (const ReadPlan& p : make_read_plans(c)) {
+    const int with_query = p.n_routes - (p.uniform_value ? 1 : 0);
+    const int outputs = p.average ? 1 : p.n_routes;
+    f.depth_reads += 6 * double(p.sources.size()) * d * (1 + with_query + outputs);
+  }
+  return f;
+}
+
+}  // namespace attnres::bench

@@ -1,0 +1,26 @@
+// The model FLOPs of one training step, per token: the one count that `attnres bench`, the GPU
+// check (tests/gpu/check_main.cpp) and reports use for model FLOP utilisation. It needs only the
+// model configuration (library attnres_flops; no kernels). docs/performance.md explains the terms.
+#pragma once
+
+#include "model/config.hpp"
+
+namespace attnres::bench {
+
+// Convention (forward + backward = 3 x forward, every multiply-add = 2 FLOPs):
+//   dense       6 * n_layers * (4 d^2 + 3 d F)       Q, K, V, O and the SwiGLU matrices
+//   lm_head     6 * V * d                            logits and both of their gradients
+//   attention   6 * n_layers * d * (T + 1)           causal: query t meets t+1 keys, mean (T+1)/2;
+//                                                    QK^T and PV each 2 d per key, x3 for training
+//   depth_reads 6 * sum over reads of n_s * d * (1 + Z + M)  per source: its RMS (2 d), a logit dot
+//                                                    (2 d) for each of the Z routes with a query, a
+//                                                    mix (2 d) for each of the M outputs; x3
+// Not counted: embedding lookup, norms, RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
+struct FlopCount {
+  double dense = 0, lm_head = 0, attention = 0, depth_reads = 0;
+  double total() const { return dense + lm_head + attention + depth_reads; }
+};
+
+FlopCount training_flops_per_token(const ModelConfig& config, int seq);
+
+}  // namespace attnres::bench

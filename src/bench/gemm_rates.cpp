@@ -1,0 +1,87 @@
+#include "bench/gemm_rates.hpp"
+
+#include <algorithm>
+#include <cblas.h>
+#include <chrono>
+
+#include "kernels/gemm.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "util/rng.hpp"
+
+namespace attnres::bench {
+
+namespace {
+
+double gemm_rate(bool bf16, const ShapeRate& s, int reps) {
+  const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
+      c(static_cast<std::size_t>(s.m * s.n), 0.0f);
+  Rng rng(7, "bench gemm shapes");
+  for (auto& x : a) x = static_cast<float>(rng.uniform() - 0.5);
+  for (auto& x : b) x = static_cast<float>(rng.uniform() - 0.5);
+  const float beta = s.pass == "dW" ? 1.0f : 0.0f;
+  double best = 1e300;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (bf16) kernels::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
+    else kernels::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, sec);
+  }
+  return 2.0 * double(s.m) * double(s.n) * double(s.k) / best / 1e9;
+}
+
+}  // namespace
+
+double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k)),
+      c(static_cast<std::size_t>(m * n));
+  Rng rng(7, "bench gemm");
+  for (auto& x : a) x = static_cast<float>(rng.uniform() - 0.5);
+  for (auto& x : b) x = static_cast<float>(rng.uniform() - 0.5);
+  double best = 1e300;
+  for (int r = 0; r <= reps; ++r) {  // the first call warms up and is not counted
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), 1.0f, a.data(), static_cast<blasint>(k), b.data(),
+                static_cast<blasint>(k), 0.0f, c.data(), static_cast<blasint>(n));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return 2.0 * double(m) * double(n) * double(k) / best / 1e9;
+}
+
+GemmRates measure_sgemm_reference(const ModelConfig& c, std::int64_t tokens) {
+  GemmRates g;
+  g.square = sgemm_gflops(1024, 1024, 1024, 5);
+  g.model = sgemm_gflops(tokens, c.mlp_hidden, c.d_model, 3);
+  g.model_shape = std::to_string(tokens) + "x" + std::to_string(c.mlp_hidden) + "x" + std::to_string(c.d_model);
+  return g;
+}
+
+std::vector<ShapeRate> measure_linear_shapes(const ModelConfig& c, std::int64_t tokens, int reps) {
+  struct Layer {
+    const char* name;
+    std::int64_t in, out, rows;
+  };
+  const std::int64_t d = c.d_model, F = c.mlp_hidden, V = c.vocab_size;
+  // The LM head runs in chunks of 256 rows (kernels/cross_entropy.cpp, model.cpp's kCrossEntropyRows).
+  const Layer layers[] = {{"q/k/v/o", d, d, tokens}, {"mlp gate/up", d, F, tokens}, {"mlp down", F, d, tokens},
+                          {"lm head", d, V, std::min<std::int64_t>(tokens, 256)}};
+  std::vector<ShapeRate> out;
+  for (const Layer& l : layers) {
+    // forward y = x W^T; dX = dY W; dW += dY^T X (kernels/gemm.cpp).
+    out.push_back({l.name, "forward", l.rows, l.out, l.in, false, true});
+    out.push_back({l.name, "dX", l.rows, l.in, l.out, false, false});
+    out.push_back({l.name, "dW", l.out, l.in, l.rows, true, false});
+  }
+  for (auto& s : out) {
+    s.fp32 = gemm_rate(false, s, reps);
+    s.bf16 = gemm_rate(true, s, reps);
+  }
+  return out;
+}
+
+std::string bf16_backend() { return kernels::amx_bf16_available() ? "AMX" : "fallback (bf16-rounded sgemm)"; }
+
+}  // namespace attnres::bench
