@@ -12,7 +12,7 @@
 
 namespace attnres::bench {
 
-// The `attnres bench` flags (src/cli/bench_command.cpp documents each).
+// The `attnres bench` flags, with their defaults (src/cli/bench_command.cpp documents each).
 struct Options {
   TrainConfig base;  // the preset or config file with --set applied
   std::string name;  // the preset's name, or the config file, for the report
@@ -20,17 +20,19 @@ struct Options {
   std::vector<int> seqs;  // empty: the config's seq_len
   int batch = 0;          // 0: tokens_per_step / seq
   std::int64_t tokens_per_step = 0;  // 0: the config's batch_size * seq_len
-  int vocab = 0;                     // when the config's vocab_size is 0 (taken from data)
-  int steps = 0, warmup = 0, rounds = 0, threads = 0;
+  int vocab = 8192;                  // when the config's vocab_size is 0 (taken from data)
+  int steps = 6, warmup = 1, rounds = 1;
+  int threads = 0;  // 0: all cores
   std::uint64_t seed = 1;
   std::string device = "cpu";  // the attnres side's TrainBackend device
   std::string precision;       // attnres' Linear GEMMs: fp32 | bf16; empty: the config's train.precision
   std::string torch = "auto";  // auto | on | off
-  std::string python, torch_script;
+  std::string python = "/usr/bin/python3";
+  std::string torch_script;  // empty: found from the binary
   bool json_out = false;
   std::string json_file;
   bool gemm_only = false;
-  bool paired = true;
+  bool paired = true;  // also time every arm against the first one in one process, alternately
 };
 
 // Runs the benchmark: progress to stderr, the table (or with json_out the JSON object) to stdout.
