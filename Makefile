@@ -1,10 +1,11 @@
-# attnres: two commands.
+# attnres: the make targets.
 #   make demo   install dependencies, build, prepare the offline corpus, run the paired demo
 #   make test   install dependencies, build, run every test
+#   make docs   regenerate the generated parts of docs/ (the config key table of docs/training.md)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build test demo docs clean
 
 all: build
 
@@ -19,6 +20,9 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+docs: build
+	@$(BUILD)/src/cli/attnres config --update-docs docs/training.md
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)

@@ -20,6 +20,7 @@ void register_prepare_command(CLI::App& app);    // prepare_command.cpp: corpora
 void register_tokenizer_command(CLI::App& app);  // tokenizer_command.cpp: train / encode tokenizers
 void register_model_commands(CLI::App& app);     // model_commands.cpp: info
 void register_train_commands(CLI::App& app);     // train_commands.cpp: train, eval
+void register_config_command(CLI::App& app);     // config_command.cpp: the keys, a resolved config
 void register_report_command(CLI::App& app);     // report_command.cpp: experiment summary and report
 
 void register_experiment_command(CLI::App& app);  // experiment_command.cpp: paired multi-seed runs

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   attnres::cli::register_prepare_command(app);
   attnres::cli::register_tokenizer_command(app);
   attnres::cli::register_train_commands(app);
+  attnres::cli::register_config_command(app);
   attnres::cli::register_experiment_command(app);
   attnres::cli::register_model_commands(app);
   attnres::cli::register_report_command(app);

@@ -84,7 +84,24 @@ void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& co
                         std::vector<std::string>& settings) {
   cmd->add_option("--preset", preset_name, "tiny | small | S | M (see docs/training.md)");
   cmd->add_option("--config", config_file, "TOML file with [model] and [train] tables (over the tiny preset)");
-  cmd->add_option("--set", settings, "override one key, e.g. --set model.residual=rd --set train.lr=1e-3")
+  // The keys by section, wrapped: "  model: vocab_size d_model ...".
+  std::string keys, line, section;
+  for (const auto& k : train_config_keys()) {
+    if (k.section != section) {
+      if (!line.empty()) keys += line + "\n";
+      section = k.section;
+      line = "  " + section + ":";
+    } else if (line.size() + 1 + k.name.size() > 72) {
+      keys += line + "\n";
+      line = std::string(section.size() + 3, ' ');
+    }
+    line += " " + k.name;
+  }
+  cmd->add_option("--set", settings,
+                  "override one key (TOML syntax; bare words are strings), e.g.\n"
+                  "--set model.residual=rd --set train.lr=1e-3. The keys (types, ranges,\n"
+                  "defaults and meaning: 'attnres config --keys'):\n" +
+                      keys + line)
       ->take_all();
 }
 

@@ -62,6 +62,28 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
   return run_child(child).status;
 }
 
+// experiment.json against the one this command would write: equal, except that the
+// configurations in it (model, train.config_toml) are compared as parsed configurations, so an
+// experiment created before a config key existed (the key absent: its default) still matches.
+bool same_experiment(results::ExperimentSpec existing, const results::ExperimentSpec& spec,
+                     const std::string& path) {
+  try {
+    const char* toml = "config_toml";
+    if (existing.train.contains(toml) && existing.train[toml].is_string() &&
+        config_differences(train_config_keys(), parse_toml_config(existing.train[toml].get<std::string>(), path),
+                           parse_toml_config(spec.train.at(toml).get<std::string>(), path))
+            .empty())
+      existing.train[toml] = spec.train.at(toml);
+    if (config_differences(model_config_keys(), model_config_from_json(existing.model, path),
+                           model_config_from_json(spec.model, path))
+            .empty())
+      existing.model = spec.model;
+  } catch (const Error&) {
+    return false;  // not a configuration this version reads: a different experiment
+  }
+  return existing == spec;
+}
+
 }  // namespace
 
 bool run_experiment(const ExperimentOptions& options) {
@@ -105,8 +127,9 @@ bool run_experiment(const ExperimentOptions& options) {
   // Rank 0 writes the spec first; the others then check theirs against it.
   if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
-    require(results::read_experiment_spec(spec_path) == spec, "'", o.out_dir, "' holds a different experiment (",
-            spec_path, " differs in arms, seeds, budget, data or config); choose another --out");
+    require(same_experiment(results::read_experiment_spec(spec_path), spec, spec_path), "'", o.out_dir,
+            "' holds a different experiment (", spec_path,
+            " differs in arms, seeds, budget, data or config); choose another --out");
   } else {
     require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
             "' on a file system every rank shares?");

@@ -12,8 +12,8 @@ namespace attnres::kernels {
 const char* to_string(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
 
 MatmulPrecision parse_matmul_precision(const std::string& text) {
-  if (text == "fp32") return MatmulPrecision::fp32;
-  if (text == "bf16") return MatmulPrecision::bf16;
+  for (auto p : kMatmulPrecisions)
+    if (text == to_string(p)) return p;
   fail("unknown matmul precision '", text, "' (expected fp32 or bf16)");
 }
 

@@ -29,15 +29,43 @@ std::string to_string(ValueRoute route) {
 }
 
 ResidualMode parse_residual_mode(const std::string& text) {
-  for (auto m : {ResidualMode::prenorm, ResidualMode::full, ResidualMode::block, ResidualMode::rd})
+  for (auto m : kResidualModes)
     if (to_string(m) == text) return m;
   fail("unknown residual mode '", text, "' (expected prenorm, full, block or rd)");
 }
 
 ValueRoute parse_value_route(const std::string& text) {
-  for (auto r : {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average, ValueRoute::frozen})
+  for (auto r : kValueRoutes)
     if (to_string(r) == text) return r;
   fail("unknown value route '", text, "' (expected decoupled, tied, average or frozen)");
+}
+
+const ConfigKeys<ModelConfig>& model_config_keys() {
+  using M = ModelConfig;
+  static const ConfigKeys<ModelConfig> keys = config_section<M>(
+      "model",
+      {
+          config_field("vocab_size", &M::vocab_size, "",
+                       "vocabulary size, at least 2; in a training config 0 takes the data's, another value "
+                       "must cover it"),
+          config_field("d_model", &M::d_model, ">= 2", "width of the residual stream"),
+          config_field("n_layers", &M::n_layers, ">= 1", "layers, each an attention and a SwiGLU sublayer"),
+          config_field("n_heads", &M::n_heads, ">= 1",
+                       "attention heads; must divide d_model, with head_dim = d_model / n_heads even"),
+          config_field("mlp_hidden", &M::mlp_hidden, ">= 1", "SwiGLU hidden width"),
+          config_choice("residual", &M::residual, kResidualModes, "the residual stream (docs/model.md)"),
+          config_field("n_blocks", &M::n_blocks, "",
+                       "Block AttnRes blocks of block and rd: must divide 2·n_layers into blocks of an even "
+                       "number of sublayers, or equal it"),
+          config_choice("value_route", &M::value_route, kValueRoutes,
+                        "rd only: the value route of attention sublayers (docs/model.md)"),
+          config_field("tie_embeddings", &M::tie_embeddings, "", "LM head tied to the token embedding"),
+          config_field("norm_eps", &M::norm_eps, ">= 0", "RMSNorm epsilon"),
+          config_field("rope_theta", &M::rope_theta, "> 0", "RoPE base"),
+          config_field("max_seq_len", &M::max_seq_len, ">= 1",
+                       "RoPE table length and sampling context (train.seq_len raises it to itself)"),
+      });
+  return keys;
 }
 
 int ModelConfig::effective_blocks() const {
@@ -49,17 +77,11 @@ int ModelConfig::effective_blocks() const {
 }
 
 void ModelConfig::validate() const {
+  check_config_ranges(model_config_keys(), *this);
   require(vocab_size >= 2, "model.vocab_size must be at least 2 (got ", vocab_size, ")");
-  require(d_model >= 2, "model.d_model must be at least 2 (got ", d_model, ")");
-  require(n_layers >= 1, "model.n_layers must be at least 1 (got ", n_layers, ")");
-  require(n_heads >= 1 && d_model % n_heads == 0, "model.n_heads (", n_heads, ") must divide model.d_model (",
-          d_model, ")");
+  require(d_model % n_heads == 0, "model.n_heads (", n_heads, ") must divide model.d_model (", d_model, ")");
   require(head_dim() % 2 == 0, "model head_dim = d_model / n_heads must be even for RoPE (got ", head_dim(), ")");
   require(head_dim() <= kernels::kMaxHeadDim, "model head_dim must be at most ", kernels::kMaxHeadDim);
-  require(mlp_hidden >= 1, "model.mlp_hidden must be at least 1 (got ", mlp_hidden, ")");
-  require(norm_eps > 0 || norm_eps == 0, "model.norm_eps must be non-negative");
-  require(rope_theta > 0, "model.rope_theta must be positive (got ", rope_theta, ")");
-  require(max_seq_len >= 1, "model.max_seq_len must be at least 1 (got ", max_seq_len, ")");
   require(n_sublayers() + 1 <= kernels::kMaxSources, "model.n_layers is too large for depth reads (at most ",
           (kernels::kMaxSources - 1) / 2, ")");
   if (residual == ResidualMode::block || residual == ResidualMode::rd) {
@@ -72,51 +94,19 @@ void ModelConfig::validate() const {
 }
 
 void to_json(nlohmann::json& j, const ModelConfig& c) {
-  j = nlohmann::json{{"vocab_size", c.vocab_size},
-                     {"d_model", c.d_model},
-                     {"n_layers", c.n_layers},
-                     {"n_heads", c.n_heads},
-                     {"mlp_hidden", c.mlp_hidden},
-                     {"residual", to_string(c.residual)},
-                     {"n_blocks", c.n_blocks},
-                     {"value_route", to_string(c.value_route)},
-                     {"tie_embeddings", c.tie_embeddings},
-                     {"norm_eps", c.norm_eps},
-                     {"rope_theta", c.rope_theta},
-                     {"max_seq_len", c.max_seq_len}};
+  j = nlohmann::json::object();
+  for (const auto& k : model_config_keys()) j[k.name] = to_json_value(k.get(c));
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where) {
   require(j.is_object(), where, ": model config must be a JSON object");
   ModelConfig c;
-  for (const auto& [key, value] : j.items()) {
-    auto as_int = [&]() {
-      require(value.is_number_integer(), where, ": model config key '", key, "' must be an integer");
-      return value.get<int>();
-    };
-    auto as_number = [&]() {
-      require(value.is_number(), where, ": model config key '", key, "' must be a number");
-      return value.get<double>();
-    };
-    auto as_string = [&]() {
-      require(value.is_string(), where, ": model config key '", key, "' must be a string");
-      return value.get<std::string>();
-    };
-    if (key == "vocab_size") c.vocab_size = as_int();
-    else if (key == "d_model") c.d_model = as_int();
-    else if (key == "n_layers") c.n_layers = as_int();
-    else if (key == "n_heads") c.n_heads = as_int();
-    else if (key == "mlp_hidden") c.mlp_hidden = as_int();
-    else if (key == "residual") c.residual = parse_residual_mode(as_string());
-    else if (key == "n_blocks") c.n_blocks = as_int();
-    else if (key == "value_route") c.value_route = parse_value_route(as_string());
-    else if (key == "tie_embeddings") {
-      require(value.is_boolean(), where, ": model config key 'tie_embeddings' must be true or false");
-      c.tie_embeddings = value.get<bool>();
-    } else if (key == "norm_eps") c.norm_eps = as_number();
-    else if (key == "rope_theta") c.rope_theta = as_number();
-    else if (key == "max_seq_len") c.max_seq_len = as_int();
-    else fail(where, ": unknown model config key '", key, "'");
+  for (const auto& [name, node] : j.items()) {
+    const ConfigKey<ModelConfig>* key = find_config_key(model_config_keys(), "model", name);
+    require(key != nullptr, where, ": unknown model config key '", name, "'");
+    const std::optional<ConfigValue> value = from_json_value(node, key->type);
+    require(value.has_value(), where, ": model config key '", name, "' must be ", type_phrase(key->type));
+    set_config_value(c, *key, *value, where);
   }
   c.validate();
   return c;

@@ -1,13 +1,20 @@
 // The model's hyper-parameters: a value type, validated, saved as JSON in checkpoints.
 #pragma once
 
+#include <array>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+
+#include "util/config_key.hpp"
 
 namespace attnres {
 
 enum class ResidualMode { prenorm, full, block, rd };
 enum class ValueRoute { decoupled, tied, average, frozen };
+inline constexpr std::array kResidualModes = {ResidualMode::prenorm, ResidualMode::full, ResidualMode::block,
+                                              ResidualMode::rd};
+inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
+                                            ValueRoute::frozen};
 
 std::string to_string(ResidualMode mode);
 std::string to_string(ValueRoute route);
@@ -43,8 +50,14 @@ struct ModelConfig {
   void validate() const;
 };
 
+// Every key of the model's configuration (section "model"), in the order files list them: the
+// one list behind its JSON, the [model] table of config files and the docs.
+const ConfigKeys<ModelConfig>& model_config_keys();
+
+// The JSON object of every key (checkpoint metadata `config`).
 void to_json(nlohmann::json& j, const ModelConfig& c);
-// Strict: unknown keys and wrong types are errors; `where` names the source in messages.
+// Strict: unknown keys and wrong types are errors; missing keys take their defaults; the result
+// is validated. `where` names the source in messages.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace attnres

@@ -69,9 +69,8 @@ double clip_grad_norm(std::span<Real> grads, double max_norm) {
 }
 
 LrDecay parse_lr_decay(const std::string& text) {
-  if (text == "cosine") return LrDecay::cosine;
-  if (text == "wsd") return LrDecay::wsd;
-  if (text == "constant") return LrDecay::constant;
+  for (auto d : kLrDecays)
+    if (to_string(d) == text) return d;
   fail("unknown learning-rate decay '", text, "' (expected cosine, wsd or constant)");
 }
 

@@ -2,6 +2,7 @@
 // the learning-rate schedules (linear warmup, then cosine or warmup-stable-decay).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -54,6 +55,7 @@ template <class Real>
 double clip_grad_norm(std::span<Real> grads, double max_norm);
 
 enum class LrDecay { cosine, wsd, constant };
+inline constexpr std::array kLrDecays = {LrDecay::cosine, LrDecay::wsd, LrDecay::constant};
 LrDecay parse_lr_decay(const std::string& text);
 std::string to_string(LrDecay decay);
 

@@ -1,7 +1,9 @@
 #include "train/train_config.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
-#include <sstream>
+#include <optional>
 #include <toml++/toml.h>
 
 #include "util/atomic_file.hpp"
@@ -32,28 +34,15 @@ LrSchedule TrainConfig::schedule() const {
 AdamWConfig TrainConfig::adamw() const { return AdamWConfig{beta1, beta2, 1e-8, weight_decay}; }
 
 void TrainConfig::validate() const {
-  require(batch_size >= 1, "train.batch_size must be at least 1 (got ", batch_size, ")");
-  require(micro_batches >= 0, "train.micro_batches must be non-negative (0: one per process)");
+  check_config_ranges(train_config_keys(), *this);  // first, so a value out of range is the error named
   require(micro_batches == 0 || batch_size % micro_batches == 0, "train.batch_size (", batch_size,
           ") must be a multiple of train.micro_batches (", micro_batches, ")");
-  require(seq_len >= 1, "train.seq_len must be at least 1 (got ", seq_len, ")");
   require(tokens >= tokens_per_step(), "train.tokens (", tokens, ") must cover at least one step of ",
           tokens_per_step(), " tokens");
-  require(lr > 0 && lr < 1, "train.lr must be in (0, 1) (got ", lr, ")");
-  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]");
-  require(warmup_fraction >= 0 && warmup_fraction < 1, "train.warmup_fraction must be in [0, 1)");
-  require(decay_fraction > 0 && decay_fraction <= 1, "train.decay_fraction must be in (0, 1]");
-  require(weight_decay >= 0, "train.weight_decay must be non-negative");
-  require(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
-  require(grad_clip >= 0, "train.grad_clip must be non-negative (0 disables clipping)");
   require(!milestones.empty(), "train.milestones must not be empty");
-  for (std::size_t i = 0; i < milestones.size(); ++i) {
-    require(milestones[i] > 0 && milestones[i] <= 1, "train.milestones must be fractions in (0, 1]");
-    require(i == 0 || milestones[i] > milestones[i - 1], "train.milestones must increase");
-  }
+  for (std::size_t i = 1; i < milestones.size(); ++i)
+    require(milestones[i] > milestones[i - 1], "train.milestones must increase");
   require(eval_tokens >= seq_len + 1, "train.eval_tokens must be at least seq_len + 1");
-  require(checkpoint_every >= 1, "train.checkpoint_every must be at least 1");
-  require(threads >= 0, "train.threads must be non-negative");
   ModelConfig m = model;
   if (m.vocab_size == 0) m.vocab_size = 2;  // filled from the data later
   require(seq_len <= m.max_seq_len, "train.seq_len (", seq_len, ") exceeds model.max_seq_len (", m.max_seq_len, ")");
@@ -119,89 +108,120 @@ TrainConfig preset(const std::string& name) {
   return c;
 }
 
+const ConfigKeys<TrainConfig>& train_config_keys() {
+  using T = TrainConfig;
+  static const ConfigKeys<TrainConfig> keys = [] {
+    ConfigKeys<T> all = nested_config_keys(model_config_keys(), &T::model);
+    ConfigKeys<T> train = config_section<T>(
+        "train",
+        {
+            config_field("batch_size", &T::batch_size, ">= 1", "sequences per step"),
+            config_field("micro_batches", &T::micro_batches, ">= 0",
+                         "split each batch into this many micro-batches whose gradients are summed (gradient "
+                         "accumulation; under MPI shared by the ranks, docs/distributed.md). 0: one per process"),
+            with_effect(config_field("seq_len", &T::seq_len, ">= 1",
+                                     "tokens per sequence (raises model.max_seq_len to at least this)"),
+                        [](T& c) { c.model.max_seq_len = std::max(c.model.max_seq_len, c.seq_len); }),
+            config_field("tokens", &T::tokens, "",
+                         "training budget: steps = tokens / (batch_size·seq_len), at least one"),
+            config_field("lr", &T::lr, "(0, 1)", "peak learning rate"),
+            config_field("min_lr_ratio", &T::min_lr_ratio, "[0, 1]", "the schedule's floor = ratio · peak"),
+            config_field("warmup_fraction", &T::warmup_fraction, "[0, 1)",
+                         "linear warmup over this fraction of the steps"),
+            config_choice("decay", &T::decay, kLrDecays,
+                          "after warmup: cosine to the floor, wsd (warmup-stable-decay: linear over the last "
+                          "decay_fraction of the steps) or constant"),
+            config_field("decay_fraction", &T::decay_fraction, "(0, 1]", "wsd: the share of steps that decay"),
+            config_field("weight_decay", &T::weight_decay, ">= 0",
+                         "AdamW decoupled weight decay, on matrices only (never norms or pseudo-queries)"),
+            config_field("beta1", &T::beta1, "[0, 1)", "AdamW first-moment decay"),
+            config_field("beta2", &T::beta2, "[0, 1)", "AdamW second-moment decay"),
+            config_field("grad_clip", &T::grad_clip, ">= 0", "global gradient-norm clipping (0: off)"),
+            config_field("seed", &T::seed, "", "initialisation"),
+            config_field("data_seed", &T::data_seed, "", "batch order"),
+            config_field("milestones", &T::milestones, "(0, 1]",
+                         "increasing fractions of the budget after which validation NLL is measured"),
+            config_field("eval_tokens", &T::eval_tokens, "",
+                         "validation tokens per measurement (the split's first windows), at least seq_len + 1"),
+            config_field("checkpoint_every", &T::checkpoint_every, ">= 1",
+                         "steps between checkpoints (and one at the end)"),
+            config_field("threads", &T::threads, ">= 0",
+                         "OpenMP/OpenBLAS threads (0: OMP_NUM_THREADS if set, else all cores, shared among the "
+                         "MPI ranks on a machine)"),
+            config_choice("precision", &T::precision, kernels::kMatmulPrecisions,
+                          "the Linear GEMMs (Q, K, V, O, SwiGLU, LM head); bf16: bf16-rounded operands, fp32 "
+                          "accumulation, AMX when the CPU has it; weights, gradients, optimizer, attention and "
+                          "depth routing stay fp32 (docs/performance.md)"),
+        });
+    for (auto& k : train) all.push_back(std::move(k));
+    return all;
+  }();
+  return keys;
+}
+
 namespace {
 
-template <class T>
-T get_value(const toml::node& node, const std::string& key, const std::string& where) {
-  if constexpr (std::is_same_v<T, bool>) {
-    if (auto v = node.value<bool>()) return *v;
-    fail(where, ": '", key, "' must be true or false");
-  } else if constexpr (std::is_integral_v<T>) {
-    if (auto v = node.value<std::int64_t>()) return static_cast<T>(*v);
-    fail(where, ": '", key, "' must be an integer");
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (auto v = node.value<double>()) return static_cast<T>(*v);
-    fail(where, ": '", key, "' must be a number");
-  } else {
-    if (auto v = node.value<std::string>()) return *v;
-    fail(where, ": '", key, "' must be a string");
+// The value of a TOML node as `type` (toml++'s permissive conversions, e.g. 2 as a number).
+std::optional<ConfigValue> value_of(const toml::node& node, ConfigType type) {
+  switch (type) {
+    case ConfigType::boolean:
+      if (auto v = node.value<bool>()) return *v;
+      break;
+    case ConfigType::integer:
+      if (auto v = node.value<std::int64_t>()) return *v;
+      break;
+    case ConfigType::number:
+      if (auto v = node.value<double>()) return *v;
+      break;
+    case ConfigType::choice:
+      if (auto v = node.value<std::string>()) return *v;
+      break;
+    case ConfigType::numbers:
+      if (const toml::array* array = node.as_array()) {
+        std::vector<double> list;
+        for (const auto& e : *array) {
+          const auto v = e.value<double>();
+          if (!v) return std::nullopt;
+          list.push_back(*v);
+        }
+        return list;
+      }
+      break;
   }
+  return std::nullopt;
 }
 
-// One place that knows every key: sets `key` (e.g. "train.lr") from a TOML node.
-void set_key(TrainConfig& c, const std::string& key, const toml::node& v, const std::string& where) {
-  ModelConfig& m = c.model;
-  auto i32 = [&] { return get_value<int>(v, key, where); };
-  auto i64 = [&] { return get_value<std::int64_t>(v, key, where); };
-  auto num = [&] { return get_value<double>(v, key, where); };
-  auto str = [&] { return get_value<std::string>(v, key, where); };
-  try {
-    if (key == "model.vocab_size") m.vocab_size = i32();
-    else if (key == "model.d_model") m.d_model = i32();
-    else if (key == "model.n_layers") m.n_layers = i32();
-    else if (key == "model.n_heads") m.n_heads = i32();
-    else if (key == "model.mlp_hidden") m.mlp_hidden = i32();
-    else if (key == "model.residual") m.residual = parse_residual_mode(str());
-    else if (key == "model.n_blocks") m.n_blocks = i32();
-    else if (key == "model.value_route") m.value_route = parse_value_route(str());
-    else if (key == "model.tie_embeddings") m.tie_embeddings = get_value<bool>(v, key, where);
-    else if (key == "model.norm_eps") m.norm_eps = num();
-    else if (key == "model.rope_theta") m.rope_theta = num();
-    else if (key == "model.max_seq_len") m.max_seq_len = i32();
-    else if (key == "train.batch_size") c.batch_size = i32();
-    else if (key == "train.micro_batches") c.micro_batches = i32();
-    else if (key == "train.seq_len") {
-      c.seq_len = i32();
-      m.max_seq_len = std::max(m.max_seq_len, c.seq_len);
-    } else if (key == "train.tokens") c.tokens = i64();
-    else if (key == "train.lr") c.lr = num();
-    else if (key == "train.min_lr_ratio") c.min_lr_ratio = num();
-    else if (key == "train.warmup_fraction") c.warmup_fraction = num();
-    else if (key == "train.decay") c.decay = parse_lr_decay(str());
-    else if (key == "train.decay_fraction") c.decay_fraction = num();
-    else if (key == "train.weight_decay") c.weight_decay = num();
-    else if (key == "train.beta1") c.beta1 = num();
-    else if (key == "train.beta2") c.beta2 = num();
-    else if (key == "train.grad_clip") c.grad_clip = num();
-    else if (key == "train.seed") c.seed = static_cast<std::uint64_t>(i64());
-    else if (key == "train.data_seed") c.data_seed = static_cast<std::uint64_t>(i64());
-    else if (key == "train.eval_tokens") c.eval_tokens = i64();
-    else if (key == "train.checkpoint_every") c.checkpoint_every = i32();
-    else if (key == "train.threads") c.threads = i32();
-    else if (key == "train.precision") c.precision = kernels::parse_matmul_precision(str());
-    else if (key == "train.milestones") {
-      const toml::array* arr = v.as_array();
-      require(arr != nullptr, where, ": 'train.milestones' must be an array of fractions, e.g. [0.5, 1.0]");
-      c.milestones.clear();
-      for (const auto& e : *arr) c.milestones.push_back(get_value<double>(e, key, where));
-    } else {
-      fail(where, ": unknown config key '", key, "'");
-    }
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (msg.find(where) == 0) throw;
-    fail(where, ": '", key, "': ", msg);
-  }
+void set_key(TrainConfig& c, const std::string& section, const std::string& name, const toml::node& node,
+             const std::string& where) {
+  const ConfigKey<TrainConfig>* key = find_config_key(train_config_keys(), section, name);
+  require(key != nullptr, where, ": unknown config key '", section, ".", name, "'");
+  const std::optional<ConfigValue> value = value_of(node, key->type);
+  require(value.has_value(), where, ": '", key->path(), "' must be ", type_phrase(key->type));
+  set_config_value(c, *key, *value, where);
 }
 
-void apply_table(TrainConfig& c, const toml::table& root, const std::string& where) {
-  for (const auto& [section, node] : root) {
-    const std::string s(section.str());
-    const toml::table* t = node.as_table();
-    require(t != nullptr && (s == "model" || s == "train"), where, ": unknown config key '", s,
+// Applies the [model] and [train] tables of a parsed file; errors name `source`:LINE.
+void apply_table(TrainConfig& c, const toml::table& root, const std::string& source) {
+  auto where = [&](const toml::node& node) { return concat(source, ":", node.source().begin.line); };
+  const auto& keys = train_config_keys();
+  for (const auto& [section_key, node] : root) {
+    const std::string section(section_key.str());
+    const bool known = std::any_of(keys.begin(), keys.end(), [&](const auto& k) { return k.section == section; });
+    require(node.is_table() && known, where(node), ": unknown config key '", section,
             "' (expected [model] and [train] tables)");
-    for (const auto& [key, value] : *t) set_key(c, s + "." + std::string(key.str()), value, where);
+    const toml::table* table = node.as_table();
+    for (const auto& [key, value] : *table) set_key(c, section, std::string(key.str()), value, where(value));
   }
+}
+
+void apply_toml_text(TrainConfig& c, const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    fail(source, ":", e.source().begin.line, ": ", e.description());
+  }
+  apply_table(c, root, source);
 }
 
 }  // namespace
@@ -215,7 +235,8 @@ void apply_setting(TrainConfig& c, const std::string& assignment, const std::str
   };
   const std::string key = trim(assignment.substr(0, eq));
   std::string value = trim(assignment.substr(eq + 1));
-  require(key.find('.') != std::string::npos, where, ": key '", key, "' must be section.key, e.g. train.lr");
+  const auto dot = key.find('.');
+  require(dot != std::string::npos, where, ": key '", key, "' must be section.key, e.g. train.lr");
   // Bare words are strings: --set model.residual=rd.
   const bool bare = !value.empty() && std::isalpha(static_cast<unsigned char>(value[0])) && value != "true" &&
                     value != "false" && value != "inf" && value != "nan";
@@ -226,43 +247,95 @@ void apply_setting(TrainConfig& c, const std::string& assignment, const std::str
   } catch (const toml::parse_error& e) {
     fail(where, ": cannot parse the value of '", key, "': ", e.description());
   }
-  set_key(c, key, *parsed.get("v"), where);
+  set_key(c, key.substr(0, dot), key.substr(dot + 1), *parsed.get("v"), where);
 }
 
-void apply_toml_file(TrainConfig& c, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(read_text_file(path), path);
-  } catch (const toml::parse_error& e) {
-    fail(path, ":", e.source().begin.line, ": ", e.description());
-  }
-  apply_table(c, root, path);
+void apply_toml_file(TrainConfig& c, const std::string& path) { apply_toml_text(c, read_text_file(path), path); }
+
+TrainConfig parse_toml_config(const std::string& text, const std::string& source) {
+  TrainConfig c;
+  apply_toml_text(c, text, source);
+  return c;
 }
 
 std::string to_toml(const TrainConfig& c) {
-  const ModelConfig& m = c.model;
-  std::ostringstream o;
-  o.precision(17);
-  o << "[model]\n"
-    << "vocab_size = " << m.vocab_size << "\nd_model = " << m.d_model << "\nn_layers = " << m.n_layers
-    << "\nn_heads = " << m.n_heads << "\nmlp_hidden = " << m.mlp_hidden << "\nresidual = \"" << to_string(m.residual)
-    << "\"\nn_blocks = " << m.n_blocks << "\nvalue_route = \"" << to_string(m.value_route)
-    << "\"\ntie_embeddings = " << (m.tie_embeddings ? "true" : "false") << "\nnorm_eps = " << m.norm_eps
-    << "\nrope_theta = " << m.rope_theta << "\nmax_seq_len = " << m.max_seq_len << "\n\n[train]\n"
-    << "batch_size = " << c.batch_size << "\nseq_len = " << c.seq_len << "\ntokens = " << c.tokens
-    << "\nlr = " << c.lr << "\nmin_lr_ratio = " << c.min_lr_ratio << "\nwarmup_fraction = " << c.warmup_fraction
-    << "\ndecay = \"" << to_string(c.decay) << "\"\ndecay_fraction = " << c.decay_fraction
-    << "\nweight_decay = " << c.weight_decay << "\nbeta1 = " << c.beta1 << "\nbeta2 = " << c.beta2
-    << "\ngrad_clip = " << c.grad_clip << "\nseed = " << c.seed << "\ndata_seed = " << c.data_seed
-    << "\nmilestones = [";
-  for (std::size_t i = 0; i < c.milestones.size(); ++i) o << (i ? ", " : "") << c.milestones[i];
-  o << "]\neval_tokens = " << c.eval_tokens << "\ncheckpoint_every = " << c.checkpoint_every
-    << "\nthreads = " << c.threads << "\n";
-  // Keys added later are written only when set, so runs started before them still resume (their
-  // config text, compared on resume, is unchanged).
-  if (c.micro_batches != 0) o << "micro_batches = " << c.micro_batches << "\n";
-  if (c.precision != kernels::MatmulPrecision::fp32) o << "precision = \"" << kernels::to_string(c.precision) << "\"\n";
-  return o.str();
+  std::string out, section;
+  for (const auto& k : train_config_keys()) {
+    if (k.section != section) {
+      out += (section.empty() ? "[" : "\n[") + k.section + "]\n";
+      section = k.section;
+    }
+    out += k.name + " = " + toml_literal(k.get(c)) + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+const char* const kTableBegin = "<!-- begin config keys";
+const char* const kTableEnd = "<!-- end config keys -->";
+
+std::string type_text(const ConfigKey<TrainConfig>& k, bool markdown) {
+  std::string t;
+  switch (k.type) {
+    case ConfigType::boolean: t = "boolean"; break;
+    case ConfigType::integer: t = "integer"; break;
+    case ConfigType::number: t = "number"; break;
+    case ConfigType::numbers: t = "list of numbers"; break;
+    case ConfigType::choice:
+      for (std::size_t i = 0; i < k.choices.size(); ++i)
+        t += (i ? markdown ? ", " : " | " : "") + (markdown ? "`" + k.choices[i] + "`" : k.choices[i]);
+      break;
+  }
+  if (!k.range.empty()) {
+    const char first = k.range.text().front();
+    t += (first == '[' || first == '(' ? " in " : " ") + k.range.text();
+  }
+  return t;
+}
+
+std::string value_text(const ConfigKey<TrainConfig>& k, const TrainConfig& c, bool markdown) {
+  const ConfigValue v = k.get(c);
+  if (k.type == ConfigType::choice) return markdown ? "`" + std::get<std::string>(v) + "`" : std::get<std::string>(v);
+  return display(v);
+}
+
+}  // namespace
+
+std::string config_key_table_markdown() {
+  const TrainConfig defaults, tiny = preset("tiny");
+  std::string out = "| key | type | default | tiny | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& k : train_config_keys())
+    out += "| `" + k.path() + "` | " + type_text(k, true) + " | " + value_text(k, defaults, true) + " | " +
+           value_text(k, tiny, true) + " | " + k.help + " |\n";
+  return out;
+}
+
+std::string config_key_table_text() {
+  const TrainConfig defaults, tiny = preset("tiny");
+  std::vector<std::array<std::string, 5>> rows = {{"key", "type", "default", "tiny", "meaning"}};
+  for (const auto& k : train_config_keys())
+    rows.push_back({k.path(), type_text(k, false), value_text(k, defaults, false), value_text(k, tiny, false), k.help});
+  std::array<std::size_t, 4> width{};
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  std::string out;
+  for (const auto& r : rows) {
+    for (std::size_t i = 0; i < width.size(); ++i) out += r[i] + std::string(width[i] + 2 - r[i].size(), ' ');
+    out += r[4] + "\n";
+  }
+  return out;
+}
+
+std::string with_config_key_table(const std::string& document, const std::string& source) {
+  const auto begin = document.find(kTableBegin);
+  const auto end = document.find(kTableEnd);
+  require(begin != std::string::npos && end != std::string::npos && begin < end, "'", source, "' has no '",
+          kTableBegin, " ... -->' / '", kTableEnd, "' markers around the config key table");
+  const auto body = document.find('\n', begin);
+  require(body != std::string::npos && body < end, "'", source,
+          "': the config key table's begin marker must end its line");
+  return document.substr(0, body + 1) + config_key_table_markdown() + document.substr(end);
 }
 
 }  // namespace attnres

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -51,12 +50,31 @@ struct TrainConfig {
 std::vector<std::string> preset_names();
 TrainConfig preset(const std::string& name);
 
+// Every key of a training configuration: the model's (section "model") then "train", in the
+// order config files list them. The one list behind --set, TOML files, to_toml, the comparison
+// on resume and the key table of docs/training.md.
+const ConfigKeys<TrainConfig>& train_config_keys();
+
 // Applies one "section.key = value" setting (TOML syntax for the value), e.g.
 // "model.residual=rd", "train.lr=1e-3", "train.milestones=[0.5, 1.0]".
 void apply_setting(TrainConfig& config, const std::string& assignment, const std::string& where);
-// Reads a TOML file with [model] and [train] tables over the given base config.
+// Reads a TOML file with [model] and [train] tables over the given base config. Errors (unknown
+// keys, wrong types, bad values) name the file and line.
 void apply_toml_file(TrainConfig& config, const std::string& path);
+// A configuration stored as TOML text (config.toml, a checkpoint's state) over the preset-free
+// defaults: keys the text lacks (it was written before they existed) take their defaults.
+// `source` names the text in errors.
+TrainConfig parse_toml_config(const std::string& text, const std::string& source);
 
-std::string to_toml(const TrainConfig& config);  // a complete config file, for the run directory
+std::string to_toml(const TrainConfig& config);  // every key: a complete config file
+
+// The key table for people: key, type and range, the preset-free default, the tiny preset's
+// value (what --config files apply over) and the help line. Markdown is the table of
+// docs/training.md; text is what `attnres config --keys` prints.
+std::string config_key_table_markdown();
+std::string config_key_table_text();
+// `document` (docs/training.md) with the table between its "<!-- begin config keys ... -->" and
+// "<!-- end config keys -->" lines replaced by config_key_table_markdown().
+std::string with_config_key_table(const std::string& document, const std::string& source);
 
 }  // namespace attnres

@@ -192,9 +192,14 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
       } catch (const nlohmann::json::exception& e) {
         fail("'", ckpt, "': corrupt training state: ", e.what());
       }
-      require(sj.value("config", std::string()) == config_toml, "'", ckpt,
-              "' was written with a different configuration; resume with the same preset/config/--set values "
-              "(see ", (fs::path(out) / "config.toml").string(), ")");
+      // Compared as configurations, not text: a checkpoint written before a key existed lacks it,
+      // and the key takes its default.
+      const TrainConfig stored = parse_toml_config(sj.value("config", std::string()), ckpt + " (its configuration)");
+      const std::vector<ConfigDifference> differences = config_differences(train_config_keys(), stored, config);
+      require(differences.empty(), "'", ckpt, "' was written with a different configuration: ",
+              describe_differences(differences, "checkpoint", "requested"),
+              "; resume with the same preset/config/--set values (see ", (fs::path(out) / "config.toml").string(),
+              ")");
       for (auto [name, dst] : {std::pair{"params", &resume_params}, std::pair{"adam.m", &resume_m},
                                std::pair{"adam.v", &resume_v}}) {
         const StoredTensor& t = f.at(name, ckpt);

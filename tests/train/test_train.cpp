@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +15,10 @@
 #include <thread>
 
 #include "common/cli_util.hpp"
+#include "experiment/runner.hpp"
 #include "model/safetensors.hpp"
+#include "train/train_config.hpp"
+#include "util/error.hpp"
 #include "util/rng.hpp"
 
 using namespace attnres;
@@ -245,4 +249,83 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   r = run_cli("experiment " + kTiny + " --arms block,rd-wide --seeds 1 --data " + data() + " --out " + runs.str("e2"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("rd-wide"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// A config text as the code before the key table wrote it: train.micro_batches and
+// train.precision only when set (so not at their defaults).
+std::string without_newer_keys(std::string text) {
+  for (const std::string line : {"micro_batches = 0\n", "precision = \"fp32\"\n"}) {
+    const auto at = text.find(line);
+    EXPECT_NE(at, std::string::npos) << text;
+    if (at != std::string::npos) text.erase(at, line.size());
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_F(TrainTest, OldFormatRunResumesAndMismatchesNameTheKey) {
+  TempDir runs("attnres_old_format");
+  const fs::path out = runs.path() / "run";
+  const std::string args = kTiny + " --data " + data() + " --out " + out.string();
+  CliResult r = run_cli("train " + args + " --stop-at-step 8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Make the run directory one written before every key was written.
+  const std::string ckpt = (out / "checkpoint.safetensors").string();
+  SafetensorsFile f = read_safetensors(ckpt);
+  nlohmann::json state = nlohmann::json::parse(f.metadata.at("state"));
+  state["config"] = without_newer_keys(state["config"].get<std::string>());
+  f.metadata["state"] = state.dump();
+  std::vector<TensorRef> refs;
+  for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
+  write_safetensors(ckpt, f.metadata, refs);
+  const std::string config_toml = without_newer_keys(read_file(out / "config.toml"));
+  std::ofstream(out / "config.toml") << config_toml;
+
+  // A different configuration is refused, naming each differing key with both values.
+  r = run_cli("train " + args + " --resume --set train.lr=0.002 --set train.micro_batches=2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("different configuration: train.micro_batches = 0 (checkpoint) vs 2 (requested); "
+                          "train.lr = 0.003 (checkpoint) vs 0.002 (requested)"),
+            std::string::npos)
+      << r.output;
+  // The same configuration resumes: the missing keys take their defaults.
+  r = run_cli("train " + args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming '" + out.string() + "' at step 8"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(out / "train_result.json"));
+  EXPECT_EQ(losses(out / "metrics.jsonl").size(), 48u);
+}
+
+TEST_F(TrainTest, ExperimentCreatedBeforeNewerKeysIsStillAccepted) {
+  TempDir runs("attnres_old_experiment");
+  const std::atomic<bool> stop{true};  // write experiment.json, train nothing
+  experiment::ExperimentOptions o;
+  o.base = preset("tiny");
+  o.preset = "tiny";
+  o.arms = {"block", "rd"};
+  o.seeds = {1};
+  o.data_dir = data();
+  o.out_dir = runs.str("exp");
+  o.stop = &stop;
+  o.progress = false;
+  EXPECT_FALSE(experiment::run_experiment(o));
+  // As an older version wrote it: config_toml without the newer keys, a model config without a
+  // key (at its default) that version did not have.
+  const fs::path spec = runs.path() / "exp/experiment.json";
+  nlohmann::json j = nlohmann::json::parse(read_file(spec));
+  j["train"]["config_toml"] = without_newer_keys(j["train"]["config_toml"].get<std::string>());
+  ASSERT_EQ(j["model"].erase("value_route"), 1u);
+  std::ofstream(spec) << j.dump(1);
+  EXPECT_NO_THROW(EXPECT_FALSE(experiment::run_experiment(o)));
+  // Another configuration is still another experiment.
+  o.base.lr = 1e-3;
+  try {
+    experiment::run_experiment(o);
+    ADD_FAILURE() << "a different configuration was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different experiment"), std::string::npos) << e.what();
+  }
 }
