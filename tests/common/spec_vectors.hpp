@@ -71,4 +71,28 @@ inline double expect_spec(const std::string& what, double got, double want) {
   return expect_spec(what, std::vector<double>{got}, std::vector<double>{want});
 }
 
+// The spec's toy sublayer branch y = tanh(h M) over token rows of d (M: d x d, right-multiplied),
+// and its input gradient given dy.
+inline std::vector<double> tanh_branch(const std::vector<double>& h, const std::vector<double>& m, int d) {
+  std::vector<double> y(h.size(), 0.0);
+  for (std::size_t t = 0; t < h.size() / d; ++t)
+    for (int c = 0; c < d; ++c) {
+      double u = 0;
+      for (int e = 0; e < d; ++e) u += h[t * d + e] * m[e * d + c];
+      y[t * d + c] = std::tanh(u);
+    }
+  return y;
+}
+
+inline std::vector<double> tanh_branch_backward(const std::vector<double>& dy, const std::vector<double>& y,
+                                                const std::vector<double>& m, int d) {
+  std::vector<double> dh(dy.size(), 0.0);
+  for (std::size_t t = 0; t < dy.size() / d; ++t)
+    for (int c = 0; c < d; ++c) {
+      const double gu = dy[t * d + c] * (1 - y[t * d + c] * y[t * d + c]);
+      for (int e = 0; e < d; ++e) dh[t * d + e] += gu * m[e * d + c];
+    }
+  return dh;
+}
+
 }  // namespace attnres::testing

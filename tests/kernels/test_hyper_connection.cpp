@@ -192,17 +192,6 @@ struct HcStack {
   int n = 3, d = 4;
   std::int64_t T = 2;
 
-  std::vector<double> branch(const std::vector<double>& h0, const std::vector<double>& m) const {
-    std::vector<double> y(T * d, 0.0);
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < d; ++c) {
-        double u = 0;
-        for (int e = 0; e < d; ++e) u += h0[t * d + e] * m[e * d + c];
-        y[t * d + c] = std::tanh(u);
-      }
-    return y;
-  }
-
   // X_3; with gX0 set, also runs the backward and fills every layer's gradients.
   std::vector<double> run(std::vector<double>* gX0 = nullptr, std::vector<HcResult<double>>* grads = nullptr) {
     std::vector<std::vector<double>> X{X0};
@@ -212,7 +201,7 @@ struct HcStack {
       c.H = X.back();
       c.y.assign(T * d, 0.0);
       auto r = forward(c);  // h0 first (y does not matter for it), then the write with the branch
-      c.y = branch(r.h0, M[l]);
+      c.y = tanh_branch(r.h0, M[l], d);
       r = forward(c);
       X.push_back(r.out);
       fw.push_back(r);
@@ -225,13 +214,7 @@ struct HcStack {
       const auto cv = k::hc_coefficients(c.op(), fw[l].coef.data());
       std::vector<double> dy(T * d), dbeta(T * n);
       k::stream_write_backward(dy.data(), dbeta.data(), g.data(), c.y.data(), cv, T, n, d);
-      // Toy branch: y = tanh(u), u = h0 M.
-      std::vector<double> dh0(T * d, 0.0);
-      for (int t = 0; t < T; ++t)
-        for (int col = 0; col < d; ++col) {
-          const double gu = dy[t * d + col] * (1 - c.y[t * d + col] * c.y[t * d + col]);
-          for (int e = 0; e < d; ++e) dh0[t * d + e] += gu * M[l][e * d + col];
-        }
+      const std::vector<double> dh0 = tanh_branch_backward(dy, c.y, M[l], d);
       c.up_h0 = dh0;
       c.up_out = g;
       auto r = run_with_dbeta(c, dbeta);
@@ -331,6 +314,21 @@ HcCase<double> random_case(bool dynamic, bool tanh, int n = 3, int d = 6, std::i
   return c;
 }
 
+HcCase<float> to_float(const HcCase<double>& c) {
+  HcCase<float> f;
+  f.n = c.n;
+  f.d = c.d;
+  f.T = c.T;
+  f.dynamic = c.dynamic;
+  f.tanh = c.tanh;
+  for (auto [to, from] : {std::pair{&f.H, &c.H}, std::pair{&f.A, &c.A}, std::pair{&f.B, &c.B}, std::pair{&f.Wa, &c.Wa},
+                          std::pair{&f.wb, &c.wb}, std::pair{&f.sa, &c.sa}, std::pair{&f.sb, &c.sb},
+                          std::pair{&f.gamma, &c.gamma}, std::pair{&f.y, &c.y}, std::pair{&f.up_h0, &c.up_h0},
+                          std::pair{&f.up_out, &c.up_out}})
+    *to = converted<float>(*from);
+  return f;
+}
+
 }  // namespace
 
 TEST(HyperConnection, ModuleGradientsMatchFiniteDifferences) {
@@ -370,16 +368,7 @@ TEST(HyperConnection, ModuleGradientsMatchFiniteDifferences) {
 TEST(HyperConnection, FloatMatchesDouble) {
   for (bool dynamic : {true, false}) {
     const HcCase<double> cd = random_case(dynamic, true, 4, 37, 300);
-    HcCase<float> cf;
-    cf.n = cd.n;
-    cf.d = cd.d;
-    cf.T = cd.T;
-    cf.dynamic = cd.dynamic;
-    for (auto [to, from] : {std::pair{&cf.H, &cd.H}, std::pair{&cf.A, &cd.A}, std::pair{&cf.B, &cd.B},
-                            std::pair{&cf.Wa, &cd.Wa}, std::pair{&cf.wb, &cd.wb}, std::pair{&cf.sa, &cd.sa},
-                            std::pair{&cf.sb, &cd.sb}, std::pair{&cf.gamma, &cd.gamma}, std::pair{&cf.y, &cd.y},
-                            std::pair{&cf.up_h0, &cd.up_h0}, std::pair{&cf.up_out, &cd.up_out}})
-      *to = converted<float>(*from);
+    const HcCase<float> cf = to_float(cd);
     const auto f = run(cf);
     const auto g = run(cd);
     EXPECT_LT(max_rel_error(f.h0, g.h0), 1e-5);
@@ -401,16 +390,7 @@ TEST(HyperConnection, FloatMatchesDouble) {
 TEST(HyperConnection, FloatGradientsAreBitIdenticalAcrossThreadCounts) {
   for (bool dynamic : {true, false}) {
     const HcCase<double> cd = random_case(dynamic, true, 4, 64, 1000);
-    HcCase<float> cf;
-    cf.n = cd.n;
-    cf.d = cd.d;
-    cf.T = cd.T;
-    cf.dynamic = dynamic;
-    for (auto [to, from] : {std::pair{&cf.H, &cd.H}, std::pair{&cf.A, &cd.A}, std::pair{&cf.B, &cd.B},
-                            std::pair{&cf.Wa, &cd.Wa}, std::pair{&cf.wb, &cd.wb}, std::pair{&cf.sa, &cd.sa},
-                            std::pair{&cf.sb, &cd.sb}, std::pair{&cf.gamma, &cd.gamma}, std::pair{&cf.y, &cd.y},
-                            std::pair{&cf.up_h0, &cd.up_h0}, std::pair{&cf.up_out, &cd.up_out}})
-      *to = converted<float>(*from);
+    const HcCase<float> cf = to_float(cd);
     std::vector<HcResult<float>> r;
     for (int t : {1, 2, 3}) with_threads(t, [&] { r.push_back(run(cf)); });
     for (int i = 1; i < 3; ++i)

@@ -212,17 +212,6 @@ struct MhcStack {
   int n = 3, d = 4;
   std::int64_t T = 2;
 
-  std::vector<double> branch(const std::vector<double>& h, const std::vector<double>& m) const {
-    std::vector<double> y(T * d, 0.0);
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < d; ++c) {
-        double u = 0;
-        for (int e = 0; e < d; ++e) u += h[t * d + e] * m[e * d + c];
-        y[t * d + c] = std::tanh(u);
-      }
-    return y;
-  }
-
   std::vector<double> run(std::vector<double>* gX0 = nullptr, std::vector<MhcResult<double>>* grads = nullptr) {
     std::vector<std::vector<double>> X{X0};
     std::vector<MhcResult<double>> fw;
@@ -231,7 +220,7 @@ struct MhcStack {
       c.x = X.back();
       c.y.assign(T * d, 0.0);
       auto r = forward(c);
-      c.y = branch(r.h, M[l]);
+      c.y = tanh_branch(r.h, M[l], d);
       r = forward(c);
       X.push_back(r.out);
       fw.push_back(r);
@@ -244,12 +233,7 @@ struct MhcStack {
       std::vector<double> dy(T * d), dpost(T * n);
       k::stream_write_backward(dy.data(), dpost.data(), g.data(), c.y.data(),
                                k::mhc_coefficients(c.op(), fw[l].coef.data()), T, n, d);
-      std::vector<double> dh(T * d, 0.0);
-      for (int t = 0; t < T; ++t)
-        for (int col = 0; col < d; ++col) {
-          const double gu = dy[t * d + col] * (1 - c.y[t * d + col] * c.y[t * d + col]);
-          for (int e = 0; e < d; ++e) dh[t * d + e] += gu * M[l][e * d + col];
-        }
+      const std::vector<double> dh = tanh_branch_backward(dy, c.y, M[l], d);
       MhcResult<double> r = fw[l];
       r.dx.assign(c.x.size(), 0.0);
       r.dphi.assign(c.phi.size(), 0.0);

@@ -4,13 +4,13 @@ vectors of shared/docs/baselines-spec.md, gradients by torch.autograd.
 Run: /usr/bin/python3 tests/reference/test_reference_baselines.py"""
 import os
 import sys
-import traceback
 
 import torch
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attnres_ref as R  # noqa: E402
+from test_reference_selfcheck import run_tests  # noqa: E402
 
 T64 = torch.float64
 EPS = 1e-6
@@ -215,20 +215,5 @@ def test_e_value_residual():
     assert torch.equal(R.value_residual(v1, vn, 0.0, 1.0), vn)
 
 
-def main():
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
-    failed = 0
-    for name, f in tests:
-        try:
-            f()
-            print(f"PASS {name}")
-        except Exception:
-            failed += 1
-            print(f"FAIL {name}")
-            traceback.print_exc()
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(globals()))
