@@ -20,20 +20,29 @@ int mudd_hidden_width(int n_ways, int n_sources, int expand, int round) {
 }
 
 template <class Real>
+Real gelu_and_derivative(Real h, Gelu kind, Real* derivative) {
+  if (kind == Gelu::erf) {  // h Phi(h); Phi(h) + h phi(h)
+    const Real cdf = Real(0.5) * (Real(1) + std::erf(h * Real(0.70710678118654752440)));
+    if (derivative != nullptr) *derivative = cdf + h * std::exp(Real(-0.5) * h * h) * Real(0.39894228040143267794);
+    return h * cdf;
+  }
+  const Real s = Real(0.79788456080286535588);
+  const Real th = std::tanh(s * (h + Real(0.044715) * h * h * h));
+  if (derivative != nullptr)
+    *derivative = Real(0.5) * (Real(1) + th) + Real(0.5) * h * (Real(1) - th * th) * s * (Real(1) + Real(0.134145) * h * h);
+  return Real(0.5) * h * (Real(1) + th);
+}
+
+template <class Real>
 Real gelu(Real h, Gelu kind) {
-  if (kind == Gelu::erf) return Real(0.5) * h * (Real(1) + std::erf(h * Real(0.70710678118654752440)));
-  const Real u = Real(0.79788456080286535588) * (h + Real(0.044715) * h * h * h);
-  return Real(0.5) * h * (Real(1) + std::tanh(u));
+  return gelu_and_derivative(h, kind, static_cast<Real*>(nullptr));
 }
 
 template <class Real>
 Real gelu_derivative(Real h, Gelu kind) {
-  if (kind == Gelu::erf)  // Phi(h) + h phi(h)
-    return Real(0.5) * (Real(1) + std::erf(h * Real(0.70710678118654752440))) +
-           h * std::exp(Real(-0.5) * h * h) * Real(0.39894228040143267794);
-  const Real s = Real(0.79788456080286535588);
-  const Real th = std::tanh(s * (h + Real(0.044715) * h * h * h));
-  return Real(0.5) * (Real(1) + th) + Real(0.5) * h * (Real(1) - th * th) * s * (Real(1) + Real(0.134145) * h * h);
+  Real derivative;
+  gelu_and_derivative(h, kind, &derivative);
+  return derivative;
 }
 
 namespace {
@@ -43,6 +52,7 @@ template <class Real>
 struct MuddScratch {
   Real* delta;     // [n_tok, C*S]: dL/d dw per token
   Real* act;       // [n_tok, K]: GELU(h), then dL/dh
+  Real* slope;     // [n_tok, K]: GELU'(h)
   Real* normed;    // [n_tok, d]: the generator's normalised input, then its gradient
   Real* acc_a;     // [chunks, C*S]
   Real* acc_post;  // [chunks, d]
@@ -56,7 +66,8 @@ MuddScratch<Real> carve(Real* p, std::int64_t n_tok, int d, int cs, int k) {
   MuddScratch<Real> s;
   s.delta = p;
   s.act = s.delta + n_tok * cs;
-  s.normed = s.act + n_tok * k;
+  s.slope = s.act + n_tok * k;
+  s.normed = s.slope + n_tok * k;
   s.acc_a = s.normed + n_tok * d;
   s.acc_post = s.acc_a + chunks * cs;
   s.acc_gen = s.acc_post + chunks * d;
@@ -103,7 +114,8 @@ void check(const MuddDa<Real>& da) {
 
 std::int64_t mudd_scratch_size(std::int64_t n_tok, int d, int n_ways, int n_sources, int hidden) {
   const std::int64_t cs = static_cast<std::int64_t>(n_ways) * n_sources;
-  return n_tok * (cs + hidden + d) + num_chunks(n_tok) * (cs + 4 * static_cast<std::int64_t>(d));
+  return n_tok * (cs + 2 * static_cast<std::int64_t>(hidden) + d) +
+         num_chunks(n_tok) * (cs + 4 * static_cast<std::int64_t>(d));
 }
 
 template <class Real>
@@ -199,11 +211,11 @@ void mudd_backward(const MuddDa<Real>& da, const Real* dw, const Real* hidden, c
   // Pass 2, the generator over all tokens: dW2 += delta^T GELU(h); dh = (delta W2) GELU'(h);
   // dW1 += dh^T n; dn = dh W1.
 #pragma omp parallel for schedule(static) if (n_tok * K >= kParallelMin)
-  for (std::int64_t i = 0; i < n_tok * K; ++i) sc.act[i] = gelu(hidden[i], da.gelu);
+  for (std::int64_t i = 0; i < n_tok * K; ++i) sc.act[i] = gelu_and_derivative(hidden[i], da.gelu, sc.slope + i);
   linear_backward_weight_fixed(gr.dw2, sc.delta, sc.act, n_tok, K, cs);
   linear_backward_input_fixed(sc.act, sc.delta, da.w2, n_tok, K, cs);
 #pragma omp parallel for schedule(static) if (n_tok * K >= kParallelMin)
-  for (std::int64_t i = 0; i < n_tok * K; ++i) sc.act[i] *= gelu_derivative(hidden[i], da.gelu);
+  for (std::int64_t i = 0; i < n_tok * K; ++i) sc.act[i] *= sc.slope[i];
   normalise_inputs<Real>(da, sc.normed, nullptr, rms);
   linear_backward_weight_fixed(gr.dw1, sc.act, sc.normed, n_tok, d, K);
   linear_backward_input_fixed(sc.normed, sc.act, da.w1, n_tok, d, K);
@@ -221,6 +233,7 @@ void mudd_backward(const MuddDa<Real>& da, const Real* dw, const Real* hidden, c
 }
 
 #define ATTNRES_INSTANTIATE(Real)                                                                              \
+  template Real gelu_and_derivative<Real>(Real, Gelu, Real*);                                                  \
   template Real gelu<Real>(Real, Gelu);                                                                        \
   template Real gelu_derivative<Real>(Real, Gelu);                                                             \
   template void mudd_forward<Real>(const MuddDa<Real>&, Real* const*, Real*, Real*, Real*, Real*);             \

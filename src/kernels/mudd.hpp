@@ -73,7 +73,9 @@ std::int64_t mudd_scratch_size(std::int64_t n_tok, int d, int n_ways, int n_sour
 // the official configs' rule: 64 -> 128). expand is mudd_last_expand (4) for the last DA, else 1.
 int mudd_hidden_width(int n_ways, int n_sources, int expand, int round);
 
-// GELU and its derivative, as the generator applies them.
+// GELU and its derivative, as the generator applies them (the first computes both, sharing erf).
+template <class Real>
+Real gelu_and_derivative(Real h, Gelu kind, Real* derivative);
 template <class Real>
 Real gelu(Real h, Gelu kind);
 template <class Real>
