@@ -48,18 +48,7 @@ void mix_coefficients(const DepthRead<Real>& rd, const Real (*alpha)[kMaxSources
 
 // The per-token passes over L1-resident rows, each in one sweep whatever the number of routes
 // (RD's second route reuses every load). Fixed summation order; explicit 8-lane code for float.
-
-// h[o] = sum_s c[o][s] * v[s] for NO outputs. Each output is summed in the same order whatever
-// NO, so the forward (both outputs) and the backward's recompute (one) agree bit for bit.
-template <int NO, class Real>
-void mix_rows(Real* const* h, const Real* const* v, const Real (*c)[kMaxSources], int n, int d) {
-  for (int o = 0; o < NO; ++o)
-    for (int k = 0; k < d; ++k) {
-      Real a = c[o][0] * v[0][k];
-      for (int s = 1; s < n; ++s) a = std::fma(c[o][s], v[s][k], a);
-      h[o][k] = a;
-    }
-}
+// The mixes and multi-row dot products are row_ops.hpp's (shared with the residual-mixing ops).
 
 // out[0] = v . v, out[1 + i] = (q[i] * gamma) . v for NQ queries.
 template <int NQ, class Real>
@@ -71,34 +60,7 @@ void source_stats(const Real* v, const Real* const* q, const Real* gamma, int d,
   }
 }
 
-// out[i] = x . y[i] for NY rows.
-template <int NY, class Real>
-void dots_with(const Real* x, const Real* const* y, int d, Real* out) {
-  for (int i = 0; i < NY; ++i) out[i] = dot(x, y[i], d);
-}
-
 #if defined(__AVX2__) && defined(__FMA__)
-template <int NO>
-void mix_rows(float* const* h, const float* const* v, const float (*c)[kMaxSources], int n, int d) {
-  int k = 0;
-  for (; k + 8 <= d; k += 8) {
-    __m256 x = _mm256_loadu_ps(v[0] + k);
-    __m256 a[NO];
-    for (int o = 0; o < NO; ++o) a[o] = _mm256_mul_ps(_mm256_set1_ps(c[o][0]), x);
-    for (int s = 1; s < n; ++s) {
-      x = _mm256_loadu_ps(v[s] + k);
-      for (int o = 0; o < NO; ++o) a[o] = _mm256_fmadd_ps(_mm256_set1_ps(c[o][s]), x, a[o]);
-    }
-    for (int o = 0; o < NO; ++o) _mm256_storeu_ps(h[o] + k, a[o]);
-  }
-  for (; k < d; ++k)
-    for (int o = 0; o < NO; ++o) {
-      float a = c[o][0] * v[0][k];
-      for (int s = 1; s < n; ++s) a = std::fma(c[o][s], v[s][k], a);
-      h[o][k] = a;
-    }
-}
-
 template <int NQ>
 void source_stats(const float* v, const float* const* q, const float* gamma, int d, float* out) {
   __m256 a[1 + NQ];
@@ -116,39 +78,14 @@ void source_stats(const float* v, const float* const* q, const float* gamma, int
   }
 }
 
-template <int NY>
-void dots_with(const float* x, const float* const* y, int d, float* out) {
-  __m256 a[NY];
-  for (int i = 0; i < NY; ++i) a[i] = _mm256_setzero_ps();
-  int k = 0;
-  for (; k + 8 <= d; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + k);
-    for (int i = 0; i < NY; ++i) a[i] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y[i] + k), a[i]);
-  }
-  for (int i = 0; i < NY; ++i) out[i] = hsum8(a[i]);
-  for (; k < d; ++k)
-    for (int i = 0; i < NY; ++i) out[i] += x[k] * y[i][k];
-}
 #endif
 
-// Runtime counts (0-2) to the templates above.
-template <class Real>
-void mix_rows(int n_out, Real* const* h, const Real* const* v, const Real (*c)[kMaxSources], int n, int d) {
-  if (n_out == 1) mix_rows<1>(h, v, c, n, d);
-  else mix_rows<2>(h, v, c, n, d);
-}
-
+// Runtime query counts (0-2) to the template above.
 template <class Real>
 void source_stats(int n_q, const Real* v, const Real* const* q, const Real* gamma, int d, Real* out) {
   if (n_q == 0) source_stats<0>(v, q, gamma, d, out);
   else if (n_q == 1) source_stats<1>(v, q, gamma, d, out);
   else source_stats<2>(v, q, gamma, d, out);
-}
-
-template <class Real>
-void dots_with(int n_y, const Real* x, const Real* const* y, int d, Real* out) {
-  if (n_y == 1) dots_with<1>(x, y, d, out);
-  else if (n_y == 2) dots_with<2>(x, y, d, out);
 }
 
 // The weights of the routes for one token, from the saved logits.
@@ -225,7 +162,7 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
       h[o] = out[o] + t * d;
       mix_coefficients(rd, alpha, o, c[o]);
     }
-    mix_rows(n_out, h, v, c, n, d);
+    mix_rows(n_out, h, v, &c[0][0], kMaxSources, n, d);
     for (int o = 0; o < n_out; ++o)
       if (rd.out_norm[o] != nullptr) scale_row(h[o], h[o], inverse_rms(h[o], d, rd.eps), rd.out_norm[o], d);
   }
@@ -269,7 +206,7 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
         gout[o] = gr.dout[o] + t * d;
         if (rd.out_norm[o] == nullptr) continue;
         mix_coefficients(rd, alpha, o, c[o]);
-        mix_rows(1, &mix, v, &c[o], n, d);
+        mix_rows(1, &mix, v, c[o], kMaxSources, n, d);
         const Real r = inverse_rms(mix, d, rd.eps);
         Real* dm = dmix + o * d;
         rmsnorm_row_backward(dm, acc_norm + o * d, gout[o], mix, rd.out_norm[o], r, d);
@@ -286,7 +223,7 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
       for (int ro = 0; ro < R; ++ro) std::fill(delta[ro], delta[ro] + n, Real(0));
       for (int s = 0; s < n; ++s) {
         Real cs[kMaxRoutes] = {};
-        dots_with(n_q, v[s], gq, d, cs);
+        dots(n_q, v[s], gq, d, cs);
         for (int i = 0; i < n_q; ++i) delta[route[i]][s] = cs[i] * gscale;
       }
       for (int i = 0; i < n_q; ++i) {

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 #include <type_traits>
 
 #include "kernels/gemm_bf16.hpp"
@@ -70,7 +72,57 @@ void linear_backward_weight(Real* dw, const Real* dy, const Real* x, std::int64_
   linear_gemm<Real>(precision, true, false, out, in, n, dy, out, x, in, Real(1), dw, in);
 }
 
+namespace {
+constexpr std::int64_t kFixedRows = 256;  // rows per block (forward, input gradient)
+constexpr std::int64_t kFixedCols = 64;   // weight-gradient input columns per block
+
+// Every block must run on one BLAS thread whatever the count. Inside an active parallel region
+// OpenBLAS (OpenMP build) runs single-threaded; with one OpenMP thread OpenBLAS has one too
+// (set_num_threads sets both). A region is skipped (run inactive, which saves the fork on a busy
+// machine) only for products OpenBLAS runs single-threaded anyway: m*n*k <= 65536 *
+// GEMM_MULTITHREAD_THRESHOLD (4, its default) in interface/gemm.c.
+constexpr std::int64_t kSingleThreadedBlasWork = 65536 * 4;
+}  // namespace
+
+template <class Real>
+void linear_forward_fixed(Real* y, const Real* x, const Real* w, std::int64_t n, std::int64_t in, std::int64_t out) {
+  const std::int64_t blocks = (n + kFixedRows - 1) / kFixedRows;
+#pragma omp parallel for schedule(static) if (n * in * out > kSingleThreadedBlasWork)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t r0 = b * kFixedRows, rows = std::min(kFixedRows, n - r0);
+    gemm<Real>(false, true, rows, out, in, Real(1), x + r0 * in, in, w, in, Real(0), y + r0 * out, out);
+  }
+}
+
+template <class Real>
+void linear_backward_input_fixed(Real* dx, const Real* dy, const Real* w, std::int64_t n, std::int64_t in,
+                                 std::int64_t out) {
+  const std::int64_t blocks = (n + kFixedRows - 1) / kFixedRows;
+#pragma omp parallel for schedule(static) if (n * in * out > kSingleThreadedBlasWork)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t r0 = b * kFixedRows, rows = std::min(kFixedRows, n - r0);
+    gemm<Real>(false, false, rows, in, out, Real(1), dy + r0 * out, out, w, in, Real(0), dx + r0 * in, in);
+  }
+}
+
+template <class Real>
+void linear_backward_weight_fixed(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
+                                  std::int64_t out) {
+  const std::int64_t blocks = (in + kFixedCols - 1) / kFixedCols;
+#pragma omp parallel for schedule(static) if (n * in * out > kSingleThreadedBlasWork)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t c0 = b * kFixedCols, cols = std::min(kFixedCols, in - c0);
+    gemm<Real>(true, false, out, cols, n, Real(1), dy, out, x + c0, in, Real(1), dw + c0, in);
+  }
+}
+
 #define ATTNRES_INSTANTIATE(Real)                                                                              \
+  template void linear_forward_fixed<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,       \
+                                           std::int64_t);                                                     \
+  template void linear_backward_input_fixed<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t, \
+                                                  std::int64_t);                                              \
+  template void linear_backward_weight_fixed<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t, \
+                                                   std::int64_t);                                             \
   template void gemm<Real>(bool, bool, std::int64_t, std::int64_t, std::int64_t, Real, const Real*,           \
                            std::int64_t, const Real*, std::int64_t, Real, Real*, std::int64_t);               \
   template void linear_forward<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t, std::int64_t, \

@@ -38,4 +38,21 @@ template <class Real>
 void linear_backward_weight(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
                             std::int64_t out, MatmulPrecision precision = MatmulPrecision::fp32);
 
+// The three Linear GEMMs with results that do not depend on the thread count (OpenBLAS's own
+// threading splits the work differently per count, and its one- and many-thread paths round
+// differently). The work is cut into fixed blocks, of rows for the forward and the input gradient
+// and of the weight gradient's input columns (each summing over all n rows), and every block is
+// one single-threaded BLAS call; the blocks run in parallel. fp32/fp64 only. For the small
+// matmuls of the residual-mixing ops, whose parameter gradients must be reproducible.
+template <class Real>
+void linear_forward_fixed(Real* y, const Real* x, const Real* w, std::int64_t n, std::int64_t in, std::int64_t out);
+
+template <class Real>
+void linear_backward_input_fixed(Real* dx, const Real* dy, const Real* w, std::int64_t n, std::int64_t in,
+                                 std::int64_t out);
+
+template <class Real>
+void linear_backward_weight_fixed(Real* dw, const Real* dy, const Real* x, std::int64_t n, std::int64_t in,
+                                  std::int64_t out);
+
 }  // namespace attnres::kernels

@@ -62,6 +62,94 @@ inline float dot3<float>(const float* a, const float* b, const float* c, int d) 
 }
 #endif
 
+// Row mixes and multi-row dot products: the per-token passes of the depth read and of the
+// residual-mixing ops (DenseFormer, MUDD, hyper-connections), which mix a few L1-resident rows.
+// Each output is computed in the same order whatever the number of outputs handled together,
+// so a backward that recomputes one output agrees with the forward bit for bit.
+
+// h[o] = sum_s c[o * cs + s] * v[s] for NO outputs over n >= 1 inputs (ACC: h[o] += ...), summed
+// in input order.
+template <int NO, bool ACC, class Real>
+inline void mix_rows_n(Real* const* h, const Real* const* v, const Real* c, int cs, int n, int d) {
+  for (int o = 0; o < NO; ++o)
+    for (int k = 0; k < d; ++k) {
+      Real a = ACC ? std::fma(c[o * cs], v[0][k], h[o][k]) : c[o * cs] * v[0][k];
+      for (int s = 1; s < n; ++s) a = std::fma(c[o * cs + s], v[s][k], a);
+      h[o][k] = a;
+    }
+}
+
+// out[i] = x . y[i] for NY rows.
+template <int NY, class Real>
+inline void dots_n(const Real* x, const Real* const* y, int d, Real* out) {
+  for (int i = 0; i < NY; ++i) out[i] = dot(x, y[i], d);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <int NO, bool ACC>
+inline void mix_rows_n(float* const* h, const float* const* v, const float* c, int cs, int n, int d) {
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m256 x = _mm256_loadu_ps(v[0] + k);
+    __m256 a[NO];
+    for (int o = 0; o < NO; ++o)
+      a[o] = ACC ? _mm256_fmadd_ps(_mm256_set1_ps(c[o * cs]), x, _mm256_loadu_ps(h[o] + k))
+                 : _mm256_mul_ps(_mm256_set1_ps(c[o * cs]), x);
+    for (int s = 1; s < n; ++s) {
+      x = _mm256_loadu_ps(v[s] + k);
+      for (int o = 0; o < NO; ++o) a[o] = _mm256_fmadd_ps(_mm256_set1_ps(c[o * cs + s]), x, a[o]);
+    }
+    for (int o = 0; o < NO; ++o) _mm256_storeu_ps(h[o] + k, a[o]);
+  }
+  for (; k < d; ++k)
+    for (int o = 0; o < NO; ++o) {
+      float a = ACC ? std::fma(c[o * cs], v[0][k], h[o][k]) : c[o * cs] * v[0][k];
+      for (int s = 1; s < n; ++s) a = std::fma(c[o * cs + s], v[s][k], a);
+      h[o][k] = a;
+    }
+}
+
+template <int NY>
+inline void dots_n(const float* x, const float* const* y, int d, float* out) {
+  __m256 a[NY];
+  for (int i = 0; i < NY; ++i) a[i] = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 8 <= d; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + k);
+    for (int i = 0; i < NY; ++i) a[i] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y[i] + k), a[i]);
+  }
+  for (int i = 0; i < NY; ++i) out[i] = hsum8(a[i]);
+  for (; k < d; ++k)
+    for (int i = 0; i < NY; ++i) out[i] += x[k] * y[i][k];
+}
+#endif
+
+// Runtime output counts, in groups of up to four (register blocking).
+template <bool ACC = false, class Real>
+inline void mix_rows(int n_out, Real* const* h, const Real* const* v, const Real* c, int cs, int n, int d) {
+  for (int o = 0; o < n_out; o += 4) {
+    const Real* co = c + o * cs;
+    switch (n_out - o) {
+      case 1: mix_rows_n<1, ACC>(h + o, v, co, cs, n, d); break;
+      case 2: mix_rows_n<2, ACC>(h + o, v, co, cs, n, d); break;
+      case 3: mix_rows_n<3, ACC>(h + o, v, co, cs, n, d); break;
+      default: mix_rows_n<4, ACC>(h + o, v, co, cs, n, d); break;
+    }
+  }
+}
+
+template <class Real>
+inline void dots(int n_y, const Real* x, const Real* const* y, int d, Real* out) {
+  for (int i = 0; i < n_y; i += 4) {
+    switch (n_y - i) {
+      case 1: dots_n<1>(x, y + i, d, out + i); break;
+      case 2: dots_n<2>(x, y + i, d, out + i); break;
+      case 3: dots_n<3>(x, y + i, d, out + i); break;
+      default: dots_n<4>(x, y + i, d, out + i); break;
+    }
+  }
+}
+
 // 1 / sqrt(mean(x^2) + eps): RMSNorm's scale of one row, from its sum of squares or the row.
 template <class Real>
 inline Real rms_scale(Real sum_squares, int d, Real eps) {
@@ -89,6 +177,25 @@ inline void rmsnorm_row_backward(Real* dx, Real* dw_acc, const Real* dy, const R
 #pragma omp simd
   for (int k = 0; k < d; ++k) {
     dx[k] = r * w[k] * dy[k] - x[k] * coef;
+    dw_acc[k] += dy[k] * x[k] * r;
+  }
+}
+
+// As rmsnorm_row_backward, but dx += the input gradient; w == nullptr is a norm without weight
+// (w = 1, and dw_acc is not touched).
+template <class Real>
+inline void rmsnorm_row_backward_add(Real* dx, Real* dw_acc, const Real* dy, const Real* x, const Real* w, Real r,
+                                     int d) {
+  if (w == nullptr) {
+    const Real coef = r * r * r * dot(x, dy, d) / Real(d);
+#pragma omp simd
+    for (int k = 0; k < d; ++k) dx[k] += r * dy[k] - x[k] * coef;
+    return;
+  }
+  const Real coef = r * r * r * dot3(x, w, dy, d) / Real(d);
+#pragma omp simd
+  for (int k = 0; k < d; ++k) {
+    dx[k] += r * w[k] * dy[k] - x[k] * coef;
     dw_acc[k] += dy[k] * x[k] * r;
   }
 }

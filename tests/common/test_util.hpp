@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "util/rng.hpp"
+#include "util/threads.hpp"
 
 namespace attnres::testing {
 
@@ -57,6 +58,20 @@ inline double weighted_sum(std::span<const double> y, std::span<const double> w)
   double s = 0;
   for (std::size_t i = 0; i < y.size(); ++i) s += y[i] * w[i];
   return s;
+}
+
+// Runs f() with n OpenMP (and OpenBLAS) threads, then restores the previous count.
+template <class F>
+void with_threads(int n, F&& f) {
+  const int before = num_threads();
+  set_num_threads(n);
+  f();
+  set_num_threads(before);
+}
+
+template <class To, class From>
+std::vector<To> converted(const std::vector<From>& v) {
+  return std::vector<To>(v.begin(), v.end());
 }
 
 }  // namespace attnres::testing

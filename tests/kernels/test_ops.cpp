@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -34,6 +35,36 @@ TEST(Ops, LinearGradients) {
   k::linear_backward_weight(dw.data(), up.data(), x.data(), n, in, out);
   EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
   EXPECT_LT(max_rel_error(dw, numeric_gradient(loss, w)), kTol);
+}
+
+TEST(Ops, FixedSplitLinearsMatchTheLinearsAndIgnoreTheThreadCount) {
+  // Sizes above and below the product OpenBLAS would thread on its own (the blocks then run
+  // inactive), with row and column remainders.
+  for (auto [n, in, out] : {std::tuple{1000, 200, 70}, std::tuple{300, 16, 24}, std::tuple{70, 6, 5}}) {
+    const auto x = converted<float>(random_vector<double>(n * in, 1)), w = converted<float>(random_vector<double>(out * in, 2));
+    const auto dy = converted<float>(random_vector<double>(n * out, 3));
+    std::vector<float> y_ref(n * out), dx_ref(n * in), dw_ref(out * in, 0.0f);
+    k::linear_forward(y_ref.data(), x.data(), w.data(), n, in, out);
+    k::linear_backward_input(dx_ref.data(), dy.data(), w.data(), n, in, out);
+    k::linear_backward_weight(dw_ref.data(), dy.data(), x.data(), n, in, out);
+    std::vector<std::vector<float>> runs;
+    for (int t : {1, 2, 3})
+      with_threads(t, [&] {
+        std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.5f);
+        k::linear_forward_fixed(y.data(), x.data(), w.data(), n, in, out);
+        k::linear_backward_input_fixed(dx.data(), dy.data(), w.data(), n, in, out);
+        k::linear_backward_weight_fixed(dw.data(), dy.data(), x.data(), n, in, out);  // accumulates
+        for (float& v : dw) v -= 0.5f;
+        EXPECT_LT(max_rel_error(y, y_ref), 1e-6);
+        EXPECT_LT(max_rel_error(dx, dx_ref), 1e-6);
+        EXPECT_LT(max_rel_error(dw, dw_ref), 1e-5);
+        y.insert(y.end(), dx.begin(), dx.end());
+        y.insert(y.end(), dw.begin(), dw.end());
+        runs.push_back(y);
+      });
+    EXPECT_EQ(runs[1], runs[0]) << n << " x " << in << " x " << out;
+    EXPECT_EQ(runs[2], runs[0]) << n << " x " << in << " x " << out;
+  }
 }
 
 TEST(Ops, RmsNormGradients) {

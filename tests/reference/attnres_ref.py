@@ -263,6 +263,107 @@ def mlp(P, p, x):
     return (torch.nn.functional.silu(gate) * up) @ P[p + "mlp.w_down.weight"].T
 
 
+# ----------------------------------------------------------------------------------------------------------
+# baseline residual-mixing ops (shared/docs/baselines-spec.md), per token over any leading dims; not yet
+# part of forward(). Matrices are [out, in] as in the C++ kernels and the checkpoints.
+# ----------------------------------------------------------------------------------------------------------
+def dwa_sources(block, dilation, period):
+    """DenseFormer k x p schedule (spec §1.1): block i (1-based) has a DWA iff i % p == 0, reading X_j for
+    j <= i, j = i (mod k), increasing."""
+    if block % period != 0:
+        return []
+    return [j for j in range(block + 1) if j % dilation == block % dilation]
+
+
+def dwa(sources, alpha):
+    """Y = sum_j alpha_j X_j (spec §1.1)."""
+    return torch.einsum("s,s...->...", alpha, torch.stack(sources))
+
+
+def mudd_hidden_width(ways, n_sources, expand, round_to):
+    """Generator width K (spec §2.1): C*S*e, or (floor(C*S*e / round) + 1) * round."""
+    k = ways * n_sources * expand
+    return (k // round_to + 1) * round_to if round_to > 0 else k
+
+
+def mudd_da(sources, x, w1, w2, a, eps, gelu="erf", gen_norm=None, post_norm=None):
+    """One MUDD DA (spec §2.1-2.2). sources: S tensors [..., d] (the normalised ones with PrePostDANorm), x: the
+    block output [..., d]; w1 [K, d], w2 [C*S, K] (None: static, dw = a), a [C, S]. Returns (streams, dw):
+    C tensors [..., d] in the order Q, K, V, R (R last) and dw [..., C, S]."""
+    C, S = a.shape
+    if w1 is None:
+        dw = a.expand(x.shape[:-1] + (C, S))
+    else:
+        nx = x * ((x * x).mean(-1, keepdim=True) + eps) ** -0.5
+        if gen_norm is not None:
+            nx = nx * gen_norm
+        g = torch.nn.functional.gelu(nx @ w1.T, approximate="tanh" if gelu == "tanh" else "none")
+        dw = (g @ w2.T).unflatten(-1, (C, S)) + a  # c-major
+    mix = dw @ torch.stack(sources, -2)  # [..., C, d]
+    if post_norm is None:
+        return list(mix.unbind(-2)), dw
+    streams = [x + mix[..., c, :] for c in range(C - 1)]
+    streams.append(x + rms_norm(mix[..., C - 1, :], post_norm, eps))
+    return streams, dw
+
+
+def hc_coefficients(H, A, B, eps, w_alpha=None, w_beta=None, s_alpha=None, s_beta=None, norm=None, tanh=True):
+    """Hyper-connection coefficients (spec §3.1). H [..., n, d]; A [n, n+1] (column 0 = A_m), B [n];
+    dynamic when w_alpha ([n+1, d]) is given. Returns alpha [..., n, n+1], beta [..., n]."""
+    if w_alpha is None:
+        return A.expand(H.shape[:-2] + A.shape), B.expand(H.shape[:-2] + B.shape)
+    act = torch.tanh if tanh else (lambda t: t)
+    hb = rms_norm(H, norm, eps)
+    return s_alpha * act(hb @ w_alpha.T) + A, s_beta * act(hb @ w_beta) + B
+
+
+def stream_read(H, alpha):
+    """h = sum_i alpha[i, 0] H_i."""
+    return (alpha[..., :, 0:1] * H).sum(-2)
+
+
+def stream_write(H, alpha, beta, y):
+    """H_new_k = sum_i alpha[i, k+1] H_i + beta_k y."""
+    return alpha[..., :, 1:].transpose(-1, -2) @ H + beta[..., :, None] * y[..., None, :]
+
+
+def sinkhorn(Z, iters, order="col_row"):
+    """Sinkhorn-Knopp (spec §4.1): exp(Z - max Z) (the max, per matrix, a constant), then per iteration
+    columns then rows (col_row) or rows then columns (row_col)."""
+    M = torch.exp(Z - Z.detach().amax(dim=(-2, -1), keepdim=True))
+    axes = (-2, -1) if order == "col_row" else (-1, -2)  # summing over dim -2 normalises columns
+    for _ in range(iters):
+        for ax in axes:
+            M = M / M.sum(dim=ax, keepdim=True)
+    return M
+
+
+def mhc_coefficients(x, phi, alpha, b, eps, iters=20, order="col_row", pre_eps=0.0):
+    """mHC maps (spec §4.1). x [..., n, d]; phi [n(n+2), n*d]; alpha [3]; b [n(n+2)].
+    Returns H_pre [..., n], H_post [..., n], H_res [..., n, n]."""
+    n, d = x.shape[-2:]
+    v = x.flatten(-2)
+    z = (v * ((v * v).mean(-1, keepdim=True) + eps) ** -0.5) @ phi.T
+    h_pre = torch.sigmoid(alpha[0] * z[..., :n] + b[:n]) + pre_eps
+    h_post = 2 * torch.sigmoid(alpha[1] * z[..., n:2 * n] + b[n:2 * n])
+    h_res = sinkhorn((alpha[2] * z[..., 2 * n:] + b[2 * n:]).unflatten(-1, (n, n)), iters, order)
+    return h_pre, h_post, h_res
+
+
+def mhc_read(x, h_pre):
+    return (h_pre[..., :, None] * x).sum(-2)
+
+
+def mhc_write(x, h_post, h_res, y):
+    """x'_i = sum_j H_res[i, j] x_j + H_post[i] y."""
+    return h_res @ x + h_post[..., :, None] * y[..., None, :]
+
+
+def value_residual(v1, vn, lambda1, lambda2):
+    """V' = lambda1 V_1 + lambda2 V_n (spec §5.1)."""
+    return lambda1 * v1 + lambda2 * vn
+
+
 def forward(cfg, P, inputs, record=None):
     """inputs: int64 [B, T] -> logits [B, T, V]. record: optional list receiving (name, alpha) per read."""
     eps = cfg["norm_eps"]

@@ -225,8 +225,9 @@ def test_cli_and_strictness():
     assert "lm_head.weight" not in R.param_shapes(cfg_of("block", tie_embeddings=True))
 
 
-def main():
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
+def run_tests(namespace):
+    """Runs every test_* function of a module namespace; returns the exit status."""
+    tests = [(n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f)]
     failed = 0
     for name, f in tests:
         try:
@@ -241,4 +242,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tests(globals()))
