@@ -161,5 +161,30 @@ class ExperimentTest(unittest.TestCase):
         self.assertEqual(attnres.load(self.tmp("tuned.safetensors")).config.residual, "rd")
 
 
+class FixtureTest(unittest.TestCase):
+    """tests/results/data/old-format: a paired experiment as the runner and `attnres report` wrote it
+    (committed, so this needs no binary)."""
+
+    def test_reads_the_committed_experiment(self):
+        directory = os.path.join(support.SOURCE_DIR, "tests", "results", "data", "old-format")
+        exp = attnres.read_experiment(directory)
+        self.assertEqual((exp.arms, exp.baseline, exp.seeds, len(exp.runs), exp.missing),
+                         (["block", "rd", "prenorm"], "block", [1, 2], 6, []))
+        with open(os.path.join(directory, "summary.json")) as f:
+            summary = json.load(f)
+        test = {a["arm"]: a for a in summary["test"]["arms"]}
+        paired = {(p["split"], p["tokens"], p["arm"]): p for p in exp.records("paired")}
+        for arm in ("rd", "prenorm"):
+            p = paired[("test", exp.tokens, arm)]
+            self.assertEqual({k: p[k] for k in test[arm]["paired"]}, test[arm]["paired"])
+            mine = [d["delta_nll"] for d in exp.records("deltas") if d["arm"] == arm and d["split"] == "test"]
+            self.assertEqual(mine, [x["value"] for x in test[arm]["delta_nll"]])
+            self.assertEqual([r.test_nll for r in exp.runs if r.arm == arm], [x["value"] for x in test[arm]["nll"]])
+        routing = next(r for r in summary["routing"] if r["arm"] == "rd")
+        for layer in routing["layers"]:
+            js = [x["js_nats"] for x in exp.records("js") if x["layer"] == layer["layer"]]
+            self.assertAlmostEqual(statistics.fmean(js), layer["js_nats"], delta=1e-12)
+
+
 if __name__ == "__main__":
     unittest.main()
