@@ -14,6 +14,9 @@ packages=(
   libsentencepiece-dev         # sp: tokenizers (training and encoding)
   libopenmpi-dev openmpi-bin   # data-parallel training and sweeps
   python3 python3-torch python3-numpy   # independent reference implementation in the tests
+  python3-venv python3-pip python3-setuptools   # the Python package's offline install (docs/python.md)
+  python3-sentencepiece        # the Python package's sp: tokenizers
+  python3-pandas python3-matplotlib   # Experiment.frame and the docs/python.md walk-through (tested)
   python3-doc                  # the offline default corpus (Python docs reST sources)
 )
 

@@ -213,14 +213,18 @@ struct SampleArgs {
   std::uint64_t seed = 1;
 };
 
-// Draws the next token from logits with temperature and optional top-k.
+// Draws the next token from logits with temperature and optional top-k. The kept tokens are in a
+// defined order (all: by id; top-k: by logit, then id), so the draw is reproducible elsewhere:
+// python/attnres/sampling.py repeats it exactly.
 std::int32_t sample_token(std::span<const float> logits, double temperature, int top_k, Rng& rng,
                           std::vector<std::pair<float, std::int32_t>>& scratch) {
   scratch.clear();
   for (std::size_t i = 0; i < logits.size(); ++i) scratch.emplace_back(logits[i], static_cast<std::int32_t>(i));
   if (temperature <= 0) return std::max_element(scratch.begin(), scratch.end())->second;
   if (top_k > 0 && static_cast<std::size_t>(top_k) < scratch.size()) {
-    std::nth_element(scratch.begin(), scratch.begin() + top_k, scratch.end(), std::greater<>());
+    std::partial_sort(scratch.begin(), scratch.begin() + top_k, scratch.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
     scratch.resize(static_cast<std::size_t>(top_k));
   }
   double mx = -1e300;

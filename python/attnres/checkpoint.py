@@ -1,0 +1,121 @@
+"""Loading attnres checkpoints as AttnResModel, and saving models in attnres's weights format.
+
+Accepted inputs (docs/training.md, src/train/trainer.cpp):
+  * ``model.safetensors``: one tensor per parameter (named as in docs/model.md), the model config as
+    JSON under metadata ``config``, the tokenizer spec under ``tokenizer``, the step under ``step``;
+  * ``checkpoint.safetensors``: the training state, whose ``params`` tensor is every parameter flat
+    in ParamLayout order (attnres.model.param_layout), with ``config`` in its metadata;
+  * a run directory holding either (model.safetensors preferred: it names the tokenizer).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Mapping, Optional
+
+import numpy as np
+import torch
+
+from . import safetensors
+from .config import ModelConfig
+from .model import AttnResModel, param_layout
+
+WEIGHTS_FILE = "model.safetensors"
+CHECKPOINT_FILE = "checkpoint.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A file that is not an attnres checkpoint of the model it claims; the message names it."""
+
+
+def resolve(path: str) -> str:
+    """The weights file a path means: the file itself, or a run directory's model.safetensors
+    (else its checkpoint.safetensors)."""
+    if os.path.isdir(path):
+        for name in (WEIGHTS_FILE, CHECKPOINT_FILE):
+            candidate = os.path.join(path, name)
+            if os.path.isfile(candidate):
+                return candidate
+        raise CheckpointError(f"'{path}' holds neither {WEIGHTS_FILE} nor {CHECKPOINT_FILE}")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"'{path}' does not exist")
+    return path
+
+
+def read_config(path: str) -> ModelConfig:
+    """The model config stored in a weights or checkpoint file (or a run directory's)."""
+    file = resolve(path)
+    _, meta, _ = safetensors.read_header(file)
+    return _config_of(file, meta)
+
+
+def _config_of(file: str, meta: Mapping[str, str]) -> ModelConfig:
+    if "config" not in meta:
+        raise CheckpointError(f"'{file}': no 'config' in the safetensors metadata (not an attnres checkpoint)")
+    return ModelConfig.from_json(meta["config"], where=f"'{file}'")
+
+
+def state_dict_of(file: str, config: ModelConfig, arrays: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """{name: array} of every parameter, from named tensors or from a flat `params` tensor."""
+    layout = param_layout(config)
+    if "params" in arrays and "tok_emb.weight" not in arrays:
+        flat = arrays["params"].reshape(-1)
+        total = sum(int(np.prod(shape)) for _, shape in layout)
+        if flat.size != total:
+            raise CheckpointError(f"'{file}': tensor 'params' has {flat.size} values; the model of its config has "
+                                  f"{total} parameters")
+        out, offset = {}, 0
+        for name, shape in layout:
+            n = int(np.prod(shape))
+            out[name] = flat[offset:offset + n].reshape(shape)
+            offset += n
+        return out
+    want = dict(layout)
+    missing = [n for n in want if n not in arrays]
+    unexpected = sorted(set(arrays) - set(want))
+    if missing or unexpected:
+        raise CheckpointError(f"'{file}': tensors do not match its config (residual={config.residual}): "
+                              f"missing {missing}, unexpected {unexpected}")
+    bad = [f"{n} {list(arrays[n].shape)} (expected {list(s)})" for n, s in want.items()
+           if tuple(arrays[n].shape) != tuple(s)]
+    if bad:
+        raise CheckpointError(f"'{file}': wrong tensor shapes: " + "; ".join(bad))
+    return {n: arrays[n] for n in want}
+
+
+def load(path: str, *, dtype=torch.float32, device=None) -> AttnResModel:
+    """An AttnResModel built from a checkpoint's own config, holding its weights.
+
+    path: model.safetensors, checkpoint.safetensors, or a run directory. The model is in eval mode
+    (it has no dropout, so this only matters to code that checks) with gradients enabled, ready for
+    inference or fine-tuning. ``model.tokenizer_spec`` is the checkpoint's tokenizer (None if it does
+    not name one) and ``model.metadata`` its safetensors metadata.
+    """
+    file = resolve(path)
+    arrays, meta = safetensors.load(file)
+    config = _config_of(file, meta)
+    tensors = state_dict_of(file, config, arrays)
+    model = AttnResModel(config, dtype=dtype, device=device)
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name, value in tensors.items():
+            params[name].copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    model.tokenizer_spec = meta.get("tokenizer")
+    model.metadata = dict(meta)
+    model.source_path = file
+    return model.eval()
+
+
+def save(model: AttnResModel, path: str, *, tokenizer: Optional[str] = None,
+         metadata: Optional[Mapping[str, str]] = None) -> None:
+    """Writes ``model`` as attnres writes model.safetensors (F32 tensors, config JSON, tokenizer spec),
+    so `attnres eval`, `sample` and `info` read it (e.g. after fine-tuning in PyTorch). Atomic."""
+    meta = {"config": json.dumps(model.config.to_json())}
+    spec = tokenizer if tokenizer is not None else model.tokenizer_spec
+    if spec is not None:
+        meta["tokenizer"] = spec
+    if metadata:
+        meta.update({str(k): str(v) for k, v in metadata.items()})
+    state = model.state_dict()
+    tensors = {name: state[name].detach().to("cpu", torch.float32).numpy() for name, _ in param_layout(model.config)}
+    safetensors.save(path, tensors, meta)

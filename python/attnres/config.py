@@ -1,0 +1,137 @@
+"""The model's hyper-parameters, as src/model/config.{hpp,cpp} defines them.
+
+A checkpoint carries its config as JSON under the safetensors metadata key ``config``; this module
+reads it with the same strictness as the C++ (unknown keys and wrong types are errors naming the
+key) and checks the same constraints, so a config this package accepts is one `attnres` accepts.
+No torch here: reading a config or an experiment does not need it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Union
+
+RESIDUALS = ("prenorm", "full", "block", "rd")
+VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
+
+
+class ConfigError(ValueError):
+    """A model config that attnres would refuse; the message names the source and the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Field names, defaults and meaning as in src/model/config.hpp (docs/model.md)."""
+
+    vocab_size: int = 257
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 2
+    mlp_hidden: int = 320
+    residual: str = "block"
+    n_blocks: int = 2  # Block AttnRes blocks; `full` uses 2 * n_layers
+    value_route: str = "decoupled"  # rd only
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_seq_len: int = 256
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def n_sublayers(self) -> int:
+        return 2 * self.n_layers
+
+    @property
+    def effective_blocks(self) -> int:
+        """Blocks the depth reads use: one per sublayer for `full`, one for `prenorm`."""
+        if self.residual == "prenorm":
+            return 1
+        if self.residual == "full":
+            return self.n_sublayers
+        return self.n_blocks
+
+    @property
+    def sublayers_per_block(self) -> int:
+        return self.n_sublayers // self.effective_blocks
+
+    @property
+    def uses_depth_reads(self) -> bool:
+        return self.residual != "prenorm"
+
+    @property
+    def has_value_query(self) -> bool:
+        return self.residual == "rd" and self.value_route in ("decoupled", "average")
+
+    @property
+    def route(self) -> str:
+        """How attention sublayers read: `tied` (one route) unless this is rd."""
+        return self.value_route if self.residual == "rd" else "tied"
+
+    def validate(self, where: str = "model config") -> "ModelConfig":
+        def require(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(f"{where}: {message}")
+
+        require(self.residual in RESIDUALS,
+                f"unknown residual mode '{self.residual}' (expected {', '.join(RESIDUALS)})")
+        require(self.value_route in VALUE_ROUTES,
+                f"unknown value route '{self.value_route}' (expected {', '.join(VALUE_ROUTES)})")
+        require(self.vocab_size >= 2, f"vocab_size must be at least 2 (got {self.vocab_size})")
+        require(self.d_model >= 2, f"d_model must be at least 2 (got {self.d_model})")
+        require(self.n_layers >= 1, f"n_layers must be at least 1 (got {self.n_layers})")
+        require(self.n_heads >= 1 and self.d_model % self.n_heads == 0,
+                f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
+        require(self.head_dim % 2 == 0, f"head_dim = d_model / n_heads must be even for RoPE (got {self.head_dim})")
+        require(self.mlp_hidden >= 1, f"mlp_hidden must be at least 1 (got {self.mlp_hidden})")
+        require(self.norm_eps >= 0, "norm_eps must be non-negative")
+        require(self.rope_theta > 0, f"rope_theta must be positive (got {self.rope_theta})")
+        require(self.max_seq_len >= 1, f"max_seq_len must be at least 1 (got {self.max_seq_len})")
+        if self.residual in ("block", "rd"):
+            L, N = self.n_sublayers, self.n_blocks
+            require(1 <= N <= L and L % N == 0,
+                    f"n_blocks ({N}) must divide the number of sublayers 2*n_layers = {L}")
+            require(N == L or (L // N) % 2 == 0,
+                    f"n_blocks ({N}) must give blocks of an even number of sublayers "
+                    f"(blocks start at attention sublayers), or equal {L}")
+        return self
+
+    def to_json(self) -> dict:
+        """The JSON object attnres writes (same keys, same order)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Union[str, bytes, Mapping[str, Any]], where: str = "model config") -> "ModelConfig":
+        """Strict, like model_config_from_json: unknown keys and wrong types are errors."""
+        if isinstance(value, (str, bytes)):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{where}: model config is not valid JSON: {e}") from None
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: model config must be a JSON object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, v in value.items():
+            if key not in fields:
+                raise ConfigError(f"{where}: unknown model config key '{key}'")
+            kind = fields[key].type
+            if kind == "bool":
+                if not isinstance(v, bool):
+                    raise ConfigError(f"{where}: model config key '{key}' must be true or false")
+            elif kind == "int":
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigError(f"{where}: model config key '{key}' must be an integer")
+            elif kind == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ConfigError(f"{where}: model config key '{key}' must be a number")
+                v = float(v)
+            elif not isinstance(v, str):
+                raise ConfigError(f"{where}: model config key '{key}' must be a string")
+            kwargs[key] = v
+        return cls(**kwargs).validate(where)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes).validate()

@@ -1,0 +1,403 @@
+"""Reading a paired experiment directory (docs/experiments.md) as plain records and DataFrames.
+
+    exp = attnres.read_experiment("runs/demo")
+    exp.records("test")        # [{"arm": "block", "seed": 1, "test_nll": 4.21}, ...]
+    exp.frame("milestones")    # the same as a pandas DataFrame (when pandas is installed)
+
+Tables (each a list of flat dicts, one row per ...):
+  runs        finished run: arm, seed, params, test_nll, tokens_per_sec, step_time_ms, peak_rss_bytes, path
+  milestones  validation point of a run: arm, seed, tokens, val_nll
+  test        finished run: arm, seed, test_nll
+  deltas      paired seed (both the arm and the baseline finished) and evaluation: arm, seed, split
+              ("val" at each experiment milestone, "test" at the budget), tokens, nll, baseline_nll, delta_nll
+  routing     run, attention layer, route and source: arm, seed, layer, sources, route ("qk" | "v"),
+              source (0 = the embedding), weight (the route's token-averaged depth weight)
+  js          run and attention layer of a two-route arm: arm, seed, layer, sources, js_nats, js_bits
+  systems     finished run: arm, seed, params, tokens_per_sec, step_time_ms, peak_rss_bytes
+  curve       logged training-loss point of a run: arm, seed, tokens, train_loss
+  paired      from summary.json (`attnres report` writes it), per split/milestone and non-baseline arm:
+              split, tokens, arm, n, mean, sd, ci95_low, ci95_high, t, p_value, wins, ppl_change
+  missing     run without result.json: arm, seed
+
+The files are checked as `attnres report` checks them: a malformed one raises ExperimentError naming
+the file and the key ("…/runs/rd/seed-2/result.json: key 'milestones[1].val_nll' is missing").
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+LN2 = math.log(2.0)
+# The tables and their columns, in order (the docstring says what a row is).
+COLUMNS = {
+    "runs": ("arm", "seed", "params", "test_nll", "tokens_per_sec", "step_time_ms", "peak_rss_bytes", "path"),
+    "milestones": ("arm", "seed", "tokens", "val_nll"),
+    "test": ("arm", "seed", "test_nll"),
+    "deltas": ("arm", "seed", "split", "tokens", "nll", "baseline_nll", "delta_nll"),
+    "routing": ("arm", "seed", "layer", "sources", "route", "source", "weight"),
+    "js": ("arm", "seed", "layer", "sources", "js_nats", "js_bits"),
+    "systems": ("arm", "seed", "params", "tokens_per_sec", "step_time_ms", "peak_rss_bytes"),
+    "curve": ("arm", "seed", "tokens", "train_loss"),
+    "paired": ("split", "tokens", "arm", "n", "mean", "sd", "ci95_low", "ci95_high", "t", "p_value", "wins",
+               "ppl_change"),
+    "missing": ("arm", "seed"),
+}
+TABLES = tuple(COLUMNS)
+
+
+class ExperimentError(ValueError):
+    """A missing or malformed experiment file; the message names the file and the key."""
+
+
+class _Json:
+    """Strict access to one JSON file: errors name the file and the key path."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, encoding="utf-8") as f:
+                self.root = json.load(f)
+        except OSError as e:
+            raise ExperimentError(f"{path}: cannot read: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise ExperimentError(f"{path}: malformed JSON: {e}") from None
+
+    def bad(self, key: str, what: str):
+        raise ExperimentError(f"{self.path}: key '{key}' {what}")
+
+    @staticmethod
+    def join(prefix: str, key: str) -> str:
+        return f"{prefix}.{key}" if prefix else key
+
+    def find(self, obj, prefix: str, key: str):
+        if not isinstance(obj, dict):
+            self.bad(prefix or "(top level)", "must be an object")
+        return obj.get(key)
+
+    def get(self, obj, prefix: str, key: str):
+        if not isinstance(obj, dict):
+            self.bad(prefix or "(top level)", "must be an object")
+        if key not in obj:
+            self.bad(self.join(prefix, key), "is missing")
+        return obj[key]
+
+    def number(self, v, key: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.bad(key, "must be a number")
+        if not math.isfinite(v):
+            self.bad(key, "must be finite")
+        return float(v)
+
+    def integer(self, v, key: str) -> int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, float) and math.isfinite(v) and v == math.floor(v):
+            return int(v)  # integers written as floats (2e9) are accepted when integral
+        self.bad(key, "must be an integer")
+
+    def field(self, obj, prefix: str, key: str, kind: str):
+        v, k = self.get(obj, prefix, key), self.join(prefix, key)
+        if kind == "number":
+            return self.number(v, k)
+        if kind == "non_negative":
+            d = self.number(v, k)
+            if d < 0:
+                self.bad(k, "must not be negative")
+            return d
+        if kind == "integer":
+            return self.integer(v, k)
+        if kind == "string":
+            if not isinstance(v, str):
+                self.bad(k, "must be a string")
+            return v
+        if kind == "array":
+            if not isinstance(v, list):
+                self.bad(k, "must be an array")
+            return v
+        raise AssertionError(kind)
+
+    def distribution(self, v, key: str, n: int) -> List[float]:
+        if not isinstance(v, list):
+            self.bad(key, "must be an array of numbers")
+        if len(v) != n:
+            self.bad(key, f"has {len(v)} entries but 'sources' is {n}")
+        out = [self.number(p, f"{key}[{i}]") for i, p in enumerate(v)]
+        for i, p in enumerate(out):
+            if p < 0:
+                self.bad(f"{key}[{i}]", "must not be negative")
+        if abs(sum(out) - 1) > 1e-2:
+            self.bad(key, f"must sum to 1 (a distribution over sources), sums to {sum(out)}")
+        return out
+
+
+@dataclasses.dataclass
+class LayerRouting:
+    layer: int
+    sources: int
+    qk_mean: List[float]
+    v_mean: Optional[List[float]] = None
+    js_nats: Optional[float] = None
+
+
+@dataclasses.dataclass
+class Run:
+    """One finished run's result.json."""
+
+    arm: str
+    seed: int
+    path: str  # the run directory (holds model.safetensors: attnres.load(run.path))
+    params: int
+    milestones: List[Tuple[int, float]]  # (tokens, val_nll)
+    test_nll: float
+    tokens_per_sec: float
+    step_time_ms: float
+    peak_rss_bytes: float
+    curve: List[Tuple[int, float]]  # (tokens, train_loss)
+    routing: Optional[List[LayerRouting]]  # None for prenorm
+    raw: Dict[str, Any]
+
+    def val_nll_at(self, tokens: int) -> Optional[float]:
+        return next((v for t, v in self.milestones if t == tokens), None)
+
+
+def _read_spec(path: str) -> dict:
+    if not os.path.exists(path):
+        raise ExperimentError(f"{path}: not found (is this an experiment directory?)")
+    f = _Json(path)
+    j = f.root
+    version = f.field(j, "", "version", "integer")
+    if version != 1:
+        f.bad("version", f"is {version}; this reader reads version 1")
+    arms = f.field(j, "", "arms", "array")
+    for i, a in enumerate(arms):
+        if not isinstance(a, str) or not a:
+            f.bad(f"arms[{i}]", "must be a non-empty string")
+        if arms.index(a) != i:
+            f.bad(f"arms[{i}]", f"repeats arm '{a}'")
+    if not arms:
+        f.bad("arms", "must not be empty")
+    baseline = f.field(j, "", "baseline", "string")
+    if baseline not in arms:
+        f.bad("baseline", f"'{baseline}' is not one of 'arms'")
+    seeds = [f.integer(s, f"seeds[{i}]") for i, s in enumerate(f.field(j, "", "seeds", "array"))]
+    for i, s in enumerate(seeds):
+        if seeds.index(s) != i:
+            f.bad(f"seeds[{i}]", f"repeats seed {s}")
+    if not seeds:
+        f.bad("seeds", "must not be empty")
+    tokens = f.field(j, "", "tokens", "integer")
+    if tokens <= 0:
+        f.bad("tokens", "must be positive")
+    milestones = [f.integer(m, f"milestones[{i}]") for i, m in enumerate(f.field(j, "", "milestones", "array"))]
+    for i, m in enumerate(milestones):
+        if m <= 0:
+            f.bad(f"milestones[{i}]", "must be positive")
+        if i and m <= milestones[i - 1]:
+            f.bad(f"milestones[{i}]", "must be larger than the one before")
+    if not milestones:
+        f.bad("milestones", "must not be empty")
+    return dict(j, arms=arms, baseline=baseline, seeds=seeds, tokens=tokens, milestones=milestones)
+
+
+def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
+    f = _Json(path)
+    j = f.root
+    if f.field(j, "", "arm", "string") != arm:
+        f.bad("arm", f"is '{j['arm']}' but the file is in the directory of arm '{arm}'")
+    if f.field(j, "", "seed", "integer") != seed:
+        f.bad("seed", f"is {j['seed']} but the file is in the directory of seed {seed}")
+    params = f.field(j, "", "params", "integer")
+    if params <= 0:
+        f.bad("params", "must be positive")
+    milestones = []
+    for i, m in enumerate(f.field(j, "", "milestones", "array")):
+        p = f"milestones[{i}]"
+        point = (f.field(m, p, "tokens", "integer"), f.field(m, p, "val_nll", "number"))
+        if milestones and point[0] <= milestones[-1][0]:
+            f.bad(p + ".tokens", "must be larger than the one before")
+        milestones.append(point)
+    for m in spec["milestones"]:
+        if all(t != m for t, _ in milestones):
+            f.bad("milestones", f"has no entry at {m} tokens (an experiment.json milestone)")
+    curve = []
+    c = f.find(j, "", "curve")
+    if c is not None:
+        if not isinstance(c, list):
+            f.bad("curve", "must be an array")
+        curve = [(f.field(x, f"curve[{i}]", "tokens", "integer"), f.field(x, f"curve[{i}]", "train_loss", "number"))
+                 for i, x in enumerate(c)]
+    routing = None
+    r = f.find(j, "", "routing")
+    if r is not None:
+        routing = []
+        for i, layer in enumerate(f.field(r, "routing", "layers", "array")):
+            p = f"routing.layers[{i}]"
+            number = f.field(layer, p, "layer", "integer")
+            if number < 0:
+                f.bad(p + ".layer", "must not be negative")
+            if any(x.layer == number for x in routing):
+                f.bad(p + ".layer", f"repeats layer {number}")
+            n = f.field(layer, p, "sources", "integer")
+            if n < 1:
+                f.bad(p + ".sources", "must be at least 1")
+            lr = LayerRouting(number, n, f.distribution(f.get(layer, p, "qk_mean"), p + ".qk_mean", n))
+            if layer.get("v_mean") is not None:
+                lr.v_mean = f.distribution(layer["v_mean"], p + ".v_mean", n)
+            if layer.get("js_nats") is not None:
+                lr.js_nats = f.number(layer["js_nats"], p + ".js_nats")
+                if not -1e-9 <= lr.js_nats <= LN2 + 1e-6:
+                    f.bad(p + ".js_nats", "must lie in [0, ln 2]")
+                if lr.v_mean is None:
+                    f.bad(p + ".js_nats", "is given without 'v_mean'")
+            routing.append(lr)
+        if any(x.v_mean is not None for x in routing):
+            for x in routing:
+                if x.v_mean is None:
+                    if x.sources != 1:
+                        f.bad("routing.layers", f"gives 'v_mean' for some layers but not for layer {x.layer}")
+                    x.v_mean = [1.0]  # a single source gets all the weight on either route
+        routing.sort(key=lambda x: x.layer)
+    return Run(arm=arm, seed=seed, path=os.path.dirname(path), params=params, milestones=milestones,
+               test_nll=f.field(j, "", "test_nll", "number"),
+               tokens_per_sec=f.field(j, "", "tokens_per_sec", "non_negative"),
+               step_time_ms=f.field(j, "", "step_time_ms", "non_negative"),
+               peak_rss_bytes=f.field(j, "", "peak_rss_bytes", "non_negative"), curve=curve, routing=routing, raw=j)
+
+
+def run_result_path(directory: str, arm: str, seed: int) -> str:
+    return os.path.join(directory, "runs", arm, f"seed-{seed}", "result.json")
+
+
+class Experiment:
+    """An experiment directory: its protocol (experiment.json), finished runs, missing runs and,
+    when `attnres report` has written it, summary.json."""
+
+    def __init__(self, directory: str):
+        if not os.path.isdir(directory):
+            raise ExperimentError(f"experiment directory '{directory}' does not exist")
+        self.path = directory
+        self.spec = _read_spec(os.path.join(directory, "experiment.json"))
+        self.arms: List[str] = self.spec["arms"]
+        self.baseline: str = self.spec["baseline"]
+        self.seeds: List[int] = self.spec["seeds"]
+        self.tokens: int = self.spec["tokens"]
+        self.milestones: List[int] = self.spec["milestones"]
+        self.runs: List[Run] = []
+        self.missing: List[Tuple[str, int]] = []
+        for arm in self.arms:
+            for seed in self.seeds:
+                p = run_result_path(directory, arm, seed)
+                if os.path.exists(p):
+                    self.runs.append(_read_run(p, self.spec, arm, seed))
+                else:
+                    self.missing.append((arm, seed))
+        summary = os.path.join(directory, "summary.json")
+        self.summary: Optional[dict] = _Json(summary).root if os.path.exists(summary) else None
+
+    def __repr__(self) -> str:
+        return (f"Experiment('{self.path}': arms {self.arms}, baseline {self.baseline}, seeds {self.seeds}, "
+                f"{len(self.runs)} finished, {len(self.missing)} missing)")
+
+    def run(self, arm: str, seed: int) -> Run:
+        for r in self.runs:
+            if r.arm == arm and r.seed == seed:
+                return r
+        raise KeyError(f"no finished run of arm '{arm}' seed {seed} in '{self.path}'")
+
+    # --------------------------------------------------------------------------- records
+    def records(self, table: str) -> List[Dict[str, Any]]:
+        """One of TABLES as a list of flat dicts (see the module docstring)."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table '{table}' (expected one of {', '.join(TABLES)})")
+        return getattr(self, "_" + table)()
+
+    def _runs(self):
+        return [{"arm": r.arm, "seed": r.seed, "params": r.params, "test_nll": r.test_nll,
+                 "tokens_per_sec": r.tokens_per_sec, "step_time_ms": r.step_time_ms,
+                 "peak_rss_bytes": r.peak_rss_bytes, "path": r.path} for r in self.runs]
+
+    def _milestones(self):
+        return [{"arm": r.arm, "seed": r.seed, "tokens": t, "val_nll": v} for r in self.runs for t, v in r.milestones]
+
+    def _test(self):
+        return [{"arm": r.arm, "seed": r.seed, "test_nll": r.test_nll} for r in self.runs]
+
+    def _deltas(self):
+        base = {r.seed: r for r in self.runs if r.arm == self.baseline}
+        out = []
+        for r in self.runs:
+            b = base.get(r.seed)
+            if r.arm == self.baseline or b is None:
+                continue
+            for t in self.milestones:
+                nll, ref = r.val_nll_at(t), b.val_nll_at(t)
+                out.append({"arm": r.arm, "seed": r.seed, "split": "val", "tokens": t, "nll": nll,
+                            "baseline_nll": ref, "delta_nll": nll - ref})
+            out.append({"arm": r.arm, "seed": r.seed, "split": "test", "tokens": self.tokens, "nll": r.test_nll,
+                        "baseline_nll": b.test_nll, "delta_nll": r.test_nll - b.test_nll})
+        return out
+
+    def _routing(self):
+        out = []
+        for r in self.runs:
+            for layer in r.routing or []:
+                for route, dist in (("qk", layer.qk_mean), ("v", layer.v_mean)):
+                    for s, w in enumerate(dist or []):
+                        out.append({"arm": r.arm, "seed": r.seed, "layer": layer.layer, "sources": layer.sources,
+                                    "route": route, "source": s, "weight": w})
+        return out
+
+    def _js(self):
+        return [{"arm": r.arm, "seed": r.seed, "layer": layer.layer, "sources": layer.sources,
+                 "js_nats": layer.js_nats, "js_bits": layer.js_nats / LN2}
+                for r in self.runs for layer in r.routing or [] if layer.js_nats is not None]
+
+    def _systems(self):
+        return [{"arm": r.arm, "seed": r.seed, "params": r.params, "tokens_per_sec": r.tokens_per_sec,
+                 "step_time_ms": r.step_time_ms, "peak_rss_bytes": r.peak_rss_bytes} for r in self.runs]
+
+    def _curve(self):
+        return [{"arm": r.arm, "seed": r.seed, "tokens": t, "train_loss": l} for r in self.runs for t, l in r.curve]
+
+    def _paired(self):
+        if self.summary is None:
+            return []
+        comparisons = list(self.summary.get("validation") or []) + [self.summary.get("test")]
+        out = []
+        for comp in comparisons:
+            if not comp:
+                continue
+            for a in comp.get("arms", []):
+                if a.get("baseline"):
+                    continue
+                p = a.get("paired") or {}
+                out.append({"split": comp.get("split"), "tokens": comp.get("tokens"), "arm": a.get("arm"),
+                            **{k: p.get(k) for k in ("n", "mean", "sd", "ci95_low", "ci95_high", "t", "p_value",
+                                                     "wins")},
+                            "ppl_change": a.get("ppl_change")})
+        return out
+
+    def _missing(self):
+        return [{"arm": a, "seed": s} for a, s in self.missing]
+
+    # --------------------------------------------------------------------------- pandas
+    def frame(self, table: str):
+        """records(table) as a pandas DataFrame (pandas is optional: Debian's python3-pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Experiment.frame needs pandas (apt-get install python3-pandas); "
+                              "Experiment.records gives the same rows as plain dicts") from None
+        return pd.DataFrame(self.records(table), columns=list(COLUMNS[table]))
+
+    def frames(self) -> Dict[str, Any]:
+        return {t: self.frame(t) for t in TABLES}
+
+
+def read_experiment(directory: str) -> Experiment:
+    """Reads an `attnres experiment` directory (experiment.json, runs/<arm>/seed-<seed>/result.json and,
+    if present, summary.json)."""
+    return Experiment(directory)

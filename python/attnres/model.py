@@ -1,0 +1,503 @@
+"""The attnres model as a torch.nn.Module: eager, efficient, every residual mode and control.
+
+It computes the function of src/model (and of the float64 oracle tests/reference/attnres_ref.py,
+which is written for clarity, not speed): a decoder-only pre-norm Transformer with RoPE, SwiGLU and
+a tied or untied LM head, whose sublayers read their input through one of the residual modes of
+docs/model.md and /work/shared/docs/attnres-spec.md. Parameter names are the checkpoints' names, so
+``model.state_dict()`` is a checkpoint's tensor set.
+
+Efficiency (this is also the PyTorch side of `attnres bench`, attnres.bench_worker):
+  * attention is matmul + additive causal mask + softmax + matmul (Debian's torch 1.13 has no
+    scaled_dot_product_attention), with 1/sqrt(head_dim) folded into W_Q;
+  * depth reads never stack their sources (that would keep an O(n_sources) copy per read for the
+    backward, the memory pitfall of spec §9): z_s = r_s * (v_s . (w*gamma)) per source, with the RMS
+    factor r_s computed once per source and shared by every read of it, and h = sum_s alpha_s v_s;
+  * RD's two routes share r_s and gamma, as in the spec;
+  * incremental decoding with a KVCache costs one position of work per new token.
+
+A residual mode is one class (ResidualMode): the parameters it adds to each layer and to the model,
+the modules holding them, and the trunk that turns the embedding into the final hidden state. New
+modes register themselves in MODES.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+EMBEDDING = -1  # the source id of the token embedding (ReadPlan::kEmbedding)
+
+
+# ------------------------------------------------------------------------------------------------
+# building blocks
+# ------------------------------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention; Q and K from x_qk, V from x_v (RD reads them separately)."""
+
+    def __init__(self, d: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.scale = 1.0 / math.sqrt(d // n_heads)
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+
+    def forward(self, x_qk, x_v, ctx: "_Pass", layer: int):
+        B, T, d = x_qk.shape
+        H = self.n_heads
+
+        def heads(t):
+            return t.view(B, T, H, d // H).transpose(1, 2)  # [B, H, T, hd]
+
+        q = ctx.rope(heads(F.linear(x_qk, self.wq.weight * self.scale)))
+        k = ctx.rope(heads(F.linear(x_qk, self.wk.weight)))
+        v = heads(F.linear(x_v, self.wv.weight))
+        if ctx.cache is not None:
+            k, v = ctx.cache.append(layer, k, v)
+        s = torch.matmul(q, k.transpose(-1, -2))
+        if T > 1:  # a single new token may see every cached position
+            s = s + ctx.mask
+        o = torch.matmul(torch.softmax(s, dim=-1), v)
+        return F.linear(o.transpose(1, 2).reshape(B, T, d), self.wo.weight)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.w_gate = nn.Linear(d, hidden, bias=False)
+        self.w_up = nn.Linear(d, hidden, bias=False)
+        self.w_down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return F.linear(F.silu(F.linear(x, self.w_gate.weight)) * F.linear(x, self.w_up.weight), self.w_down.weight)
+
+
+class Layer(nn.Module):
+    """One transformer layer: attention sublayer 2i and MLP sublayer 2i+1. A residual mode may add
+    its own modules (e.g. the depth reads attn_res and mlp_res)."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(c.d_model, c.norm_eps)
+        self.attn = Attention(c.d_model, c.n_heads)
+        self.mlp_norm = RMSNorm(c.d_model, c.norm_eps)
+        self.mlp = SwiGLU(c.d_model, c.mlp_hidden)
+
+
+class DepthRead(nn.Module):
+    """The parameters of one AttnRes read (spec §2): pseudo-query w (init 0) and key-norm weight
+    gamma (init 1); rd attention reads with a second learned route also have value_query."""
+
+    def __init__(self, d: int, eps: float, value_query: bool = False):
+        super().__init__()
+        self.query = nn.Parameter(torch.zeros(d))
+        self.key_norm = RMSNorm(d, eps)  # only its weight is used: keys are r_s v_s * gamma
+        if value_query:
+            self.value_query = nn.Parameter(torch.zeros(d))
+
+
+# ------------------------------------------------------------------------------------------------
+# depth-read outputs
+# ------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ReadWeights:
+    """The depth weights of one read for every token of a forward pass (Model::read_weights).
+
+    read:    0 .. 2*n_layers-1 is sublayer j's read (even j attention, odd j MLP); 2*n_layers is the
+             final read before the final norm.
+    sources: what each weight mixes, in order: EMBEDDING (-1) for the token embedding b_0, or j for the
+             block partial sum after sublayer j's write-back (C++ ReadPlan::sources).
+    qk:      [B, T, n_sources], the softmax weights of the read (of the Q/K route for rd attention).
+    v:       [B, T, n_sources], rd attention reads only: the V route (uniform 1/n for `frozen`).
+    """
+
+    read: int
+    sources: Tuple[int, ...]
+    qk: torch.Tensor
+    v: Optional[torch.Tensor]
+    n_sublayers: int
+    sublayers_per_block: int
+
+    @property
+    def kind(self) -> str:
+        if self.read == self.n_sublayers:
+            return "final"
+        return "attention" if self.read % 2 == 0 else "mlp"
+
+    @property
+    def layer(self) -> Optional[int]:
+        """The transformer layer of the sublayer reading (None for the final read)."""
+        return None if self.read == self.n_sublayers else self.read // 2
+
+    @property
+    def routes(self) -> List[torch.Tensor]:
+        """Route 0 (Q/K, or the only route) and, where it exists, route 1 (V), as Model::read_weights."""
+        return [self.qk] if self.v is None else [self.qk, self.v]
+
+    def source_labels(self) -> List[str]:
+        """'emb' for b_0, 'b{n}' for a finished block n, 'b{n}^{i}' for block n's partial sum of i sublayers."""
+        S, out = self.sublayers_per_block, []
+        for s in self.sources:
+            if s == EMBEDDING:
+                out.append("emb")
+            elif (s + 1) % S == 0:
+                out.append(f"b{(s + 1) // S}")
+            else:
+                out.append(f"b{s // S + 1}^{s % S + 1}")
+        return out
+
+
+class KVCache:
+    """Keys (after RoPE) and values of every attention layer, for incremental decoding."""
+
+    def __init__(self, config: ModelConfig, batch: int, max_seq: Optional[int] = None, *,
+                 dtype=torch.float32, device=None):
+        self.max_seq = config.max_seq_len if max_seq is None else max_seq
+        if not 1 <= self.max_seq <= config.max_seq_len:
+            raise ValueError(f"KVCache: max_seq {self.max_seq} must be between 1 and max_seq_len {config.max_seq_len}")
+        shape = (config.n_layers, batch, config.n_heads, self.max_seq, config.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.batch = batch
+        self.length = 0  # positions filled (advanced by the model after each forward)
+
+    def append(self, layer: int, k, v):
+        T = k.shape[2]
+        end = self.length + T
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class _Pass:
+    """What one forward pass shares: RoPE rows and causal mask for its positions, the cache, and the
+    list receiving depth weights (None: not requested)."""
+
+    def __init__(self, model: "AttnResModel", T: int, start: int, cache: Optional[KVCache], record):
+        w = model.tok_emb.weight
+        cos, sin, mask = model._tables(w.dtype, w.device)  # in the parameters' dtype (also under autocast)
+        self.cos, self.sin = cos[start:start + T], sin[start:start + T]
+        self.mask = mask[start:start + T, :start + T]
+        self.cache = cache
+        self.record = record
+
+    def rope(self, x):  # x: [B, H, T, hd], rotate-half (HF Llama) convention
+        h = x.shape[-1] // 2
+        return x * self.cos + torch.cat([-x[..., h:], x[..., :h]], -1) * self.sin
+
+
+def _rms(v, eps):
+    """Per-token inverse RMS of a source, [B, T]: computed once, shared by every read of it."""
+    return torch.rsqrt(v.pow(2).mean(-1) + eps)
+
+
+def _mix(alpha, sources):
+    h = alpha[..., 0:1] * sources[0]
+    for s in range(1, len(sources)):
+        h = h + alpha[..., s:s + 1] * sources[s]
+    return h
+
+
+def _alpha(sources, rms, query, gamma):
+    """Softmax over sources of z_s = r_s (v_s . (w * gamma)): no temperature, no 1/sqrt(d) (spec §2)."""
+    u = query * gamma
+    return torch.softmax(torch.stack([r * torch.matmul(v, u) for v, r in zip(sources, rms)], -1), dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# residual modes
+# ------------------------------------------------------------------------------------------------
+class ResidualMode:
+    """One residual-stream design. Subclasses say which parameters they add (names relative to
+    `layers.{i}.` and to the model, in the order of src/model/param_layout.cpp), create the modules
+    holding them, and run the trunk: embedding [B, T, d] -> hidden state before the final norm."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+
+    def layer_params(self, layer: int) -> List[Tuple[str, Tuple[int, ...]]]:
+        return []
+
+    def final_params(self) -> List[Tuple[str, Tuple[int, ...]]]:
+        return []
+
+    def build(self, model: "AttnResModel") -> None:
+        pass
+
+    def trunk(self, model: "AttnResModel", emb, ctx: _Pass):
+        raise NotImplementedError
+
+
+class PreNorm(ResidualMode):
+    """`prenorm`: the standard pre-norm residual stream x_{j+1} = x_j + f_j(RMSNorm(x_j))."""
+
+    def trunk(self, model, emb, ctx):
+        x = emb
+        for i, layer in enumerate(model.layers):
+            a = layer.attn_norm(x)
+            x = x + layer.attn(a, a, ctx, i)
+            x = x + layer.mlp(layer.mlp_norm(x))
+        return x
+
+
+class BlockAttnRes(ResidualMode):
+    """`block` (Block AttnRes) and `full` (one block per sublayer): every sublayer reads a softmax
+    mixture of [b_0 = embedding, finished blocks b_1.., the current block's partial sum] and adds its
+    output to the partial sum; a final read over all blocks feeds the final norm (spec §3-4)."""
+
+    def layer_params(self, layer):
+        d = (self.config.d_model,)
+        return ([("attn_res.query", d), ("attn_res.key_norm.weight", d)] +
+                [("attn_res.value_query", d)] * self.config.has_value_query +
+                [("mlp_res.query", d), ("mlp_res.key_norm.weight", d)])
+
+    def final_params(self):
+        d = (self.config.d_model,)
+        return [("final_res.query", d), ("final_res.key_norm.weight", d)]
+
+    def build(self, model):
+        c = self.config
+        for layer in model.layers:
+            layer.attn_res = DepthRead(c.d_model, c.norm_eps, value_query=c.has_value_query)
+            layer.mlp_res = DepthRead(c.d_model, c.norm_eps)
+        model.final_res = DepthRead(c.d_model, c.norm_eps)
+
+    def read(self, j, ids, sources, rms, query, gamma, ctx):
+        """One single-route read; records its weights when asked. Returns h."""
+        if len(sources) == 1:
+            alpha = None
+            h = sources[0]
+        else:
+            alpha = _alpha(sources, rms, query, gamma)
+            h = _mix(alpha, sources)
+        self.record(ctx, j, ids, sources, alpha)
+        return h
+
+    def record(self, ctx, j, ids, sources, alpha, alpha_v=None, two_routes=False):
+        """Appends read j's weights when asked; alpha None means a single source (weight 1)."""
+        if ctx.record is None:
+            return
+        def weights(a):
+            return sources[0].new_ones(sources[0].shape[:-1] + (1,)) if a is None else a
+
+        ctx.record.append(ReadWeights(j, tuple(ids), weights(alpha), weights(alpha_v) if two_routes else None,
+                                      self.config.n_sublayers, self.config.sublayers_per_block))
+
+    def attention_inputs(self, layer, j, ids, sources, rms, ctx):
+        """(x_qk, x_v) of an attention sublayer: one route feeds Q, K and V."""
+        h = self.read(j, ids, sources, rms, layer.attn_res.query, layer.attn_res.key_norm.weight, ctx)
+        x = layer.attn_norm(h)
+        return x, x
+
+    def trunk(self, model, emb, ctx):
+        c = self.config
+        eps, S = c.norm_eps, c.sublayers_per_block
+        blocks, block_rms, block_ids = [emb], [_rms(emb, eps)], [EMBEDDING]
+        partial = None
+        for j in range(c.n_sublayers):
+            i, is_mlp = divmod(j, 2)
+            layer = model.layers[i]
+            if j % S == 0 and j > 0:  # a new block starts: the finished partial sum becomes b_n
+                blocks.append(partial)
+                block_rms.append(_rms(partial, eps))
+                block_ids.append(j - 1)
+                partial = None
+            sources, rms, ids = list(blocks), list(block_rms), list(block_ids)
+            if partial is not None:
+                sources.append(partial)
+                rms.append(_rms(partial, eps))
+                ids.append(j - 1)
+            if is_mlp:
+                h = self.read(j, ids, sources, rms, layer.mlp_res.query, layer.mlp_res.key_norm.weight, ctx)
+                out = layer.mlp(layer.mlp_norm(h))
+            else:
+                x_qk, x_v = self.attention_inputs(layer, j, ids, sources, rms, ctx)
+                out = layer.attn(x_qk, x_v, ctx, i)
+            partial = out if partial is None else partial + out  # write-back b_n^i = b_n^{i-1} + f_j
+        blocks.append(partial)
+        block_rms.append(_rms(partial, eps))
+        block_ids.append(c.n_sublayers - 1)
+        return self.read(c.n_sublayers, block_ids, blocks, block_rms, model.final_res.query,
+                         model.final_res.key_norm.weight, ctx)
+
+
+class RdAttnRes(BlockAttnRes):
+    """`rd` (RD-AttnRes, spec §5): attention sublayers take Q/K from one depth mixture and V from
+    another over the same sources, sharing the RMS factors, gamma and the pre-norm weight. The value
+    route (`value_route`): decoupled (own query), tied (the Q/K query: equals block), average (one
+    input, the mean of both routes), frozen (uniform V route, no parameter)."""
+
+    def attention_inputs(self, layer, j, ids, sources, rms, ctx):
+        route = self.config.value_route
+        if route == "tied":
+            return super().attention_inputs(layer, j, ids, sources, rms, ctx)
+        read, norm = layer.attn_res, layer.attn_norm
+        gamma = read.key_norm.weight
+        if len(sources) == 1:  # both routes put all weight on the only source
+            alpha = alpha_v = None
+            h = h_v = sources[0]
+        else:
+            alpha = _alpha(sources, rms, read.query, gamma)
+            h = _mix(alpha, sources)
+            if route == "frozen":
+                alpha_v = torch.full_like(alpha, 1.0 / len(sources))
+            else:
+                alpha_v = _alpha(sources, rms, read.value_query, gamma)
+            h_v = _mix(alpha_v, sources)
+        self.record(ctx, j, ids, sources, alpha, alpha_v, two_routes=True)
+        if route == "average":
+            x = norm(0.5 * (h + h_v))
+            return x, x
+        return norm(h), norm(h_v)
+
+
+MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes}
+
+
+def residual_mode(config: ModelConfig) -> ResidualMode:
+    try:
+        return MODES[config.residual](config)
+    except KeyError:
+        raise ValueError(f"residual mode '{config.residual}' has no PyTorch implementation "
+                         f"(known: {', '.join(MODES)})") from None
+
+
+def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
+    """Every parameter (name, shape) in the order of src/model/param_layout.cpp: the order of the flat
+    `params` tensor of checkpoint.safetensors."""
+    c, mode = config, residual_mode(config)
+    d, h, V = c.d_model, c.mlp_hidden, c.vocab_size
+    out = [("tok_emb.weight", (V, d))]
+    for i in range(c.n_layers):
+        p = f"layers.{i}."
+        out += [(p + "attn_norm.weight", (d,))]
+        out += [(p + f"attn.{w}.weight", (d, d)) for w in ("wq", "wk", "wv", "wo")]
+        out += [(p + "mlp_norm.weight", (d,)), (p + "mlp.w_gate.weight", (h, d)), (p + "mlp.w_up.weight", (h, d)),
+                (p + "mlp.w_down.weight", (d, h))]
+        out += [(p + name, shape) for name, shape in mode.layer_params(i)]
+    out += mode.final_params()
+    out += [("final_norm.weight", (d,))]
+    if not c.tie_embeddings:
+        out += [("lm_head.weight", (V, d))]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the model
+# ------------------------------------------------------------------------------------------------
+class AttnResModel(nn.Module):
+    """attnres's decoder-only LM. ``model(ids)`` -> logits [B, T, vocab]; with ``return_weights=True``
+    also the depth weights of every read (a list of ReadWeights indexed by read; empty for prenorm)."""
+
+    def __init__(self, config: ModelConfig, *, dtype=torch.float32, device=None, seed: int = 0):
+        super().__init__()
+        self.config = config.validate()
+        self.mode = residual_mode(config)
+        c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c.n_layers))
+        self.mode.build(self)
+        self.final_norm = RMSNorm(c.d_model, c.norm_eps)
+        if not c.tie_embeddings:
+            self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.tokenizer_spec: Optional[str] = None  # set by attnres.load from the checkpoint's metadata
+        self.metadata: Dict[str, str] = {}
+        self._table_cache: dict = {}
+        self.init_weights(seed)
+        self.to(dtype=dtype, device=device)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """The project's initialisation scheme (docs/model.md) with torch's generator (not the C++
+        values): matrices N(0, 0.02), wo and w_down N(0, 0.02/sqrt(2 n_layers)), norm and key-norm
+        weights 1, pseudo-queries 0."""
+        g = torch.Generator().manual_seed(seed)
+        std_out = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = std_out if name.endswith(("wo.weight", "w_down.weight")) else 0.02
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * std)
+            elif name.endswith("query"):
+                p.zero_()
+            else:
+                p.fill_(1.0)
+
+    def _tables(self, dtype, device):
+        """RoPE cos/sin [max_seq_len, head_dim] (computed in float64) and the additive causal mask."""
+        key = (dtype, device)
+        if key not in self._table_cache:
+            c = self.config
+            hd = c.head_dim
+            inv_freq = c.rope_theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+            ang = torch.arange(c.max_seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
+            cos = torch.cat([ang.cos(), ang.cos()], -1).to(dtype=dtype, device=device)
+            sin = torch.cat([ang.sin(), ang.sin()], -1).to(dtype=dtype, device=device)
+            mask = torch.full((c.max_seq_len, c.max_seq_len), float("-inf"), dtype=dtype, device=device).triu(1)
+            self._table_cache[key] = (cos, sin, mask)
+        return self._table_cache[key]
+
+    def _apply(self, fn):  # .to() / .double() / .cuda(): the tables follow the parameters
+        self._table_cache = {}
+        return super()._apply(fn)
+
+    @property
+    def head_weight(self):
+        return self.tok_emb.weight if self.config.tie_embeddings else self.lm_head.weight
+
+    def hidden(self, input_ids, *, cache: Optional[KVCache] = None, record=None):
+        """The final-normalised hidden state [B, T, d] (before the LM head)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {list(input_ids.shape)}")
+        T = input_ids.shape[1]
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.max_seq_len:
+            raise ValueError(f"sequence of {start + T} positions exceeds max_seq_len {self.config.max_seq_len}")
+        if cache is not None and start + T > cache.max_seq:
+            raise ValueError(f"the context is full ({cache.max_seq} tokens)")
+        ctx = _Pass(self, T, start, cache, record)
+        x = self.mode.trunk(self, self.tok_emb(input_ids), ctx)
+        if cache is not None:
+            cache.length += T
+        return self.final_norm(x)
+
+    def forward(self, input_ids, *, return_weights: bool = False, cache: Optional[KVCache] = None):
+        """input_ids: int64 [B, T] -> logits [B, T, vocab]; with a cache, the positions continue at
+        cache.length. return_weights: also return the list of ReadWeights (one per read)."""
+        record = [] if return_weights else None
+        logits = F.linear(self.hidden(input_ids, cache=cache, record=record), self.head_weight)
+        return (logits, record) if return_weights else logits
+
+    def loss(self, tokens):
+        """Mean next-token cross-entropy (nats) of int64 tokens [B, T+1], as Model::forward."""
+        logits = self(tokens[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+    def new_cache(self, batch: int = 1, max_seq: Optional[int] = None) -> KVCache:
+        w = self.tok_emb.weight
+        return KVCache(self.config, batch, max_seq, dtype=w.dtype, device=w.device)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        c = self.config
+        route = f", value_route={c.value_route}" if c.residual == "rd" else ""
+        blocks = f", n_blocks={c.n_blocks}" if c.residual in ("block", "rd") else ""
+        return f"residual={c.residual}{blocks}{route}, params={self.num_params():,}"

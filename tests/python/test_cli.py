@@ -1,0 +1,136 @@
+"""The package against the C++ code on checkpoints trained here by the built `attnres` binary, in every
+residual mode and control: fp32 logits and depth weights against the C++ Model (through the test
+helper attnres_cpp_forward: the CLI prints neither), the loss against `attnres eval --text`, sampling
+against `attnres sample`, checkpoint.safetensors against model.safetensors, and a model saved from
+Python read back by `attnres eval`."""
+import json
+import os
+import subprocess
+import unittest
+
+import numpy as np
+import torch
+
+import support
+import attnres
+from attnres import safetensors
+
+LOGIT_TOLERANCE = 1e-5  # the issue's bound: fp32 against fp32, max |a - b| / max |b|
+WEIGHT_TOLERANCE = 1e-5  # depth weights are in [0, 1]: absolute
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        support.need_binary(cls)
+        support.need_binary(cls, support.CPP_FORWARD)
+        cls.tmp = support.TempDir("cli")
+        cls.data = support.prepare_synthetic_data(cls.tmp.path)
+        cls.runs = {}
+        for name, residual, route in support.VARIANTS:
+            out = cls.tmp("runs", name)
+            support.cli("train", *support.TINY, "--set", f"model.residual={residual}", "--set",
+                        f"model.value_route={route}", "--data", cls.data, "--out", out)
+            cls.runs[name] = out
+        with open(cls.tmp("corpus", "doc3.txt")) as f:
+            cls.text = f.read()[:600]
+        with open(cls.tmp("doc.txt"), "w") as f:
+            f.write(cls.text)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def cpp_forward(self, weights, inputs):
+        path_in, path_out = self.tmp("inputs.safetensors"), self.tmp("forward.safetensors")
+        safetensors.save(path_in, {"inputs": inputs.numpy().astype(np.int32)})
+        r = subprocess.run([support.CPP_FORWARD, weights, path_in, path_out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return safetensors.load(path_out)[0]
+
+    def test_logits_and_depth_weights_match_the_cpp_model(self):
+        g = torch.Generator().manual_seed(11)
+        inputs = torch.randint(0, 257, (2, 32), generator=g)
+        for name, run in self.runs.items():
+            with self.subTest(name):
+                model = attnres.load(run)
+                self.assertEqual(model.tokenizer_spec, "bytes")
+                self.assertEqual(model.source_path, os.path.join(run, "model.safetensors"))
+                cpp = self.cpp_forward(os.path.join(run, "model.safetensors"), inputs)
+                with torch.no_grad():
+                    logits, reads = model(inputs, return_weights=True)
+                ref = cpp["logits"]
+                err = np.abs(logits.numpy() - ref).max() / np.abs(ref).max()
+                self.assertLess(err, LOGIT_TOLERANCE, f"{name}: logits")
+                n_reads = len([k for k in cpp if k.endswith(".sources")])
+                self.assertEqual(len(reads), n_reads, name)
+                for r in reads:
+                    self.assertEqual(list(r.sources), cpp[f"read.{r.read}.sources"].tolist(), f"{name} read {r.read}")
+                    for q, alpha in enumerate(r.routes):
+                        want = cpp[f"read.{r.read}.route.{q}"]
+                        self.assertLess(np.abs(alpha.numpy() - want).max(), WEIGHT_TOLERANCE,
+                                        f"{name}: read {r.read} route {q}")
+                    self.assertNotIn(f"read.{r.read}.route.{len(r.routes)}", cpp, f"{name}: read {r.read} routes")
+                if name not in ("prenorm", "rd_average"):  # trained queries: the weights are not uniform
+                    spread = max((r.qk - 1 / r.qk.shape[-1]).abs().max().item() for r in reads)
+                    self.assertGreater(spread, 1e-3, name)
+
+    def test_checkpoint_file_holds_the_same_weights(self):
+        for name, run in self.runs.items():
+            a = attnres.load(os.path.join(run, "model.safetensors"))
+            b = attnres.load(os.path.join(run, "checkpoint.safetensors"))  # flat params in ParamLayout order
+            for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+                self.assertTrue(torch.equal(x, y), f"{name}: {n}")
+
+    def test_loss_matches_attnres_eval(self):
+        for name, run in self.runs.items():
+            with self.subTest(name):
+                r = support.cli("eval", "--checkpoint", os.path.join(run, "model.safetensors"), "--text",
+                                self.tmp("doc.txt"), "--seq", "32", "--json")
+                want = json.loads(r.stdout)
+                got = attnres.score(attnres.load(run), self.text, seq=32)
+                self.assertEqual(got["tokens"], want["tokens"])
+                self.assertEqual(got["bytes"], want["bytes"])
+                self.assertLess(abs(got["nll"] - want["nll"]) / want["nll"], 1e-6, f"{name}: nll")
+                self.assertLess(abs(got["bits_per_byte"] - want["bits_per_byte"]) / want["bits_per_byte"], 1e-6)
+
+    def test_sampling_matches_attnres_sample(self):
+        prompt = "the depth "
+        for name in ("block", "rd"):
+            model = attnres.load(self.runs[name])
+            tok = attnres.make_tokenizer("bytes")
+            for temperature, top_k, seed in ((0, 0, 1), (1.0, 0, 3), (0.7, 5, 4), (1.3, 40, 5)):
+                with self.subTest(f"{name} T={temperature} k={top_k} seed={seed}"):
+                    out = subprocess.run([support.BINARY, "sample", "--checkpoint",
+                                          os.path.join(self.runs[name], "model.safetensors"), "--prompt", prompt,
+                                          "--max-tokens", "40", "--temperature", str(temperature), "--top-k",
+                                          str(top_k), "--seed", str(seed)], capture_output=True, check=True).stdout
+                    ids = list(attnres.generate_ids(model, [tok.eot_id] + tok.encode(prompt), max_tokens=40,
+                                                    temperature=temperature, top_k=top_k, seed=seed,
+                                                    vocab=tok.vocab_size, stop_id=tok.eot_id))
+                    self.assertEqual(prompt.encode() + tok.decode_bytes(ids) + b"\n", out)
+                    text = attnres.generate(model, prompt, max_tokens=40, temperature=temperature, top_k=top_k,
+                                            seed=seed)
+                    self.assertEqual(text, tok.decode(ids))
+
+    def test_a_model_saved_from_python_reads_in_attnres(self):
+        model = attnres.load(self.runs["rd"])
+        g = torch.Generator().manual_seed(2)
+        batch = torch.randint(0, 257, (4, 33), generator=g)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for _ in range(3):  # a few fine-tuning steps
+            opt.zero_grad()
+            model.loss(batch).backward()
+            opt.step()
+        path = self.tmp("tuned.safetensors")
+        attnres.save(model, path, metadata={"note": "fine-tuned in PyTorch"})
+        want = json.loads(support.cli("eval", "--checkpoint", path, "--text", self.tmp("doc.txt"), "--seq", "32",
+                                      "--json").stdout)
+        got = attnres.score(model, self.text, seq=32)
+        self.assertLess(abs(got["nll"] - want["nll"]) / want["nll"], 1e-6)
+        info = support.cli("info", path).stdout
+        self.assertIn("rd", info)
+
+
+if __name__ == "__main__":
+    unittest.main()

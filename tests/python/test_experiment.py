@@ -1,0 +1,190 @@
+"""attnres.read_experiment on a real tiny `attnres experiment` (+ `attnres report`) directory: the
+records equal the files' numbers, the paired differences agree with summary.json, DataFrames, missing
+runs, and errors that name the file and the key. The same directory, laid out as `make demo`'s
+runs/demo, runs docs/python.md's walk-through as written."""
+import json
+import os
+import re
+import shutil
+import statistics
+import unittest
+
+import support
+import attnres
+from attnres.experiment import COLUMNS, TABLES, ExperimentError
+
+
+class ExperimentTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        support.need_binary()
+        cls.tmp = support.TempDir("exp")
+        data = support.prepare_synthetic_data(cls.tmp.path)
+        cls.dir = cls.tmp("runs", "demo")  # where `make demo` puts its experiment
+        support.cli("experiment", *support.TINY, "--arms", "block,rd,prenorm", "--seeds", "1,2", "--data", data,
+                    "--out", cls.dir)
+        support.cli("report", "--experiment", cls.dir, "--quiet")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def result(self, arm, seed):
+        with open(os.path.join(self.dir, "runs", arm, f"seed-{seed}", "result.json")) as f:
+            return json.load(f)
+
+    def test_records_are_the_files_numbers(self):
+        exp = attnres.read_experiment(self.dir)
+        with open(os.path.join(self.dir, "experiment.json")) as f:
+            spec = json.load(f)
+        self.assertEqual((exp.arms, exp.baseline, exp.seeds, exp.tokens, exp.milestones),
+                         (spec["arms"], "block", [1, 2], spec["tokens"], spec["milestones"]))
+        self.assertEqual(len(exp.runs), 6)
+        self.assertEqual(exp.missing, [])
+        self.assertIn("6 finished, 0 missing", repr(exp))
+        for r in exp.runs:
+            raw = self.result(r.arm, r.seed)
+            self.assertEqual(r.test_nll, raw["test_nll"])
+            self.assertEqual(r.milestones, [(m["tokens"], m["val_nll"]) for m in raw["milestones"]])
+            self.assertEqual((r.params, r.tokens_per_sec, r.step_time_ms, r.peak_rss_bytes),
+                             (raw["params"], raw["tokens_per_sec"], raw["step_time_ms"], raw["peak_rss_bytes"]))
+            self.assertEqual(r.routing is None, r.arm == "prenorm")
+        ms = exp.records("milestones")
+        self.assertEqual(len(ms), sum(len(r.milestones) for r in exp.runs))
+        self.assertEqual({(m["arm"], m["seed"]) for m in ms}, {(a, s) for a in exp.arms for s in exp.seeds})
+        test = {(t["arm"], t["seed"]): t["test_nll"] for t in exp.records("test")}
+        self.assertEqual(test[("rd", 2)], self.result("rd", 2)["test_nll"])
+
+        deltas = exp.records("deltas")
+        self.assertEqual(len(deltas), 2 * 2 * (len(exp.milestones) + 1))  # rd, prenorm x 2 seeds x (milestones + test)
+        d = next(x for x in deltas if x["arm"] == "rd" and x["seed"] == 1 and x["split"] == "test")
+        self.assertEqual(d["delta_nll"], test[("rd", 1)] - test[("block", 1)])
+
+        routing = exp.records("routing")
+        for arm in ("block", "rd"):
+            for layer in self.result(arm, 1)["routing"]["layers"]:
+                rows = [x for x in routing if x["arm"] == arm and x["seed"] == 1 and x["layer"] == layer["layer"]]
+                self.assertEqual([x["weight"] for x in rows if x["route"] == "qk"], layer["qk_mean"])
+                self.assertEqual([x["weight"] for x in rows if x["route"] == "v"], layer.get("v_mean", []))
+        js = exp.records("js")
+        self.assertEqual({x["arm"] for x in js}, {"rd"})
+        self.assertTrue(all(abs(x["js_bits"] * 0.6931471805599453 - x["js_nats"]) < 1e-15 for x in js))
+        self.assertEqual(len(exp.records("systems")), 6)
+        self.assertGreater(len(exp.records("curve")), 0)
+        for table in TABLES:
+            for row in exp.records(table):
+                self.assertEqual(tuple(row), COLUMNS[table], table)
+        self.assertEqual(exp.run("rd", 2).path, os.path.join(self.dir, "runs", "rd", "seed-2"))
+        self.assertEqual(attnres.load(exp.run("rd", 2).path).config.residual, "rd")
+
+    def test_paired_statistics_agree_with_the_deltas(self):
+        exp = attnres.read_experiment(self.dir)
+        self.assertIsNotNone(exp.summary)
+        paired = exp.records("paired")
+        self.assertEqual(len(paired), 2 * (len(exp.milestones) + 1))
+        deltas = exp.records("deltas")
+        for p in paired:
+            mine = [d["delta_nll"] for d in deltas if d["arm"] == p["arm"] and d["split"] == p["split"] and
+                    d["tokens"] == p["tokens"]]
+            self.assertEqual(p["n"], len(mine))
+            self.assertAlmostEqual(p["mean"], statistics.fmean(mine), delta=1e-12)
+            self.assertEqual(p["wins"], sum(x < 0 for x in mine))
+
+    def test_frames(self):
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            self.skipTest("pandas is not installed (Debian: python3-pandas)")
+        exp = attnres.read_experiment(self.dir)
+        frames = exp.frames()
+        self.assertEqual(set(frames), set(TABLES))
+        test = frames["test"].pivot(index="seed", columns="arm", values="test_nll")
+        self.assertEqual(test.loc[2, "rd"], self.result("rd", 2)["test_nll"])
+        self.assertEqual(list(frames["missing"].columns), ["arm", "seed"])
+        self.assertEqual(len(frames["missing"]), 0)
+        self.assertEqual(list(frames["milestones"].columns), ["arm", "seed", "tokens", "val_nll"])
+
+    def test_missing_runs_and_bad_files(self):
+        copy = self.tmp("copy")
+        shutil.copytree(self.dir, copy)
+        os.remove(os.path.join(copy, "runs", "rd", "seed-2", "result.json"))
+        exp = attnres.read_experiment(copy)
+        self.assertEqual(exp.missing, [("rd", 2)])
+        self.assertEqual(exp.records("missing"), [{"arm": "rd", "seed": 2}])
+        self.assertNotIn(("rd", 2), {(d["arm"], d["seed"]) for d in exp.records("deltas")})
+        path = os.path.join(copy, "runs", "rd", "seed-1", "result.json")
+        with open(path) as f:
+            raw = json.load(f)
+        del raw["milestones"][1]["val_nll"]
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, r"seed-1/result.json: key 'milestones\[1\].val_nll' is missing"):
+            attnres.read_experiment(copy)
+        raw = self.result("rd", 1)
+        raw["routing"]["layers"][1]["qk_mean"] = [0.5] * raw["routing"]["layers"][1]["sources"] + [0.5]
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, r"key 'routing.layers\[1\].qk_mean' has \d+ entries"):
+            attnres.read_experiment(copy)
+        raw = self.result("rd", 1)
+        raw["seed"] = 7
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, "key 'seed' is 7 but the file is in the directory of seed 1"):
+            attnres.read_experiment(copy)
+        with self.assertRaisesRegex(ExperimentError, "does not exist"):
+            attnres.read_experiment(self.tmp("nowhere"))
+        os.makedirs(self.tmp("empty"))
+        with self.assertRaisesRegex(ExperimentError, "experiment.json: not found"):
+            attnres.read_experiment(self.tmp("empty"))
+        with self.assertRaisesRegex(ValueError, "unknown table 'tests'"):
+            exp.records("tests")
+
+    def test_docs_walkthrough_runs_as_written(self):
+        """Every ```python block of docs/python.md in order, in one namespace, from a directory whose
+        runs/demo is this experiment (bytes tokenizer instead of the demo's sp: one)."""
+        with open(os.path.join(support.SOURCE_DIR, "docs", "python.md"), encoding="utf-8") as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+        self.assertGreaterEqual(len(blocks), 4)
+        cwd = os.getcwd()
+        os.chdir(self.tmp.path)  # the page's paths are relative to the repository root
+        self.addCleanup(os.chdir, cwd)
+        for module in ("matplotlib", "pandas"):
+            try:
+                __import__(module)
+            except ImportError:
+                self.skipTest(f"{module} is not installed (Debian: python3-{module}; scripts/install-deps.sh)")
+        namespace = {}
+        for i, block in enumerate(blocks):
+            exec(compile(block, f"docs/python.md python block {i + 1}", "exec"), namespace)
+        self.assertGreater(os.path.getsize(self.tmp("depth_weights.png")), 1000)
+        self.assertEqual(attnres.load(self.tmp("tuned.safetensors")).config.residual, "rd")
+
+
+class FixtureTest(unittest.TestCase):
+    """tests/results/data/old-format: a paired experiment as the runner and `attnres report` wrote it
+    (committed, so this needs no binary)."""
+
+    def test_reads_the_committed_experiment(self):
+        directory = os.path.join(support.SOURCE_DIR, "tests", "results", "data", "old-format")
+        exp = attnres.read_experiment(directory)
+        self.assertEqual((exp.arms, exp.baseline, exp.seeds, len(exp.runs), exp.missing),
+                         (["block", "rd", "prenorm"], "block", [1, 2], 6, []))
+        with open(os.path.join(directory, "summary.json")) as f:
+            summary = json.load(f)
+        test = {a["arm"]: a for a in summary["test"]["arms"]}
+        paired = {(p["split"], p["tokens"], p["arm"]): p for p in exp.records("paired")}
+        for arm in ("rd", "prenorm"):
+            p = paired[("test", exp.tokens, arm)]
+            self.assertEqual({k: p[k] for k in test[arm]["paired"]}, test[arm]["paired"])
+            mine = [d["delta_nll"] for d in exp.records("deltas") if d["arm"] == arm and d["split"] == "test"]
+            self.assertEqual(mine, [x["value"] for x in test[arm]["delta_nll"]])
+            self.assertEqual([r.test_nll for r in exp.runs if r.arm == arm], [x["value"] for x in test[arm]["nll"]])
+        routing = next(r for r in summary["routing"] if r["arm"] == "rd")
+        for layer in routing["layers"]:
+            js = [x["js_nats"] for x in exp.records("js") if x["layer"] == layer["layer"]]
+            self.assertAlmostEqual(statistics.fmean(js), layer["js_nats"], delta=1e-12)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,358 @@
+"""attnres.AttnResModel against the independent float64 oracle tests/reference/attnres_ref.py in every
+residual mode and control (logits, loss, depth weights, every gradient), and the package's own
+contracts: parameter layout, KV-cache decoding, the invariants of the spec, bf16 autocast, the
+safetensors reader/writer and checkpoint loading with its errors."""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import torch
+
+import support
+import attnres_ref as R  # the oracle; sets torch's default dtype to float64 (the package must not care)
+import attnres
+from attnres import safetensors
+from attnres.checkpoint import CheckpointError
+from attnres.config import ConfigError, ModelConfig
+
+
+def config_dict(residual, route="decoupled", tie=False, **kw):
+    c = dict(vocab_size=11, d_model=16, n_layers=4, n_heads=2, mlp_hidden=24, residual=residual, n_blocks=2,
+             value_route=route, tie_embeddings=tie, norm_eps=1e-6, rope_theta=10000.0, max_seq_len=16)
+    c.update(kw)
+    return c
+
+
+def tokens(seed=1, B=2, T=9, V=11):
+    return torch.randint(0, V, (B, T + 1), generator=torch.Generator().manual_seed(seed))
+
+
+def rel(a, b):
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def model_with(c, P, dtype=torch.float64):
+    m = attnres.AttnResModel(ModelConfig.from_json(c), dtype=dtype)
+    m.load_state_dict({n: t.to(dtype) for n, t in P.items()})
+    return m
+
+
+def oracle_reads(record):
+    """The oracle's (name, alpha [n, B, T]) list grouped per read: [(qk [B,T,n], v or None)]."""
+    out, i = [], 0
+    while i < len(record):
+        qk = record[i][1].permute(1, 2, 0)
+        v = None
+        if i + 1 < len(record) and record[i + 1][0].endswith(".value"):
+            v = record[i + 1][1].permute(1, 2, 0)
+            i += 1
+        out.append((qk, v))
+        i += 1
+    return out
+
+
+class OracleTest(unittest.TestCase):
+    def test_parameter_layout_is_the_checkpoint_layout(self):
+        for name, residual, route in support.VARIANTS:
+            for tie in (True, False):
+                c = config_dict(residual, route, tie)
+                want = R.param_shapes(R.parse_config(c))  # in ParamLayout order
+                got = attnres.param_layout(ModelConfig.from_json(c))
+                self.assertEqual([n for n, _ in got], list(want), name)
+                self.assertEqual([tuple(s) for _, s in got], [tuple(s) for s in want.values()], name)
+                m = attnres.AttnResModel(ModelConfig.from_json(c))
+                self.assertEqual({n: tuple(t.shape) for n, t in m.state_dict().items()},
+                                 {n: tuple(s) for n, s in want.items()}, name)
+
+    def compare(self, name, c, dtype, logit_tol, grad_tol):
+        cfg = R.parse_config(c)
+        P = R.random_params(cfg, seed=3, std=0.3, query_std=1.0)  # nonzero queries: reads are not uniform
+        toks = tokens()
+        rec = []
+        Pg = {n: t.clone().requires_grad_(True) for n, t in P.items()}
+        ref_logits = R.forward(cfg, Pg, toks[:, :-1], record=rec)
+        ref_loss = -torch.log_softmax(ref_logits, -1).gather(-1, toks[:, 1:, None]).mean()
+        ref_loss.backward()
+
+        m = model_with(c, P, dtype)
+        logits, reads = m(toks[:, :-1], return_weights=True)
+        self.assertEqual(logits.dtype, dtype)
+        self.assertLess(rel(logits, ref_logits), logit_tol, f"{name}: logits")
+        loss = m.loss(toks)
+        self.assertLess(abs(loss.item() - ref_loss.item()) / ref_loss.item(), logit_tol, f"{name}: loss")
+
+        expected = oracle_reads(rec)
+        self.assertEqual(len(reads), len(expected), f"{name}: number of reads")
+        if c["residual"] != "prenorm":
+            self.assertEqual(len(reads), 2 * c["n_layers"] + 1)
+        for r, (qk, v) in zip(reads, expected):
+            self.assertEqual(r.qk.shape, qk.shape, f"{name}: read {r.read}")
+            self.assertLess((r.qk - qk).abs().max().item(), logit_tol, f"{name}: read {r.read} Q/K weights")
+            self.assertEqual(r.v is None, v is None, f"{name}: read {r.read} routes")
+            if v is not None:
+                self.assertLess((r.v - v).abs().max().item(), logit_tol, f"{name}: read {r.read} V weights")
+            self.assertLess((r.qk.sum(-1) - 1).abs().max().item(), 1e-5)
+
+        loss.backward()
+        params = dict(m.named_parameters())
+        for n, t in Pg.items():
+            g = params[n].grad
+            if t.grad.abs().max() == 0:  # the first read's single source: no gradient in either
+                self.assertTrue(g is None or g.abs().max().item() == 0, f"{name}: grad {n} should be 0")
+                continue
+            self.assertIsNotNone(g, f"{name}: no gradient for {n}")
+            self.assertLess(rel(g, t.grad), grad_tol, f"{name}: grad {n}")
+        # the check is not vacuous: nonzero queries make the reads non-uniform
+        if c["residual"] != "prenorm":
+            self.assertGreater(max((r.qk - 1 / r.qk.shape[-1]).abs().max().item() for r in reads), 0.05)
+
+    def test_float64_matches_the_oracle_in_every_mode(self):
+        for name, residual, route in support.VARIANTS:
+            with self.subTest(name):
+                self.compare(name, config_dict(residual, route, tie=True), torch.float64, 1e-12, 1e-10)
+        self.compare("rd untied", config_dict("rd", "decoupled", tie=False), torch.float64, 1e-12, 1e-10)
+        self.compare("full, n_blocks=1 block", config_dict("block", n_blocks=1), torch.float64, 1e-12, 1e-10)
+
+    def test_float32_matches_the_oracle(self):
+        for name, residual, route in support.VARIANTS:
+            with self.subTest(name):
+                self.compare(name, config_dict(residual, route, tie=True), torch.float32, 1e-5, 1e-3)
+
+    def test_kv_cache_decoding_matches_the_full_pass(self):
+        for name, residual, route in support.VARIANTS:
+            c = config_dict(residual, route)
+            m = model_with(c, R.random_params(R.parse_config(c), seed=4, std=0.3, query_std=1.0))
+            toks = tokens(2, T=10)[:, :10]
+            with torch.no_grad():
+                full = m(toks)
+                cache = m.new_cache(batch=2, max_seq=10)
+                step = m(toks[:, :3], cache=cache)
+                self.assertLess(rel(step, full[:, :3]), 1e-12, name)
+                for t in range(3, 10):
+                    step = m(toks[:, t:t + 1], cache=cache)
+                    self.assertLess(rel(step[:, 0], full[:, t]), 1e-12, f"{name} position {t}")
+                self.assertEqual(cache.length, 10)
+                with self.assertRaisesRegex(ValueError, "context is full"):
+                    m(toks[:, :1], cache=cache)
+        with self.assertRaisesRegex(ValueError, "max_seq_len 16"):
+            m(torch.zeros(1, 17, dtype=torch.long))
+
+    def test_spec_invariants(self):
+        toks = tokens(5)
+        P = R.random_params(R.parse_config(config_dict("rd")), seed=5, std=0.3, query_std=1.0)
+        block = model_with(config_dict("block"), {n: t for n, t in P.items() if "value_query" not in n})
+        tied = model_with(config_dict("rd", "tied"), {n: t for n, t in P.items() if "value_query" not in n})
+        with torch.no_grad():
+            self.assertTrue(torch.equal(tied(toks), block(toks)), "rd+tied must equal block bit for bit")
+            decoupled = model_with(config_dict("rd"), P)
+            self.assertGreater(rel(decoupled(toks), block(toks)), 1e-4, "a value query must change rd")
+            # zero queries, eps -> 0: block and full compute the pre-norm function (spec §4)
+            P0 = R.random_params(R.parse_config(config_dict("block")), seed=6, std=0.3, query_std=0.0)
+            pre = model_with(config_dict("prenorm", norm_eps=1e-12), {n: t for n, t in P0.items() if "_res" not in n})
+            for residual in ("block", "full"):
+                m = model_with(config_dict(residual, norm_eps=1e-12), P0)
+                self.assertLess(rel(m(toks), pre(toks)), 1e-9, residual)
+
+    def test_bf16_autocast_runs_close_to_fp32(self):
+        c = config_dict("rd")
+        m = model_with(c, R.random_params(R.parse_config(c), seed=7, std=0.3, query_std=1.0), torch.float32)
+        toks = tokens(6)
+        with torch.no_grad():
+            ref = m(toks[:, :-1])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(toks[:, :-1])
+            loss = torch.nn.functional.cross_entropy(out.reshape(-1, 11), toks[:, 1:].reshape(-1))
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertLess(rel(out.float(), ref), 5e-2)
+        self.assertGreater(rel(out.float(), ref), 0)  # it did run in bf16
+        loss.backward()
+        self.assertEqual(m.tok_emb.weight.grad.dtype, torch.float32)
+
+    def test_fine_tuning_lowers_the_loss(self):
+        m = attnres.AttnResModel(ModelConfig.from_json(config_dict("rd")), seed=3)
+        toks = tokens(7)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        first = None
+        for _ in range(20):
+            opt.zero_grad()
+            loss = m.loss(toks)
+            loss.backward()
+            opt.step()
+            first = loss.item() if first is None else first
+        self.assertLess(loss.item(), first - 0.5)
+
+
+class SamplingTest(unittest.TestCase):
+    """attnres.generate's controls (its equality with `attnres sample` is in test_cli)."""
+
+    def test_rng_is_attnres_rng(self):
+        # xoshiro256** seeded by splitmix64 (src/util/rng.hpp): splitmix64(0)'s first output is the
+        # published 0xe220a8397b1dcdaf; uniform() takes the top 53 bits
+        r = attnres.Rng(0)
+        self.assertEqual(r.s[0], 0xE220A8397B1DCDAF)
+        a, b = attnres.Rng(5, "sample"), attnres.Rng(5, "sample")
+        self.assertEqual([a.uniform() for _ in range(5)], [b.uniform() for _ in range(5)])
+        self.assertNotEqual(attnres.Rng(5, "sample").uniform(), attnres.Rng(5, "other").uniform())
+        self.assertTrue(all(0 <= attnres.Rng(9).uniform() < 1 for _ in range(3)))
+
+    def test_sample_token_controls(self):
+        logits = np.array([0.5, 2.0, 2.0, -1.0, 1.5, 0.0], dtype=np.float32)
+        rng = attnres.Rng(1, "test")
+        self.assertEqual(attnres.sample_token(logits, 0, 0, rng), 2)  # greedy: the largest id among ties
+        draws = [attnres.sample_token(logits, 1.0, 3, rng) for _ in range(3000)]
+        self.assertEqual(set(draws), {1, 2, 4})  # top-3 only
+        p = np.exp(logits[[1, 2, 4]].astype(np.float64))
+        p /= p.sum()
+        freq = np.array([draws.count(i) for i in (1, 2, 4)]) / len(draws)
+        self.assertLess(np.abs(freq - p).max(), 0.04)
+        cold = [attnres.sample_token(logits, 0.05, 0, rng) for _ in range(200)]
+        self.assertEqual(set(cold), {1, 2})  # low temperature: almost greedy
+        self.assertEqual({attnres.sample_token(logits, 5.0, 1, rng) for _ in range(50)}, {1})  # top-1: the best
+
+    def test_generate_is_deterministic_per_seed(self):
+        c = config_dict("rd", vocab_size=257, max_seq_len=32)
+        m = model_with(c, R.random_params(R.parse_config(c), seed=8, std=0.5, query_std=1.0), torch.float32)
+        gen = lambda **kw: attnres.generate(m, "ab", tokenizer="bytes", max_tokens=12, **kw)  # noqa: E731
+        self.assertEqual(gen(seed=3), gen(seed=3))
+        self.assertNotEqual(gen(seed=3), gen(seed=4))
+        self.assertEqual(gen(temperature=0, seed=3), gen(temperature=0, seed=4))
+        self.assertEqual(gen(top_k=1, seed=3), gen(temperature=0))
+        ids = list(attnres.generate_ids(m, [256, 97], max_tokens=100))
+        self.assertEqual(len(ids), 31)  # as attnres sample: the token that fills the context of 32 is the last
+        with self.assertRaisesRegex(ValueError, "longer than the model's context"):
+            attnres.generate(m, "x" * 40, tokenizer="bytes")
+        with self.assertRaisesRegex(ValueError, "does not name its tokenizer"):
+            attnres.generate(m, "ab")
+        with self.assertRaisesRegex(ValueError, "does not fit the model's vocabulary"):
+            attnres.generate(model_with(config_dict("rd"), R.random_params(R.parse_config(config_dict("rd")))),
+                             "ab", tokenizer="bytes")
+
+
+class FilesTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = support.TempDir("files")
+        self.addCleanup(self.tmp.cleanup)
+
+    def test_safetensors_round_trip_and_errors(self):
+        rng = np.random.default_rng(0)
+        t = {"a": rng.standard_normal((3, 5)), "b": rng.standard_normal(7).astype(np.float32),
+             "c": rng.integers(-9, 9, (2, 3), dtype=np.int32), "scalar": np.array(1.25), "empty": np.zeros((0, 3))}
+        path = self.tmp("t.safetensors")
+        safetensors.save(path, t, {"config": "{}", "note": "héllo"})
+        back, meta = safetensors.load(path)
+        self.assertEqual(meta, {"config": "{}", "note": "héllo"})
+        for k in t:
+            self.assertEqual(back[k].dtype, t[k].dtype)
+            self.assertTrue(np.array_equal(back[k], t[k]), k)
+        self.assertEqual(oct(os.stat(path).st_mode & 0o777), oct(0o666 & ~self._umask()))
+        # the oracle's independent reader agrees
+        back2, meta2 = R.load_safetensors(path)
+        self.assertTrue(np.array_equal(back2["a"], t["a"]))
+        with open(path, "rb") as f:
+            blob = f.read()
+        with open(self.tmp("cut.safetensors"), "wb") as f:
+            f.write(blob[:-8])
+        with self.assertRaisesRegex(safetensors.SafetensorsError, "cut.safetensors.*outside the file"):
+            safetensors.load(self.tmp("cut.safetensors"))
+        with open(self.tmp("junk.safetensors"), "wb") as f:
+            f.write(b"\x05\x00\x00\x00\x00\x00\x00\x00{junk")
+        with self.assertRaisesRegex(safetensors.SafetensorsError, "junk.safetensors.*malformed JSON"):
+            safetensors.load(self.tmp("junk.safetensors"))
+
+    @staticmethod
+    def _umask():
+        m = os.umask(0)
+        os.umask(m)
+        return m
+
+    def test_save_then_load_round_trips_and_checks_the_tensors(self):
+        c = config_dict("rd", "average")
+        m = attnres.AttnResModel(ModelConfig.from_json(c), seed=1)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        attnres.save(m, self.tmp("model.safetensors"), tokenizer="bytes")
+        back = attnres.load(self.tmp())  # a run directory
+        self.assertEqual(back.config, m.config)
+        self.assertEqual(back.tokenizer_spec, "bytes")
+        for (n, a), (n2, b) in zip(m.state_dict().items(), back.state_dict().items()):
+            self.assertTrue(torch.equal(a, b), n)
+        self.assertEqual(attnres.read_config(self.tmp("model.safetensors")), m.config)
+
+        # the flat checkpoint.safetensors form: params in ParamLayout order
+        flat = np.concatenate([m.state_dict()[n].numpy().reshape(-1) for n, _ in attnres.param_layout(m.config)])
+        meta = {"config": json.dumps(c)}
+        safetensors.save(self.tmp("checkpoint.safetensors"), {"params": flat, "adam.m": flat * 0}, meta)
+        flat_model = attnres.load(self.tmp("checkpoint.safetensors"))
+        for n, t in m.state_dict().items():
+            self.assertTrue(torch.equal(flat_model.state_dict()[n], t), n)
+        self.assertIsNone(flat_model.tokenizer_spec)
+
+        safetensors.save(self.tmp("short.safetensors"), {"params": flat[:-1]}, meta)
+        with self.assertRaisesRegex(CheckpointError, "short.safetensors.*params"):
+            attnres.load(self.tmp("short.safetensors"))
+        arrays = {n: t.numpy() for n, t in m.state_dict().items() if "value_query" not in n}
+        arrays["junk"] = np.zeros(1, np.float32)
+        safetensors.save(self.tmp("bad.safetensors"), arrays, meta)
+        with self.assertRaisesRegex(CheckpointError, r"missing \['layers.0.attn_res.value_query'.*unexpected \['junk'\]"):
+            attnres.load(self.tmp("bad.safetensors"))
+        safetensors.save(self.tmp("noconfig.safetensors"), {"params": flat})
+        with self.assertRaisesRegex(CheckpointError, "noconfig.safetensors.*no 'config'"):
+            attnres.load(self.tmp("noconfig.safetensors"))
+        with self.assertRaisesRegex(CheckpointError, "neither model.safetensors nor checkpoint.safetensors"):
+            os.makedirs(self.tmp("empty"))
+            attnres.load(self.tmp("empty"))
+
+    def test_config_is_as_strict_as_attnres(self):
+        c = config_dict("block")
+        self.assertEqual(ModelConfig.from_json(json.dumps(c)).to_json(), c)
+        for bad, message in ((dict(c, residual="blok"), "unknown residual mode 'blok'"),
+                             (dict(c, value_route="x"), "unknown value route"),
+                             (dict(c, n_blocks=3), "n_blocks \\(3\\) must divide"),
+                             (dict(c, n_layers=3, n_blocks=2), "even number of sublayers"),
+                             (dict(c, n_heads=3), "n_heads \\(3\\) must divide"),
+                             (dict(c, d_model=True), "'d_model' must be an integer"),
+                             (dict(c, tie_embeddings=1), "'tie_embeddings' must be true or false"),
+                             (dict(c, extra=1), "unknown model config key 'extra'")):
+            with self.assertRaisesRegex(ConfigError, message):
+                ModelConfig.from_json(bad, where="x.safetensors")
+        # full ignores n_blocks; rd with n_blocks = 2 * n_layers is allowed (one sublayer per block)
+        ModelConfig.from_json(dict(c, residual="full", n_blocks=3))
+        ModelConfig.from_json(dict(c, residual="rd", n_blocks=8))
+
+
+class BenchWorkerTest(unittest.TestCase):
+    """bench/torch_model.py (what `attnres bench` runs) drives attnres.bench_worker from python/."""
+
+    def worker(self, *args, module=False):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "PYTHONPATH")}
+        if module:
+            env["PYTHONPATH"] = os.path.join(support.SOURCE_DIR, "python")
+            cmd = [sys.executable, "-m", "attnres.bench_worker", *args]
+        else:
+            cmd = [sys.executable, os.path.join(support.SOURCE_DIR, "bench", "torch_model.py"), *args]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=support.HERE)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def test_probe_and_steps(self):
+        probe = self.worker("--probe")
+        self.assertEqual(probe["omp_wait_policy"], "PASSIVE")  # set before torch loaded libgomp
+        self.assertEqual(probe["precisions"], ["fp32", "bf16"])
+        cfg = json.dumps(config_dict("rd", vocab_size=64, max_seq_len=8))
+        for precision in ("fp32", "bf16"):
+            r = self.worker("--model-json", cfg, "--batch", "2", "--seq", "16", "--steps", "2", "--warmup", "0",
+                            "--threads", "1", "--precision", precision, module=precision == "bf16")
+            self.assertEqual((r["precision"], r["seq"], len(r["step_ms"])), (precision, 16, 2))
+            self.assertEqual(r["omp_wait_policy"], "PASSIVE")
+            self.assertEqual(r["params"], sum(int(np.prod(s)) for _, s in
+                                              attnres.param_layout(ModelConfig.from_json(cfg))))
+            self.assertLess(abs(r["loss_first"] - np.log(64)), 0.1)  # near-uniform at initialisation
+
+
+if __name__ == "__main__":
+    unittest.main()
