@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev           # JSON: configs in safetensors headers, manifests, metrics
   libcli11-dev                 # command-line parsing
   libtomlplusplus-dev          # TOML training configs
+  libboost-dev                 # Boost.Math (header-only): t and non-central t distributions, power analysis
   zlib1g-dev                   # gzip-compressed corpora
   libsentencepiece-dev         # sp: tokenizers (training and encoding)
   libopenmpi-dev openmpi-bin   # data-parallel training and sweeps

@@ -5,6 +5,11 @@
 #include <limits>
 #include <vector>
 
+#include <boost/math/distributions/non_central_t.hpp>
+#include <boost/math/distributions/students_t.hpp>
+#include <boost/math/special_functions/beta.hpp>
+#include <boost/math/tools/roots.hpp>
+
 #include "util/error.hpp"
 
 namespace attnres::experiment {
@@ -13,46 +18,16 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Continued fraction for I_x(a, b), evaluated with the modified Lentz method; converges quickly
-// for x < (a + 1) / (a + b + 2), which the caller guarantees by symmetry.
-double beta_continued_fraction(double a, double b, double x) {
-  constexpr int kMaxIterations = 10000;
-  constexpr double kEps = 1e-16;
-  constexpr double kTiny = 1e-300;  // keeps Lentz's denominators away from zero
-  const double qab = a + b, qap = a + 1, qam = a - 1;
-  double c = 1;
-  double d = 1 - qab * x / qap;
-  if (std::abs(d) < kTiny) d = kTiny;
-  d = 1 / d;
-  double h = d;
-  for (int m = 1; m <= kMaxIterations; ++m) {
-    const int m2 = 2 * m;
-    // Even step of the fraction.
-    double aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-    d = 1 + aa * d;
-    if (std::abs(d) < kTiny) d = kTiny;
-    c = 1 + aa / c;
-    if (std::abs(c) < kTiny) c = kTiny;
-    d = 1 / d;
-    h *= d * c;
-    // Odd step.
-    aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-    d = 1 + aa * d;
-    if (std::abs(d) < kTiny) d = kTiny;
-    c = 1 + aa / c;
-    if (std::abs(c) < kTiny) c = kTiny;
-    d = 1 / d;
-    const double step = d * c;
-    h *= step;
-    if (std::abs(step - 1) < kEps) return h;
-  }
-  fail("incomplete beta: continued fraction did not converge for a=", a, ", b=", b, ", x=", x);
-}
+namespace bm = boost::math;
+// Errors are reported by the callers' own checks; Boost must neither throw nor print.
+using Policy = bm::policies::policy<bm::policies::domain_error<bm::policies::ignore_error>,
+                                    bm::policies::overflow_error<bm::policies::ignore_error>,
+                                    bm::policies::evaluation_error<bm::policies::ignore_error>>;
 
-// P(T >= t) for t >= 0, computed directly (not as 1 − cdf) to keep precision in the far tail.
+// P(T >= t) for t >= 0 (the complement, not 1 − cdf, keeps precision in the far tail).
 double upper_tail(double t, double dof) {
   if (std::isinf(t)) return 0;
-  return 0.5 * incomplete_beta(dof / 2, 0.5, dof / (dof + t * t));
+  return bm::cdf(bm::complement(bm::students_t_distribution<double, Policy>(dof), t));
 }
 
 }  // namespace
@@ -75,12 +50,7 @@ double incomplete_beta(double a, double b, double x) {
   require(a > 0 && b > 0, "incomplete beta: a and b must be positive (a=", a, ", b=", b, ")");
   if (std::isnan(x)) return kNaN;
   require(x >= 0 && x <= 1, "incomplete beta: x must lie in [0, 1] (x=", x, ")");
-  if (x == 0 || x == 1) return x;
-  const double log_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
-  const double front = std::exp(log_front);
-  // Use the symmetry I_x(a,b) = 1 − I_{1−x}(b,a) where the fraction converges fast.
-  if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
-  return 1 - front * beta_continued_fraction(b, a, 1 - x) / b;
+  return bm::ibeta(a, b, x, Policy());
 }
 
 double student_t_cdf(double t, double dof) {
@@ -100,20 +70,7 @@ double student_t_quantile(double prob, double dof) {
   require(dof > 0, "Student t: degrees of freedom must be positive (", dof, ")");
   require(prob > 0 && prob < 1, "Student t quantile: probability must lie in (0, 1) (", prob, ")");
   if (prob == 0.5) return 0;
-  if (prob < 0.5) return -student_t_quantile(1 - prob, dof);
-  // Solve upper_tail(t) = 1 − prob by bisection: the tail is monotone in t, and bisection cannot diverge.
-  const double target = 1 - prob;
-  double lo = 0, hi = 1;
-  while (upper_tail(hi, dof) > target) {
-    lo = hi;
-    hi *= 2;
-    require(hi < 1e300, "Student t quantile: no bracket for p=", prob, ", dof=", dof);
-  }
-  for (int i = 0; i < 400 && hi - lo > 1e-15 * hi; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (upper_tail(mid, dof) > target ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
+  return bm::quantile(bm::students_t_distribution<double, Policy>(dof), prob);
 }
 
 PairedStats paired_stats(std::span<const double> differences) {
@@ -145,6 +102,74 @@ PairedStats paired_stats(std::span<const double> differences) {
     s.p_value = student_t_two_sided_p(s.t, dof);
   }
   return s;
+}
+
+double paired_t_power(double effect, double sd, int n, double alpha) {
+  require(n >= 2, "power: needs at least 2 pairs (got ", n, ")");
+  require(sd > 0 && std::isfinite(sd), "power: the standard deviation must be positive and finite (got ", sd, ")");
+  require(alpha > 0 && alpha < 1, "power: alpha must lie in (0, 1) (got ", alpha, ")");
+  const double dof = n - 1;
+  const double critical = student_t_quantile(1 - alpha / 2, dof);
+  const double shift = std::abs(effect) * std::sqrt(static_cast<double>(n)) / sd;
+  const bm::non_central_t_distribution<double, Policy> t(dof, shift);
+  return bm::cdf(bm::complement(t, critical)) + bm::cdf(t, -critical);
+}
+
+double minimal_detectable_effect(double sd, int n, double alpha, double power) {
+  require(power > alpha && power < 1, "power: the target power must lie in (alpha, 1) (got ", power, ")");
+  // The power grows with the effect; bracket the root, then bisect on the standardised effect.
+  const auto gap = [&](double z) { return paired_t_power(z, 1.0, n, alpha) - power; };
+  double lo = 0, hi = 1;
+  while (gap(hi) < 0) {
+    lo = hi;
+    hi *= 2;
+    require(hi < 1e12, "power: no minimal detectable effect found for n=", n);
+  }
+  bm::tools::eps_tolerance<double> tolerance(50);
+  std::uintmax_t iterations = 200;
+  const auto [a, b] = bm::tools::toms748_solve(gap, lo, hi, tolerance, iterations);
+  return 0.5 * (a + b) * sd;
+}
+
+int pairs_needed(double effect, double sd, double alpha, double power, int max_n) {
+  require(max_n >= 2, "power: max_n must be at least 2");
+  if (effect == 0) return 0;
+  const auto enough = [&](int n) { return paired_t_power(effect, sd, n, alpha) >= power; };
+  if (enough(2)) return 2;
+  // The power grows with n: double until enough, then bisect (lo never enough, hi enough).
+  int lo = 2, hi = 4;
+  while (!enough(hi)) {
+    if (hi >= max_n) return 0;
+    lo = hi;
+    hi = std::min(2 * hi, max_n);
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (enough(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+PowerEstimate power_estimate(const PairedStats& s, double user_effect) {
+  PowerEstimate p;
+  p.n = s.n;
+  p.sd = s.sd;
+  p.user_effect = user_effect;
+  if (s.n < kMinSeedsForPower) {
+    p.reason = "needs at least " + std::to_string(kMinSeedsForPower) + " paired seeds for a usable spread (have " +
+               std::to_string(s.n) + ")";
+    return p;
+  }
+  if (!(s.sd > 0)) {
+    p.reason = "the paired differences do not vary (sd = 0): the arm reproduces the baseline";
+    return p;
+  }
+  p.available = true;
+  p.mde = minimal_detectable_effect(s.sd, s.n, kPowerAlpha, kPowerTarget);
+  p.seeds_for_paper = pairs_needed(kPaperEffectNats, s.sd, kPowerAlpha, kPowerTarget);
+  if (std::isfinite(user_effect) && user_effect != 0)
+    p.seeds_for_user = pairs_needed(user_effect, s.sd, kPowerAlpha, kPowerTarget);
+  return p;
 }
 
 double ppl_change(double delta_nll) { return std::expm1(delta_nll); }

@@ -1,9 +1,11 @@
 // Statistics for the paired protocol (spec §7–§8): Jensen–Shannon divergence between depth-routing
-// distributions, Student-t distribution, and paired statistics over per-seed differences.
-// Pure functions; no dependencies beyond the standard library.
+// distributions, Student-t distribution, paired statistics over per-seed differences and their
+// power analysis. Pure functions; the distributions come from Boost.Math.
 #pragma once
 
+#include <limits>
 #include <span>
+#include <string>
 
 namespace attnres::experiment {
 
@@ -49,6 +51,41 @@ struct MedianInterval {
 };
 
 MedianInterval median_interval(std::span<const double> x, double level = 0.95);
+
+// Power analysis of the paired two-sided t-test at level alpha over n per-seed differences whose
+// standard deviation is sd: a true mean difference `effect` is detected with probability
+// P(|T| > t_{1−α/2, n−1}) for T ~ non-central t(n − 1, |effect|·√n / sd). n >= 2, sd > 0.
+double paired_t_power(double effect, double sd, int n, double alpha = 0.05);
+
+// The smallest |effect| the test detects with probability `power` (the minimal detectable effect).
+double minimal_detectable_effect(double sd, int n, double alpha = 0.05, double power = 0.8);
+
+// The fewest pairs (>= 2) that detect |effect| with probability `power`; 0 when more than max_n
+// would be needed (or effect is 0).
+int pairs_needed(double effect, double sd, double alpha = 0.05, double power = 0.8, int max_n = 100000);
+
+// The effect the RD-AttnRes paper reports at 120M parameters (spec §8): mean ΔNLL −0.0301 nats.
+inline constexpr double kPaperEffectNats = 0.030;
+// Fewer seeds than this give no power estimate: the sd of 2 differences has one degree of freedom.
+inline constexpr int kMinSeedsForPower = 3;
+inline constexpr double kPowerTarget = 0.8;
+inline constexpr double kPowerAlpha = 0.05;
+
+// The power analysis of one paired comparison, from its observed per-seed sd, at 80% power and
+// two-sided α = 0.05. Not available with fewer than kMinSeedsForPower seeds, or when the
+// differences do not vary (sd = 0, e.g. a control that reproduces the baseline); `reason` says which.
+struct PowerEstimate {
+  bool available = false;
+  std::string reason;
+  int n = 0;
+  double sd = std::numeric_limits<double>::quiet_NaN();
+  double mde = std::numeric_limits<double>::quiet_NaN();  // minimal detectable |ΔNLL| with these n seeds
+  int seeds_for_paper = 0;  // seeds to detect kPaperEffectNats (0: more than pairs_needed's cap)
+  double user_effect = std::numeric_limits<double>::quiet_NaN();  // NaN: none asked for
+  int seeds_for_user = 0;
+};
+
+PowerEstimate power_estimate(const PairedStats& stats, double user_effect = std::numeric_limits<double>::quiet_NaN());
 
 // Relative perplexity change for an NLL difference (arm − baseline): exp(ΔNLL) − 1.
 // Negative is a reduction; the paper's "perplexity reduction" is 1 − exp(−reduction) = −ppl_change(Δ).

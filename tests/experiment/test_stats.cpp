@@ -123,6 +123,69 @@ TEST(PairedStats, SmallAndDegenerateSamples) {
   EXPECT_TRUE(std::isinf(constant.t) && constant.t < 0);
 }
 
+// Reference values: statsmodels 0.13.5 TTestPower (scipy 1.10's non-central t), and independently
+// of any non-central t code by integrating the normal CDF (math.erf) over the closed-form
+// chi-square density of the t statistic's denominator (scipy.integrate.quad); both agree to 1e-9.
+TEST(Power, PairedTPowerMatchesStatsmodels) {
+  EXPECT_NEAR(paired_t_power(1.0, 1.0, 5), 0.4013899174, 1e-9);
+  EXPECT_NEAR(paired_t_power(2.0, 1.0, 3), 0.4707494313, 1e-9);
+  EXPECT_NEAR(paired_t_power(0.5, 1.0, 10), 0.2931756065, 1e-9);
+  EXPECT_NEAR(paired_t_power(3.0, 1.0, 2), 0.2607707142, 1e-9);
+  // Only the standardised effect |effect| / sd matters.
+  EXPECT_NEAR(paired_t_power(-0.02, 0.02, 5), paired_t_power(1.0, 1.0, 5), 1e-12);
+  EXPECT_NEAR(paired_t_power(0.0, 1.0, 8), 0.05, 1e-12);  // no effect: the test's level
+  EXPECT_THROW(paired_t_power(1.0, 1.0, 1), Error);
+  EXPECT_THROW(paired_t_power(1.0, 0.0, 5), Error);
+}
+
+TEST(Power, MinimalDetectableEffectMatchesIndependentIntegration) {
+  // Bisection on the integrated power to 1e-10 (statsmodels' solve_power(effect_size=None, nobs=n,
+  // alpha=0.05, power=0.8) agrees to 2e-6: its root finder stops earlier).
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 3), 3.2640435497, 1e-8);
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 4), 2.1279493433, 1e-8);
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 5), 1.6819969660, 1e-8);
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 8), 1.1560346780, 1e-8);
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 10), 0.9960013715, 1e-8);
+  EXPECT_NEAR(minimal_detectable_effect(1.0, 20), 0.6604416546, 1e-8);
+  // In the data's units: sd 0.01 nats over 5 seeds detects 0.0168 nats.
+  EXPECT_NEAR(minimal_detectable_effect(0.01, 5), 0.016819969660, 1e-10);
+}
+
+TEST(Power, PairsNeededMatchesStatsmodels) {
+  // solve_power(effect_size=d, nobs=None, ...) gives 89.15, 33.37, 9.94, 5.69, 4.22, 3.14 pairs;
+  // the fewest whole pairs reaching 80% are their ceilings.
+  EXPECT_EQ(pairs_needed(0.3, 1.0), 90);
+  EXPECT_EQ(pairs_needed(0.5, 1.0), 34);
+  EXPECT_EQ(pairs_needed(1.0, 1.0), 10);
+  EXPECT_EQ(pairs_needed(1.5, 1.0), 6);
+  EXPECT_EQ(pairs_needed(2.0, 1.0), 5);
+  EXPECT_EQ(pairs_needed(3.0, 1.0), 4);
+  EXPECT_EQ(pairs_needed(-0.03, 0.01), 4);  // the sign of the effect does not matter
+  EXPECT_EQ(pairs_needed(0.0, 1.0), 0);
+  EXPECT_EQ(pairs_needed(1e-4, 1.0, 0.05, 0.8, 1000), 0);  // beyond the cap
+}
+
+TEST(Power, EstimateFromPairedStats) {
+  const PairedStats s = paired_stats(V{-0.03, -0.02, -0.04, -0.01, -0.05});  // sd = 0.0158
+  const PowerEstimate p = power_estimate(s, 0.01);
+  ASSERT_TRUE(p.available) << p.reason;
+  EXPECT_EQ(p.n, 5);
+  EXPECT_NEAR(p.mde, 1.6819969660 * std::sqrt(0.001 / 4), 1e-9);
+  EXPECT_EQ(p.seeds_for_paper, pairs_needed(kPaperEffectNats, s.sd));
+  EXPECT_EQ(p.seeds_for_paper, 5);  // d = 0.03 / 0.0158 = 1.90
+  EXPECT_EQ(p.seeds_for_user, pairs_needed(0.01, s.sd));
+  EXPECT_EQ(p.seeds_for_user, 22);  // d = 0.632: statsmodels 21.7
+  EXPECT_EQ(power_estimate(s).seeds_for_user, 0);  // no user effect asked for
+
+  const PowerEstimate two = power_estimate(paired_stats(V{-0.01, -0.02}));
+  EXPECT_FALSE(two.available);
+  EXPECT_NE(two.reason.find("at least 3 paired seeds"), std::string::npos) << two.reason;
+  EXPECT_TRUE(std::isnan(two.mde));
+  const PowerEstimate tied = power_estimate(paired_stats(V{0, 0, 0}));
+  EXPECT_FALSE(tied.available);
+  EXPECT_NE(tied.reason.find("sd = 0"), std::string::npos) << tied.reason;
+}
+
 TEST(PerplexityChange, MatchesThePaper) {
   // RD: mean NLL reduction 0.0301 is a perplexity reduction of 2.97%.
   EXPECT_NEAR(ppl_change(-0.0301), -0.029651506, 1e-9);
