@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "experiment/protocol.hpp"
 #include "experiment/runner.hpp"
 #include "experiment/summary.hpp"
 #include "experiment/tables.hpp"
@@ -19,6 +20,8 @@ struct ExperimentArgs {
   std::vector<std::string> settings;
   std::int64_t tokens = 0;
   std::string device = "cpu";
+  std::string protocol;
+  double effect = 0;  // 0: none (or the protocol's)
 };
 
 }  // namespace
@@ -30,33 +33,54 @@ void register_experiment_command(CLI::App& app) {
       "Train every arm with every seed (same seed: same initial shared weights and data order),\n"
       "evaluate at the milestones, compute paired statistics against the first arm, routing\n"
       "diagnostics and systems numbers. Resumable: rerun the same command; finished runs are skipped.");
+  auto* protocol = cmd->add_option("--protocol", a->protocol,
+                                   "a protocol file fixing data, model, training, seeds, main arms, controls and "
+                                   "probes (studies/*.toml; docs/experiments.md); replaces the options below");
   add_config_options(cmd, a->preset, a->config, a->settings);
-  cmd->add_option("--arms", a->arms, "comma-separated: prenorm, full, block, rd, rd-tied, rd-average, rd-frozen; "
-                                     "the first is the baseline")
-      ->capture_default_str();
-  cmd->add_option("--seeds", a->seeds, "comma-separated seeds")->capture_default_str();
-  cmd->add_option("--tokens", a->tokens, "training tokens per run (default: the preset's budget)");
-  cmd->add_option("--data", a->data, "prepared data directory")->required();
-  cmd->add_option("--out", a->out, "experiment directory")->required();
+  auto* arms = cmd->add_option("--arms", a->arms, "comma-separated: prenorm, full, block, rd, rd-tied, rd-average, "
+                                                  "rd-frozen; the first is the baseline (default block,rd)");
+  auto* seeds = cmd->add_option("--seeds", a->seeds, "comma-separated seeds (default 1,2,3)");
+  auto* tokens = cmd->add_option("--tokens", a->tokens, "training tokens per run (default: the preset's budget)");
+  auto* data = cmd->add_option("--data", a->data, "prepared data directory (required without --protocol)");
+  for (auto* opt : {arms, seeds, tokens, data}) opt->excludes(protocol);
+  for (const char* name : {"--preset", "--config", "--set"}) cmd->get_option(name)->excludes(protocol);
+  cmd->add_option("--out", a->out, "experiment directory (with --protocol, default runs/<its name>)");
+  cmd->add_option("--effect", a->effect,
+                  "also give the seeds needed to detect this |ΔNLL| (nats) with 80% power in the summary")
+      ->check(CLI::Range(1e-6, 10.0));
   add_device_option(cmd, a->device);
   cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run starting at K (0-based)");
   cmd->footer("Over MPI: 'mpirun -np K attnres experiment ...' runs every K-th run on each rank (no --worker);\n"
               "rank 0 prints the summary once all runs are done. See docs/distributed.md.");
   cmd->callback([a] { run_as_job([&](dist::Communicator& comm) {
     experiment::ExperimentOptions o;
+    experiment::SummaryOptions summary_options;
+    if (!a->protocol.empty()) {
+      const experiment::ProtocolFile p = experiment::read_protocol(a->protocol);
+      o = p.options;
+      summary_options.effect = p.effect;
+      if (a->out.empty()) a->out = "runs/" + o.name;
+      if (comm.is_root()) experiment::prepare_protocol_data(p, true);
+      comm.barrier();
+    } else {
+      require(!a->data.empty(), "--data is required (or give --protocol FILE)");
+      require(!a->out.empty(), "--out is required");
+      o.base = load_train_config(a->preset, a->config, a->settings);
+      if (a->tokens > 0) o.base.tokens = a->tokens;
+      o.preset = a->preset.empty() ? a->config : a->preset;
+      o.arms = split_list(a->arms);
+      for (const auto& s : split_list(a->seeds)) {
+        try {
+          o.seeds.push_back(std::stoull(s));
+        } catch (const std::exception&) {
+          fail("--seeds: '", s, "' is not a non-negative integer");
+        }
+      }
+      o.data_dir = a->data;
+    }
+    if (a->effect != 0) summary_options.effect = a->effect;
     o.comm = &comm;
     o.device = a->device;
-    o.base = load_train_config(a->preset, a->config, a->settings);
-    if (a->tokens > 0) o.base.tokens = a->tokens;
-    o.preset = a->preset.empty() ? a->config : a->preset;
-    o.arms = split_list(a->arms);
-    for (const auto& s : split_list(a->seeds)) {
-      try {
-        o.seeds.push_back(std::stoull(s));
-      } catch (const std::exception&) {
-        fail("--seeds: '", s, "' is not a non-negative integer");
-      }
-    }
     if (!a->worker.empty()) {
       const auto slash = a->worker.find('/');
       require(slash != std::string::npos, "--worker must be K/N, e.g. 0/2");
@@ -67,7 +91,6 @@ void register_experiment_command(CLI::App& app) {
         fail("--worker must be K/N, e.g. 0/2");
       }
     }
-    o.data_dir = a->data;
     o.out_dir = a->out;
     o.stop = install_stop_handlers();
     const bool complete = experiment::run_experiment(o);
@@ -77,7 +100,7 @@ void register_experiment_command(CLI::App& app) {
                   a->out.c_str());
       return;
     }
-    const experiment::ExperimentSummary summary = experiment::summarize(a->out);
+    const experiment::ExperimentSummary summary = experiment::summarize(a->out, summary_options);
     std::printf("%s\n", experiment::format_summary_table(summary).c_str());
     std::printf("summary: %s/summary.json\nreport:  attnres report --experiment %s\n", a->out.c_str(),
                 a->out.c_str());

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "experiment/format.hpp"
+#include "experiment/stats.hpp"
 #include "experiment/plots.hpp"
 #include "experiment/tables.hpp"
 #include "util/atomic_file.hpp"
@@ -37,6 +38,12 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
                      ", p = ", format_p_value(a.stats.p_value), ")");
     line += concat(", lower in ", a.stats.wins, " of ", a.stats.n, " seeds, perplexity ",
                    format_percent(a.ppl_change, 2), ".");
+    if (a.power.available)
+      line += concat(" Power: these seeds detect |ΔNLL| ≥ ", format_number(a.power.mde, 4),
+                     " with 80% probability; the paper's ", format_number(kPaperEffectNats, 3), " needs ",
+                     a.power.seeds_for_paper > 0 ? std::to_string(a.power.seeds_for_paper) : "more than 100,000",
+                     " seeds at this spread.");
+    else line += " Power: " + a.power.reason + ".";
     out.push_back(line);
   }
   for (const auto& r : s.routing)
@@ -176,7 +183,7 @@ std::string render_markdown(const ExperimentSummary& s) {
     out += "\n";
   }
   out += "## Tables\n\n";
-  for (const Table& t : summary_tables(s, true)) out += markdown_table(t);
+  for (const Table& t : all_tables(s, true)) out += markdown_table(t);
   out += "Plots: see report.html beside this file. All numbers: summary.json.\n";
   return out;
 }
@@ -221,6 +228,7 @@ std::string render_html(const ExperimentSummary& s) {
          "<figcaption>Dots: ΔNLL of each seed. Bar: mean over seeds; line: 95% confidence interval (Student t, "
          "n − 1 degrees of freedom). Below the dashed zero line the arm has the lower loss.</figcaption></figure>\n";
   h += table_titled("Test NLL");
+  h += table_titled("Power");
 
   if (!s.routing.empty()) {
     h += "<h2>Depth routing</h2>\n";
@@ -246,6 +254,14 @@ std::string render_html(const ExperimentSummary& s) {
 
   if (!s.systems.empty()) {
     h += "<h2>Systems</h2>\n" + table_titled("Systems");
+  }
+  if (const auto probes = probe_table(s)) h += "<h2>Probes</h2>\n" + html_table(s, *probes);
+  for (const GroupResults& g : s.groups) {
+    h += "<h2>" + escape_html(group_title(g)) + "</h2>\n";
+    if (const std::string plot = plot_deltas(g.summary); !plot.empty())
+      h += "<figure>" + plot + "<figcaption>ΔNLL per seed against " + escape_html(g.spec.baseline) +
+           " in this group; bar: mean, line: 95% CI.</figcaption></figure>\n";
+    for (const Table& t : group_tables(g, false)) h += html_table(g.summary, t);
   }
   if (const std::string plot = plot_training_loss(s); !plot.empty())
     h += "<h2>Training loss</h2>\n<figure>" + plot +

@@ -1,5 +1,6 @@
 #include "experiment/runner.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -67,24 +68,86 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
 // experiment created before a config key existed (the key absent: its default) still matches.
 bool same_experiment(results::ExperimentSpec existing, const results::ExperimentSpec& spec,
                      const std::string& path) {
-  try {
+  // Takes the requested configurations where the recorded ones parse to the same values.
+  const auto adopt_if_same = [&](nlohmann::json& model, nlohmann::json& train, const nlohmann::json& want_model,
+                                 const nlohmann::json& want_train) {
     const char* toml = "config_toml";
-    if (existing.train.contains(toml) && existing.train[toml].is_string() &&
-        config_differences(train_config_keys(), parse_toml_config(existing.train[toml].get<std::string>(), path),
-                           parse_toml_config(spec.train.at(toml).get<std::string>(), path))
+    if (train.contains(toml) && train[toml].is_string() && want_train.contains(toml) &&
+        config_differences(train_config_keys(), parse_toml_config(train[toml].get<std::string>(), path),
+                           parse_toml_config(want_train.at(toml).get<std::string>(), path))
             .empty())
-      existing.train[toml] = spec.train.at(toml);
-    if (config_differences(model_config_keys(), model_config_from_json(existing.model, path),
-                           model_config_from_json(spec.model, path))
+      train[toml] = want_train.at(toml);
+    if (config_differences(model_config_keys(), model_config_from_json(model, path),
+                           model_config_from_json(want_model, path))
             .empty())
-      existing.model = spec.model;
+      model = want_model;
+  };
+  try {
+    adopt_if_same(existing.model, existing.train, spec.model, spec.train);
+    for (std::size_t g = 0; g < existing.groups.size() && g < spec.groups.size(); ++g)
+      adopt_if_same(existing.groups[g].model, existing.groups[g].train, spec.groups[g].model, spec.groups[g].train);
   } catch (const Error&) {
     return false;  // not a configuration this version reads: a different experiment
   }
   return existing == spec;
 }
 
+// Validates arm names and repeats.
+void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, const std::string& what) {
+  require(!arms.empty(), what, " must name at least one arm");
+  for (std::size_t i = 0; i < arms.size(); ++i) {
+    apply_arm(model, arms[i]);  // validates the name
+    for (std::size_t k = 0; k < i; ++k) require(arms[i] != arms[k], what, ": arm '", arms[i], "' is listed twice");
+  }
+}
+
+std::vector<std::int64_t> milestone_tokens(const TrainConfig& c) {
+  std::vector<std::int64_t> out;
+  for (auto s : c.milestone_steps()) out.push_back(s * c.tokens_per_step());
+  return out;
+}
+
+// A group's configuration: the main one with the group's settings and budget.
+TrainConfig group_config(const TrainConfig& base, const GroupOptions& g) {
+  TrainConfig c = base;
+  for (const auto& setting : g.settings) apply_setting(c, setting, concat("group '", g.name, "': ", setting));
+  if (g.tokens > 0) c.tokens = g.tokens;
+  c.validate();
+  return c;
+}
+
+// What identifies a prepared dataset whatever its path: the tokenizer's content hash and the
+// token count of every split.
+nlohmann::json dataset_identity(const std::string& dir) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* split : {"train", "val", "test"}) {
+    const data::TokenDataset d = data::TokenDataset::open(dir, split, {false, nullptr});
+    if (j.empty()) j["tokenizer_hash"] = d.tokenizer_hash();
+    j[std::string(split) + "_tokens"] = d.num_tokens();
+  }
+  return j;
+}
+
 }  // namespace
+
+TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const std::string& arm, std::uint64_t seed) {
+  TrainConfig config = group != nullptr ? group_config(base, *group) : base;
+  config.model = apply_arm(config.model, arm);
+  config.seed = seed;       // identical shared initial weights across arms
+  config.data_seed = seed;  // identical data order across arms
+  return config;
+}
+
+bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
+  TrainConfig same_budget = group;
+  same_budget.tokens = main.tokens;
+  if (to_toml(same_budget) != to_toml(main) || group.total_steps() > main.total_steps()) return false;
+  const LrSchedule a = main.schedule(), b = group.schedule();
+  for (std::int64_t step = 0; step < group.total_steps(); ++step)
+    if (a.at(step) != b.at(step)) return false;
+  const std::vector<std::int64_t> ms = main.milestone_steps(), gs = group.milestone_steps();
+  return std::all_of(gs.begin(), gs.end(), [&](std::int64_t s) { return std::find(ms.begin(), ms.end(), s) != ms.end(); });
+}
 
 bool run_experiment(const ExperimentOptions& options) {
   ExperimentOptions o = options;
@@ -103,14 +166,11 @@ bool run_experiment(const ExperimentOptions& options) {
   require(!o.arms.empty(), "--arms must name at least one arm");
   require(!o.seeds.empty(), "--seeds must name at least one seed");
   require(o.workers >= 1 && o.worker >= 0 && o.worker < o.workers, "--worker K/N needs 0 <= K < N");
-  for (std::size_t i = 0; i < o.arms.size(); ++i) {
-    apply_arm(o.base.model, o.arms[i]);  // validates the name
-    for (std::size_t k = 0; k < i; ++k) require(o.arms[i] != o.arms[k], "arm '", o.arms[i], "' is listed twice");
-  }
+  check_arms(o.base.model, o.arms, "the main arms");
+  for (std::size_t i = 0; i < o.seeds.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k) require(o.seeds[i] != o.seeds[k], "seed ", o.seeds[i], " is listed twice");
   const TrainConfig base = resolve_vocab(o.base, o.data_dir);
   base.validate();
-  fs::create_directories(o.out_dir);
-  StatusLine status(o.progress);
 
   // experiment.json fixes the protocol; a resumed experiment must ask for the same one.
   results::ExperimentSpec spec;
@@ -118,18 +178,76 @@ bool run_experiment(const ExperimentOptions& options) {
   spec.baseline = o.arms.front();
   for (std::uint64_t seed : o.seeds) spec.seeds.push_back(static_cast<std::int64_t>(seed));
   spec.tokens = base.total_steps() * base.tokens_per_step();
-  for (auto s : base.milestone_steps()) spec.milestones.push_back(s * base.tokens_per_step());
+  spec.milestones = milestone_tokens(base);
   spec.preset = o.preset;
-  spec.data = fs::absolute(o.data_dir).string();
   spec.model = nlohmann::json(apply_arm(base.model, o.arms.front()));
   spec.train = {{"config_toml", to_toml(base)}};
+  if (o.name.empty()) {
+    spec.data = fs::absolute(o.data_dir).string();
+  } else {
+    // From a protocol file: nothing machine-specific, so the study resumes anywhere with the same data.
+    spec.version = 2;
+    spec.name = o.name;
+    spec.description = o.description;
+    spec.data = o.data_dir;
+    spec.dataset = dataset_identity(o.data_dir);
+  }
+
+  // Every run of the experiment in a fixed order (seed, then the main arms, then each group's),
+  // so a stopped study has whole seeds, and workers share the list by index.
+  struct PlannedRun {
+    const GroupOptions* group;
+    std::string arm;
+    std::uint64_t seed;
+    TrainConfig config;
+    std::string result_path, label;
+  };
+  std::vector<TrainConfig> group_configs;
+  for (const GroupOptions& g : o.groups) {
+    require(o.name.size() > 0, "groups need a protocol file (experiment --protocol)");
+    require(results::valid_name(g.name) && g.name != "main" &&
+                std::find(o.arms.begin(), o.arms.end(), g.name) == o.arms.end(),
+            "group name '", g.name, "' is not valid or is the name of a main arm");
+    check_arms(o.base.model, g.arms, "group '" + g.name + "'");
+    const TrainConfig gc = group_config(base, g);
+    results::GroupSpec gs;
+    gs.name = g.name;
+    gs.kind = g.kind;
+    gs.arms = g.arms;
+    gs.baseline = g.arms.front();
+    gs.tokens = gc.total_steps() * gc.tokens_per_step();
+    gs.milestones = milestone_tokens(gc);
+    gs.settings = g.settings;
+    gs.model = nlohmann::json(apply_arm(gc.model, gs.baseline));
+    gs.train = {{"config_toml", to_toml(gc)}};
+    gs.baseline_from_main = gs.baseline == spec.baseline && same_run_prefix(base, gc);
+    spec.groups.push_back(std::move(gs));
+    group_configs.push_back(gc);
+  }
+  std::vector<PlannedRun> plan;
+  for (std::uint64_t seed : o.seeds) {
+    for (const std::string& arm : o.arms)
+      plan.push_back({nullptr, arm, seed, run_config(base, nullptr, arm, seed),
+                      results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)),
+                      concat(arm, " seed ", seed)});
+    for (std::size_t g = 0; g < o.groups.size(); ++g)
+      for (const std::string& arm : o.groups[g].arms) {
+        if (spec.groups[g].baseline_from_main && arm == spec.groups[g].baseline) continue;
+        plan.push_back({&o.groups[g], arm, seed, run_config(group_configs[g], nullptr, arm, seed),
+                        results::run_result_path(o.out_dir, o.groups[g].name, arm, static_cast<std::int64_t>(seed)),
+                        concat(o.groups[g].name, "/", arm, " seed ", seed)});
+      }
+  }
+
+  fs::create_directories(o.out_dir);
+  StatusLine status(o.progress);
   const std::string spec_path = results::experiment_spec_path(o.out_dir);
   // Rank 0 writes the spec first; the others then check theirs against it.
   if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
     require(same_experiment(results::read_experiment_spec(spec_path), spec, spec_path), "'", o.out_dir,
             "' holds a different experiment (", spec_path,
-            " differs in arms, seeds, budget, data or config); choose another --out");
+            " differs in arms, seeds, budget, groups, data or config); choose another --out");
   } else {
     require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
             "' on a file system every rank shares?");
@@ -139,26 +257,19 @@ bool run_experiment(const ExperimentOptions& options) {
 
   // This worker's share; returns early when stopped by a signal (resumable).
   const auto run_share = [&] {
-  int index = -1;
-  for (std::uint64_t seed : o.seeds) {
-    for (const std::string& arm : o.arms) {
-      ++index;
-      if (index % o.workers != o.worker) continue;
-      const std::string result_path = results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed));
-      if (fs::exists(result_path)) continue;
+    for (std::size_t index = 0; index < plan.size(); ++index) {
+      if (static_cast<int>(index % static_cast<std::size_t>(o.workers)) != o.worker) continue;
+      const PlannedRun& run = plan[index];
+      if (fs::exists(run.result_path)) continue;
       if (o.stop != nullptr && o.stop->load()) return;
-      const fs::path run_dir = fs::path(result_path).parent_path();
+      const fs::path run_dir = fs::path(run.result_path).parent_path();
       fs::create_directories(run_dir);
-      TrainConfig config = base;
-      config.model = apply_arm(base.model, arm);
-      config.seed = seed;  // identical shared initial weights across arms
-      config.data_seed = seed;  // identical data order across arms
+      const TrainConfig& config = run.config;
       const std::string config_path = (run_dir / "run.toml").string();
       write_text_atomically(config_path, to_toml(config));
-      const std::string label = arm + " seed " + std::to_string(seed);
       const bool resume = fs::exists(run_dir / "checkpoint.safetensors");
-      const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, label, child_threads, device);
-      require(rc == 0, "training ", label, " failed (exit status ", rc, "); its log is above, its files in '",
+      const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, run.label, child_threads, device);
+      require(rc == 0, "training ", run.label, " failed (exit status ", rc, "); its log is above, its files in '",
               run_dir.string(), "'; rerun the same command to resume");
       const std::string train_result = results::train_result_path(run_dir.string());
       if (!fs::exists(train_result)) return;  // stopped by a signal; resumable
@@ -173,8 +284,8 @@ bool run_experiment(const ExperimentOptions& options) {
       const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
       const EvalResult test_eval = evaluate_split(model, test, config.batch_size, config.seq_len, config.eval_tokens);
       results::RunResult result;
-      result.arm = arm;
-      result.seed = static_cast<std::int64_t>(seed);
+      result.arm = run.arm;
+      result.seed = static_cast<std::int64_t>(run.seed);
       result.params = tr.params;
       result.milestones = tr.milestones;
       result.test_nll = test_eval.nll;
@@ -184,17 +295,13 @@ bool run_experiment(const ExperimentOptions& options) {
       result.curve = tr.curve;
       if (config.model.uses_depth_reads())
         result.routing = routing_diagnostics(model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
-      results::write_run_result(result_path, result);
-      status.message(concat(label, ": done, test NLL ", test_eval.nll));
+      results::write_run_result(run.result_path, result);
+      status.message(concat(run.label, ": done, test NLL ", test_eval.nll));
     }
-  }
   };
   run_share();
   comm.wait_for_all();  // every rank's share is done (or stopped)
-  for (std::uint64_t seed : o.seeds)
-    for (const std::string& arm : o.arms)
-      if (!fs::exists(results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)))) return false;
-  return true;
+  return std::all_of(plan.begin(), plan.end(), [](const PlannedRun& r) { return fs::exists(r.result_path); });
 }
 
 }  // namespace attnres::experiment

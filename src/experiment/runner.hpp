@@ -16,11 +16,27 @@ namespace attnres::experiment {
 ModelConfig apply_arm(ModelConfig model, const std::string& arm);
 const std::vector<std::string>& arm_names();
 
+// A further comparison beside the main arms, trained with the same seeds (from a protocol file):
+// controls at an earlier budget, or a probe with some settings changed (e.g. another depth).
+struct GroupOptions {
+  std::string name;                   // its runs go to OUT/runs/<name>/<arm>/seed-<seed>/
+  std::string kind;                   // "controls" or "probe"
+  std::vector<std::string> arms;      // the first is the baseline
+  std::vector<std::string> settings;  // key=value over the main configuration (as --set)
+  std::int64_t tokens = 0;            // budget per run; 0: the main budget
+};
+
 struct ExperimentOptions {
   TrainConfig base;                 // the arms change only model.residual / model.value_route
   std::string preset;               // recorded in experiment.json
   std::vector<std::string> arms;    // the first is the baseline
   std::vector<std::uint64_t> seeds;
+  // From a protocol file (experiment/protocol.hpp): its name and description, and its groups.
+  // With a name, experiment.json is version 2 and records `data` as given (not made absolute)
+  // with the dataset's identity, so the directory can be resumed on another machine.
+  std::string name;
+  std::string description;
+  std::vector<GroupOptions> groups;
   std::string data_dir;
   std::string out_dir;
   int worker = 0;   // this process runs runs with index % workers == worker
@@ -35,6 +51,16 @@ struct ExperimentOptions {
   const std::atomic<bool>* stop = nullptr;
   bool progress = true;
 };
+
+// The configuration of one run: the base with the group's settings and budget (group null: the
+// main arms), the arm's residual mode, and the seed for initialisation and data order.
+TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const std::string& arm, std::uint64_t seed);
+
+// True when training `group` for its budget would reproduce the first steps of training `main`
+// exactly (same configuration apart from the budget, the same learning rate at every step up to
+// the group's last, and every evaluation of the group at a step where `main` evaluates too): then
+// the group's baseline runs need not be trained, the main ones are read at those milestones.
+bool same_run_prefix(const TrainConfig& main, const TrainConfig& group);
 
 // Runs (or resumes) this worker's share of the runs; finished runs are skipped. Returns true
 // when every run of the experiment has a result (with a communicator: on every rank, after all

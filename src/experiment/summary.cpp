@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "experiment/format.hpp"
 #include "experiment/stats.hpp"
 #include "util/error.hpp"
 
@@ -25,19 +26,24 @@ results::PairedSummary paired_summary(const PairedStats& p) {
   return {p.n, p.mean, p.sd, p.ci_low, p.ci_high, p.t, p.p_value, p.wins};
 }
 
-// For messages about one file.
-std::string path_of(const ExperimentSummary& s, const RunResult& r) {
-  return results::run_result_path(s.dir, r.arm, r.seed);
+results::PowerSummary power_summary(const PowerEstimate& p) {
+  return {p.available, p.reason, p.mde, p.seeds_for_paper, p.seeds_for_user};
 }
 
+// For messages about one file.
+std::string path_of(const ExperimentSummary& s, const RunResult& r) { return s.run_path(r.arm, r.seed); }
+
+// with_baseline false: the baseline's values are left out (a reused baseline has no test NLL at
+// this group's budget), so nothing is paired.
 Comparison compare(const ExperimentSummary& s, const std::string& split, std::int64_t tokens,
-                   double (*value_of)(const RunResult&, std::int64_t tokens)) {
+                   double (*value_of)(const RunResult&, std::int64_t tokens), bool with_baseline = true) {
   Comparison c;
   c.split = split;
   c.tokens = tokens;
   std::map<std::int64_t, double> baseline;
   for (const auto seed : s.spec.seeds)
-    if (const RunResult* r = s.find_run(s.spec.baseline, seed)) baseline[seed] = value_of(*r, tokens);
+    if (const RunResult* r = s.find_run(s.spec.baseline, seed); r && with_baseline)
+      baseline[seed] = value_of(*r, tokens);
   for (const auto& arm : s.spec.arms) {
     ArmComparison a;
     a.arm = arm;
@@ -45,7 +51,7 @@ Comparison compare(const ExperimentSummary& s, const std::string& split, std::in
     std::vector<double> values, deltas;
     for (const auto seed : s.spec.seeds) {
       const RunResult* r = s.find_run(arm, seed);
-      if (!r) continue;
+      if (!r || (a.is_baseline && !with_baseline)) continue;
       const double v = value_of(*r, tokens);
       a.values.push_back({seed, v});
       values.push_back(v);
@@ -56,8 +62,10 @@ Comparison compare(const ExperimentSummary& s, const std::string& split, std::in
       }
     }
     a.mean = mean_of(values);
-    a.stats = paired_summary(paired_stats(deltas));
+    const PairedStats stats = paired_stats(deltas);
+    a.stats = paired_summary(stats);
     if (!a.is_baseline) {
+      a.power = power_summary(power_estimate(stats, s.user_effect));
       a.ppl_change = ppl_change(a.stats.mean);
       a.ppl_change_ci_low = ppl_change(a.stats.ci_low);
       a.ppl_change_ci_high = ppl_change(a.stats.ci_high);
@@ -194,6 +202,11 @@ const RunResult* ExperimentSummary::find_run(const std::string& arm, std::int64_
   return nullptr;
 }
 
+std::string ExperimentSummary::run_path(const std::string& arm, std::int64_t seed) const {
+  const bool reused = !group.empty() && arm == spec.baseline && reused_baseline;
+  return results::run_result_path(dir, reused ? "" : group, arm, seed);
+}
+
 RunResult read_run_result(const std::string& path, const ExperimentSpec& spec, const std::string& arm,
                           std::int64_t seed) {
   RunResult r = results::read_run_result(path);
@@ -206,41 +219,133 @@ RunResult read_run_result(const std::string& path, const ExperimentSpec& spec, c
   return r;
 }
 
-ExperimentSummary compute_summary(const std::string& dir) {
-  require(fs::is_directory(dir), "experiment directory '", dir, "' does not exist");
-  ExperimentSummary s;
-  s.dir = dir;
-  s.spec = results::read_experiment_spec(results::experiment_spec_path(dir));
+namespace {
+
+// Reads the runs of s (its spec and group set) and computes its statistics.
+void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   for (const auto& arm : s.spec.arms) {
     for (const auto seed : s.spec.seeds) {
-      const std::string path = results::run_result_path(dir, arm, seed);
+      if (main != nullptr && s.reused_baseline && arm == s.spec.baseline) {
+        if (const RunResult* r = main->find_run(arm, seed)) s.runs.push_back(*r);
+        else s.missing.push_back({arm, seed});
+        continue;
+      }
+      const std::string path = s.run_path(arm, seed);
       if (fs::exists(path)) s.runs.push_back(read_run_result(path, s.spec, arm, seed));
       else s.missing.push_back({arm, seed});
     }
   }
   for (const auto m : s.spec.milestones) s.milestones.push_back(compare(s, "val", m, val_nll_at));
-  s.test = compare(s, "test", s.spec.tokens, test_nll_of);
+  s.test = compare(s, "test", s.spec.tokens, test_nll_of, !s.reused_baseline);
   s.routing = summarize_routing(s);
   s.systems = summarize_systems(s);
+}
+
+}  // namespace
+
+ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& options) {
+  require(fs::is_directory(dir), "experiment directory '", dir, "' does not exist");
+  ExperimentSummary s;
+  s.dir = dir;
+  s.user_effect = options.effect;
+  s.spec = results::read_experiment_spec(results::experiment_spec_path(dir));
+  summarize_arms(s, nullptr);
+  for (const results::GroupSpec& g : s.spec.groups) {
+    GroupResults out;
+    out.spec = g;
+    ExperimentSummary& gs = out.summary;
+    gs.dir = dir;
+    gs.group = g.name;
+    gs.user_effect = options.effect;
+    gs.reused_baseline = g.baseline_from_main;
+    gs.spec.arms = g.arms;
+    gs.spec.baseline = g.baseline;
+    gs.spec.seeds = s.spec.seeds;
+    gs.spec.tokens = g.tokens;
+    gs.spec.milestones = g.milestones;
+    gs.spec.preset = s.spec.preset;
+    gs.spec.version = s.spec.version;
+    gs.spec.name = s.spec.name;
+    gs.spec.data = s.spec.data;
+    gs.spec.model = g.model;
+    gs.spec.train = g.train;
+    summarize_arms(gs, &s);
+    s.groups.push_back(std::move(out));
+  }
   return s;
 }
 
-ExperimentSummary summarize(const std::string& dir) {
-  ExperimentSummary s = compute_summary(dir);
+ExperimentSummary summarize(const std::string& dir, const SummaryOptions& options) {
+  ExperimentSummary s = compute_summary(dir, options);
   results::write_summary(results::summary_path(dir), summary_file(s));
   return s;
 }
 
-results::Summary summary_file(const ExperimentSummary& s) {
-  results::Summary out;
-  out.experiment = s.spec;
+namespace {
+
+void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   for (const auto& r : s.runs) out.finished_runs.push_back({r.arm, r.seed});
   out.missing_runs = s.missing;
   out.validation = s.milestones;
   out.test = s.test;
   out.routing = s.routing;
   out.systems = s.systems;
+}
+
+}  // namespace
+
+results::Summary summary_file(const ExperimentSummary& s) {
+  results::Summary out;
+  out.experiment = s.spec;
+  out.power_alpha = kPowerAlpha;
+  out.power_target = kPowerTarget;
+  out.paper_effect = kPaperEffectNats;
+  out.user_effect = s.user_effect;
+  fill_arms_results(out, s);
+  for (const GroupResults& g : s.groups) {
+    results::GroupSummary gs;
+    gs.name = g.spec.name;
+    gs.kind = g.spec.kind;
+    gs.baseline = g.spec.baseline;
+    gs.baseline_from_main = g.spec.baseline_from_main;
+    gs.tokens = g.spec.tokens;
+    gs.settings = g.spec.settings;
+    fill_arms_results(gs, g.summary);
+    out.groups.push_back(std::move(gs));
+  }
   return out;
+}
+
+std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
+  require(!s.milestones.empty(), "the experiment has no validation milestones");
+  const Comparison& last = s.milestones.back();
+  const ArmComparison* a = last.find(arm);
+  require(a != nullptr && !a->is_baseline, "'", arm, "' is not a compared arm of the experiment (baseline ",
+          s.spec.baseline, ")");
+  const std::string what = concat(arm, " vs ", s.spec.baseline);
+  const std::string at = concat(" at ", format_tokens(static_cast<double>(last.tokens)), " tokens");
+  const PairedSummary& p = a->stats;
+  if (p.n == 0) return concat(what, ": no seed finished in both arms yet");
+  if (identical_to_baseline(*a)) return concat(what, ": identical to the baseline in all ", p.n, " seeds", at);
+  const std::string measured =
+      p.n >= 2 ? concat("ΔNLL ", format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(p.n)), 4),
+                        " (s.e.) over ", p.n, " seeds", at, ", p = ", format_p_value(p.p_value))
+               : concat("ΔNLL ", format_signed(p.mean, 4), " from one seed", at);
+  if (p.n >= 2 && p.p_value < kPowerAlpha)
+    return concat(what, ": ", measured, " (95% CI ", format_signed(p.ci_low, 4), " to ", format_signed(p.ci_high, 4),
+                  "; ", arm, p.mean < 0 ? " better" : " worse", " in ", p.mean < 0 ? p.wins : p.n - p.wins, "/", p.n,
+                  " seeds)");
+  std::string need;
+  if (!a->power.available) {
+    need = "no power estimate: " + a->power.reason;
+  } else {
+    const int for_observed = pairs_needed(p.mean, p.sd, kPowerAlpha, kPowerTarget);
+    need = for_observed > 0 ? concat("about ", for_observed, " seeds would be needed to detect a difference of this size")
+                            : std::string("more than 100,000 seeds would be needed to detect a difference this small");
+    need += concat(" with 80% power (", a->power.seeds_for_paper > 0 ? std::to_string(a->power.seeds_for_paper) : "n/a",
+                   " for the paper's ", format_number(kPaperEffectNats, 3), ")");
+  }
+  return concat(what, ": not resolved at this size: ", measured, "; ", need);
 }
 
 bool identical_to_baseline(const ArmComparison& a) {

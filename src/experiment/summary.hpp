@@ -29,21 +29,42 @@ using results::ExperimentSpec;
 using results::JsLayerMean;
 using results::LayerRouting;
 using results::LayerRoutingSummary;
+using results::PairedSummary;
 using results::RunKey;
 using results::RunResult;
 using results::SeedValue;
 
+struct GroupResults;
+
+// The summary of the main arms, with the summaries of the experiment's groups (controls, probes).
+// A group's summary has the same shape: its `spec` holds the group's arms, baseline, budget and
+// milestones (with the experiment's seeds), and `group` its name.
 struct ExperimentSummary {
   std::string dir;
+  std::string group;  // "" for the main arms
+  bool reused_baseline = false;  // a group whose baseline runs are the main's (GroupSpec::baseline_from_main)
   ExperimentSpec spec;
+  double user_effect = results::kNotAvailable;  // the power analysis' `--effect`; NaN: none
   std::vector<RunResult> runs;         // finished runs, in arm then seed order
   std::vector<RunKey> missing;         // runs without result.json
   std::vector<Comparison> milestones;  // validation NLL, one per experiment milestone
   Comparison test;                     // test-split NLL at the end of training
   std::vector<ArmRouting> routing;     // arms with depth routing and at least one finished run
   std::vector<ArmSystems> systems;     // every arm with at least one finished run
+  std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
 
   const RunResult* find_run(const std::string& arm, std::int64_t seed) const;
+  // Where the result of (arm, seed) of this summary's group is (the main's for a reused baseline).
+  std::string run_path(const std::string& arm, std::int64_t seed) const;
+};
+
+struct GroupResults {
+  results::GroupSpec spec;
+  ExperimentSummary summary;
+};
+
+struct SummaryOptions {
+  double effect = results::kNotAvailable;  // also give the seeds needed to detect this |ΔNLL|
 };
 
 // A run's result.json, read strictly and checked against its experiment: the arm and seed are
@@ -52,13 +73,19 @@ RunResult read_run_result(const std::string& path, const ExperimentSpec& spec, c
                           std::int64_t seed);
 
 // Reads DIR and computes the summary without writing anything.
-ExperimentSummary compute_summary(const std::string& dir);
+ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& options = {});
 
 // compute_summary, then writes DIR/summary.json atomically.
-ExperimentSummary summarize(const std::string& dir);
+ExperimentSummary summarize(const std::string& dir, const SummaryOptions& options = {});
 
 // What summary.json holds of a summary.
 results::Summary summary_file(const ExperimentSummary& summary);
+
+// One line a newcomer can read: the answer of `arm` against the baseline at the last validation
+// milestone, e.g. "rd vs block: ΔNLL −0.0123 ± 0.0020 (s.e.) over 5 seeds, p = 0.003 ..." when the
+// paired test rejects no difference at α = 0.05, else "not resolved at this size: ... about N seeds
+// would be needed ...". An Error when the arm is not in the experiment.
+std::string answer_line(const ExperimentSummary& summary, const std::string& arm);
 
 // True when every paired difference is exactly 0: the arm reproduced the baseline bit for bit
 // (expected of rd-tied).

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "experiment/format.hpp"
+#include "experiment/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {
@@ -68,6 +70,44 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
   return t;
 }
 
+std::string seeds_cell(const results::PowerSummary& p, int seeds) {
+  if (!p.available) return "n/a";
+  return seeds > 0 ? std::to_string(seeds) : "> 100,000";
+}
+
+Table power_table(const ExperimentSummary& s) {
+  Table t;
+  t.title = "Power: what these seeds can detect (80% power, two-sided α = 0.05, paired t on the observed per-seed sd)";
+  const bool user = std::isfinite(s.user_effect);
+  t.header = {"split", "tokens", "arm", "seeds", "sd of ΔNLL", "detectable |ΔNLL|",
+              concat("seeds for ", format_number(kPaperEffectNats, 3))};
+  if (user) t.header.push_back(concat("seeds for ", format_number(std::abs(s.user_effect), 4)));
+  t.left_columns = 3;
+  std::vector<const Comparison*> rows;
+  for (const auto& c : s.milestones) rows.push_back(&c);
+  rows.push_back(&s.test);
+  std::vector<std::string> reasons;
+  for (const Comparison* c : rows) {
+    for (const auto& a : c->arms) {
+      if (a.is_baseline || a.stats.n == 0) continue;
+      std::vector<std::string> row = {c->split, format_tokens(static_cast<double>(c->tokens)), a.arm,
+                                      std::to_string(a.stats.n), format_number(a.stats.sd, 4),
+                                      a.power.available ? format_number(a.power.mde, 4) : "n/a",
+                                      seeds_cell(a.power, a.power.seeds_for_paper)};
+      if (user) row.push_back(seeds_cell(a.power, a.power.seeds_for_user));
+      t.rows.push_back(std::move(row));
+      if (!a.power.available && std::find(reasons.begin(), reasons.end(), a.power.reason) == reasons.end())
+        reasons.push_back(a.power.reason);
+    }
+  }
+  t.notes = {concat("detectable |ΔNLL|: the smallest true mean difference the paired t-test finds with 80% probability "
+                    "at these seeds, given the sd observed (non-central t); seeds for ",
+                    format_number(kPaperEffectNats, 3), ": the seeds needed for the RD-AttnRes paper's effect at 120M "
+                    "(−0.030 nats) with the same sd.")};
+  for (const auto& r : reasons) t.notes.push_back("n/a: " + r + ".");
+  return t;
+}
+
 std::string mib(double bytes) { return std::isfinite(bytes) ? format_printf("%.1f MiB", bytes / 1048576.0) : "n/a"; }
 
 std::string ratio_cell(double r) { return std::isfinite(r) ? format_printf("%.3f×", r) : "n/a"; }
@@ -83,6 +123,8 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
                                     "Test NLL after " + format_tokens(static_cast<double>(s.spec.tokens)) +
                                         " tokens, paired against " + s.spec.baseline,
                                     false));
+
+  tables.push_back(power_table(s));
 
   if (!s.routing.empty()) {
     Table t;
@@ -168,6 +210,79 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   return tables;
 }
 
+std::string group_title(const GroupResults& g) {
+  const results::GroupSpec& spec = g.spec;
+  std::string settings;
+  for (const auto& x : spec.settings) settings += (settings.empty() ? "" : ", ") + x;
+  if (spec.kind == "controls")
+    return concat("Controls '", spec.name, "' at ", format_tokens(static_cast<double>(spec.tokens)),
+                  " tokens, against ", spec.baseline,
+                  spec.baseline_from_main ? " (the main runs at this milestone)" : " trained to the same budget",
+                  settings.empty() ? "" : "; " + settings);
+  return concat("Probe '", spec.name, "' (", settings.empty() ? "main settings" : settings, "), ",
+                format_tokens(static_cast<double>(spec.tokens)), " tokens, against ", spec.baseline);
+}
+
+std::vector<Table> group_tables(const GroupResults& g, bool detailed) {
+  std::vector<Table> tables = summary_tables(g.summary, detailed);
+  const std::string title = group_title(g);
+  for (Table& t : tables) t.title = title + " — " + t.title;
+  if (g.spec.baseline_from_main && !tables.empty())
+    tables.front().notes.push_back(concat(
+        "The baseline was not retrained: its runs would equal the main ", g.spec.baseline,
+        " runs' first steps (same schedule up to this budget), so their validation NLL at this milestone is used; "
+        "no test NLL is compared."));
+  return tables;
+}
+
+namespace {
+
+std::string model_value(const nlohmann::json& model, const char* key) {
+  const auto it = model.find(key);
+  return it == model.end() ? "?" : it->dump();
+}
+
+}  // namespace
+
+std::optional<Table> probe_table(const ExperimentSummary& s) {
+  std::vector<const GroupResults*> probes;
+  for (const auto& g : s.groups)
+    if (g.spec.kind == "probe") probes.push_back(&g);
+  if (probes.empty()) return std::nullopt;
+  Table t;
+  t.title = "Probes: the main comparison beside each probe's, at the last validation milestone";
+  t.header = {"group", "layers", "d_model", "tokens", "arm", "seeds", "ΔNLL ± sd", "95% CI", "p", "wins",
+              "detectable |ΔNLL|", "JS (nats)"};
+  t.left_columns = 1;
+  auto add = [&](const std::string& name, const ExperimentSummary& x) {
+    if (x.milestones.empty()) return;
+    const Comparison& c = x.milestones.back();
+    for (const auto& a : c.arms) {
+      if (a.is_baseline) continue;
+      std::string js;
+      for (const auto& r : x.routing)
+        if (r.arm == a.arm && r.two_routes) js = format_number(r.all_layers.nats, 4);
+      t.rows.push_back({name, model_value(x.spec.model, "n_layers"), model_value(x.spec.model, "d_model"),
+                        format_tokens(static_cast<double>(c.tokens)), concat(a.arm, " vs ", x.spec.baseline),
+                        std::to_string(a.stats.n), delta_cell(a), ci_cell(a), format_p_value(a.stats.p_value),
+                        concat(a.stats.wins, "/", a.stats.n), a.power.available ? format_number(a.power.mde, 4) : "n/a",
+                        js});
+    }
+  };
+  add("main", s);
+  for (const auto* g : probes) add(g->spec.name, g->summary);
+  t.notes = {"Each row is a paired comparison of its own group (same seeds); JS: mean over all attention sublayers."};
+  return t;
+}
+
+std::vector<Table> all_tables(const ExperimentSummary& s, bool detailed) {
+  std::vector<Table> tables = summary_tables(s, detailed);
+  if (auto p = probe_table(s)) tables.push_back(std::move(*p));
+  for (const auto& g : s.groups)
+    for (Table& t : group_tables(g, detailed)) tables.push_back(std::move(t));
+  return tables;
+}
+
 std::string format_summary_table(const ExperimentSummary& s) {
   std::string out = concat("Experiment ", s.dir, ": ", s.spec.arms.size(), " arms, ", s.spec.seeds.size(), " seeds, ",
                            format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run",
@@ -179,7 +294,11 @@ std::string format_summary_table(const ExperimentSummary& s) {
     for (const auto& m : s.missing) out += concat(" ", m.arm, "/seed-", m.seed);
   }
   out += "\n";
-  for (const Table& t : summary_tables(s, false)) {
+  for (const auto& g : s.groups) {
+    const std::size_t n = g.summary.runs.size(), total = n + g.summary.missing.size();
+    out += concat("Group '", g.spec.name, "' (", g.spec.kind, "): ", n, " of ", total, " runs finished\n");
+  }
+  for (const Table& t : all_tables(s, false)) {
     std::vector<std::size_t> width(t.header.size(), 0);
     for (std::size_t c = 0; c < t.header.size(); ++c) width[c] = display_width(t.header[c]);
     for (const auto& row : t.rows)

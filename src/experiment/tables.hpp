@@ -3,6 +3,7 @@
 // terminal, the report (experiment/report.hpp) renders them all as Markdown and HTML.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,21 @@ struct Table {
   int left_columns = 1;            // leading text columns; the rest are numbers, right-aligned
 };
 
-// Headline tables: validation NLL per milestone, test NLL, routing JS means, systems.
-// `detailed` adds JS and the mean depth distributions per layer.
+// Headline tables of one set of arms (the main ones, or a group's): validation NLL per milestone,
+// test NLL, power, routing JS means, systems. `detailed` adds JS and the mean depth distributions
+// per layer.
 std::vector<Table> summary_tables(const ExperimentSummary& summary, bool detailed);
+
+// A group's title ("Controls 'controls' at 184K tokens, against block trained to the same budget")
+// and its tables, titled with it.
+std::string group_title(const GroupResults& group);
+std::vector<Table> group_tables(const GroupResults& group, bool detailed);
+
+// The main comparison beside each probe group's, when there are probes.
+std::optional<Table> probe_table(const ExperimentSummary& summary);
+
+// summary_tables of the main arms, the probe table, then every group's tables.
+std::vector<Table> all_tables(const ExperimentSummary& summary, bool detailed);
 
 // The experiment line, the finished/missing runs and the headline tables as aligned plain text.
 std::string format_summary_table(const ExperimentSummary& summary);

@@ -1,5 +1,6 @@
 #include "results/experiment_spec.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -10,28 +11,72 @@ namespace attnres::results {
 
 using nlohmann::json;
 
+namespace {
+
+// A list of distinct valid names (arms or groups).
+std::vector<std::string> read_names(const JsonValue& list, const char* what) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const JsonValue& v : list.array()) {
+    if (!v.raw().is_string() || v.raw().get<std::string>().empty()) v.bad("must be a non-empty string");
+    const std::string name = v.string();
+    if (!valid_name(name)) v.bad(concat("'", name, "' is not a valid ", what, " name"));
+    if (!seen.insert(name).second) v.bad(concat("repeats ", what, " '", name, "'"));
+    names.push_back(name);
+  }
+  if (names.empty()) list.bad("must not be empty");
+  return names;
+}
+
+std::string read_baseline(JsonObject& in, const std::vector<std::string>& arms) {
+  const JsonValue baseline = in.get("baseline");
+  const std::string b = baseline.string();
+  if (std::find(arms.begin(), arms.end(), b) == arms.end()) baseline.bad(concat("'", b, "' is not one of 'arms'"));
+  return b;
+}
+
+std::vector<std::int64_t> read_milestones(JsonObject& in) {
+  const JsonValue milestones = in.get("milestones");
+  std::vector<std::int64_t> out;
+  for (const JsonValue& v : milestones.array()) {
+    const std::int64_t m = v.integer();
+    if (m <= 0) v.bad("must be positive");
+    if (!out.empty() && m <= out.back()) v.bad("must be larger than the one before");
+    out.push_back(m);
+  }
+  if (out.empty()) milestones.bad("must not be empty");
+  return out;
+}
+
+std::int64_t read_tokens(JsonObject& in) {
+  const JsonValue tokens = in.get("tokens");
+  const std::int64_t t = tokens.integer();
+  if (t <= 0) tokens.bad("must be positive");
+  return t;
+}
+
+json read_passthrough_object(JsonObject& in, const char* key) {
+  if (const auto v = in.find(key)) {
+    if (!v->raw().is_object()) v->bad("must be an object");
+    return v->raw();
+  }
+  return json::object();
+}
+
+}  // namespace
+
+bool valid_name(const std::string& name) {
+  return !name.empty() && name.find_first_of("/\\<>&\"' ") == std::string::npos && name != "." && name != "..";
+}
+
 json to_json(const Protocol& p) {
   return {{"arms", p.arms},     {"baseline", p.baseline},     {"seeds", p.seeds},
           {"tokens", p.tokens}, {"milestones", p.milestones}, {"preset", p.preset}};
 }
 
 void from_json(JsonObject& in, Protocol& p) {
-  const JsonValue arms = in.get("arms");
-  std::set<std::string> seen_arms;
-  for (const JsonValue& v : arms.array()) {
-    if (!v.raw().is_string() || v.raw().get<std::string>().empty()) v.bad("must be a non-empty string");
-    const std::string arm = v.string();
-    // Arm names become directory names and HTML ids.
-    if (arm.find_first_of("/\\<>&\"' ") != std::string::npos || arm == "." || arm == "..")
-      v.bad(concat("'", arm, "' is not a valid arm name"));
-    if (!seen_arms.insert(arm).second) v.bad(concat("repeats arm '", arm, "'"));
-    p.arms.push_back(arm);
-  }
-  if (p.arms.empty()) arms.bad("must not be empty");
-  const JsonValue baseline = in.get("baseline");
-  p.baseline = baseline.string();
-  if (!seen_arms.count(p.baseline)) baseline.bad(concat("'", p.baseline, "' is not one of 'arms'"));
-
+  p.arms = read_names(in.get("arms"), "arm");
+  p.baseline = read_baseline(in, p.arms);
   const JsonValue seeds = in.get("seeds");
   std::set<std::int64_t> seen_seeds;
   for (const JsonValue& v : seeds.array()) {
@@ -40,42 +85,90 @@ void from_json(JsonObject& in, Protocol& p) {
     p.seeds.push_back(seed);
   }
   if (p.seeds.empty()) seeds.bad("must not be empty");
-
-  const JsonValue tokens = in.get("tokens");
-  p.tokens = tokens.integer();
-  if (p.tokens <= 0) tokens.bad("must be positive");
-  const JsonValue milestones = in.get("milestones");
-  for (const JsonValue& v : milestones.array()) {
-    const std::int64_t m = v.integer();
-    if (m <= 0) v.bad("must be positive");
-    if (!p.milestones.empty() && m <= p.milestones.back()) v.bad("must be larger than the one before");
-    p.milestones.push_back(m);
-  }
-  if (p.milestones.empty()) milestones.bad("must not be empty");
-
+  p.tokens = read_tokens(in);
+  p.milestones = read_milestones(in);
   if (const auto preset = in.find("preset")) p.preset = preset->string();
+}
+
+json to_json(const GroupSpec& g) {
+  return {{"name", g.name},
+          {"kind", g.kind},
+          {"arms", g.arms},
+          {"baseline", g.baseline},
+          {"baseline_from_main", g.baseline_from_main},
+          {"tokens", g.tokens},
+          {"milestones", g.milestones},
+          {"settings", g.settings},
+          {"model", g.model},
+          {"train", g.train}};
+}
+
+void from_json(JsonObject& in, GroupSpec& g) {
+  const JsonValue name = in.get("name");
+  g.name = name.string();
+  if (!valid_name(g.name) || g.name == "main") name.bad(concat("'", g.name, "' is not a valid group name"));
+  const JsonValue kind = in.get("kind");
+  g.kind = kind.string();
+  if (g.kind != "controls" && g.kind != "probe") kind.bad(concat("is '", g.kind, "'; expected controls or probe"));
+  g.arms = read_names(in.get("arms"), "arm");
+  g.baseline = read_baseline(in, g.arms);
+  g.baseline_from_main = in.get("baseline_from_main").boolean();
+  g.tokens = read_tokens(in);
+  g.milestones = read_milestones(in);
+  for (const JsonValue& v : in.get("settings").array()) g.settings.push_back(v.string());
+  g.model = read_passthrough_object(in, "model");
+  g.train = read_passthrough_object(in, "train");
+}
+
+const GroupSpec* ExperimentSpec::find_group(const std::string& group) const {
+  for (const auto& g : groups)
+    if (g.name == group) return &g;
+  return nullptr;
 }
 
 json to_json(const ExperimentSpec& s) {
   json j = to_json(static_cast<const Protocol&>(s));
   j["version"] = s.version;
+  if (s.version >= 2) {
+    j["name"] = s.name;
+    if (!s.description.empty()) j["description"] = s.description;
+    j["dataset"] = s.dataset;
+  }
   if (!s.data.empty()) j["data"] = s.data;
   j["model"] = s.model;
   j["train"] = s.train;
+  if (s.version >= 2) {
+    json groups = json::array();
+    for (const auto& g : s.groups) groups.push_back(to_json(g));
+    j["groups"] = std::move(groups);
+  }
   return j;
 }
 
 void from_json(JsonObject& in, ExperimentSpec& s) {
   const JsonValue version = in.get("version");
   s.version = static_cast<int>(version.integer());
-  if (s.version != 1) version.bad(concat("is ", s.version, "; this build reads version 1"));
+  if (s.version != 1 && s.version != 2) version.bad(concat("is ", s.version, "; this build reads versions 1 and 2"));
   from_json(in, static_cast<Protocol&>(s));
   if (const auto data = in.find("data")) s.data = data->string();
-  for (auto [key, target] : {std::pair{"model", &s.model}, std::pair{"train", &s.train}}) {
-    if (const auto v = in.find(key)) {
-      if (!v->raw().is_object()) v->bad("must be an object");
-      *target = v->raw();
+  s.model = read_passthrough_object(in, "model");
+  s.train = read_passthrough_object(in, "train");
+  if (s.version == 1) return;
+  s.name = in.get("name").string();
+  if (const auto d = in.find("description")) s.description = d->string();
+  s.dataset = read_passthrough_object(in, "dataset");
+  const JsonValue groups = in.get("groups");
+  std::set<std::string> names(s.arms.begin(), s.arms.end());
+  for (const JsonValue& v : groups.array()) {
+    GroupSpec g = read_object<GroupSpec>(v);
+    if (!names.insert(g.name).second) v.bad(concat("group name '", g.name, "' repeats a group or an arm name"));
+    if (g.baseline_from_main) {
+      if (g.baseline != s.baseline) v.bad(concat("reuses the main baseline but names '", g.baseline, "'"));
+      for (const auto m : g.milestones)
+        if (std::find(s.milestones.begin(), s.milestones.end(), m) == s.milestones.end())
+          v.bad(concat("reuses the main baseline but its milestone ", m, " is not a main milestone"));
     }
+    s.groups.push_back(std::move(g));
   }
 }
 

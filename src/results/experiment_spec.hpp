@@ -25,13 +25,39 @@ struct Protocol {
   bool operator==(const Protocol&) const = default;
 };
 
+// A further comparison run beside the main arms with the same seeds (experiment.json "groups",
+// from a protocol file: docs/experiments.md): controls at an earlier budget, or a probe with some
+// settings changed (e.g. another depth).
+struct GroupSpec {
+  std::string name;  // its runs are DIR/runs/<name>/<arm>/seed-<seed>/; not "main", not an arm name
+  std::string kind;  // "controls" or "probe"
+  std::vector<std::string> arms;  // in display order, no repeats; contains the baseline
+  std::string baseline;
+  // The baseline is not trained in this group: its runs are the main group's, read at this group's
+  // milestones (which are main milestones). Only where such runs would equal the main baseline's
+  // first steps exactly (the same schedule up to this budget); then no test NLL is compared.
+  bool baseline_from_main = false;
+  std::int64_t tokens = 0;               // training budget per run
+  std::vector<std::int64_t> milestones;  // strictly increasing token counts
+  std::vector<std::string> settings;     // key=value settings applied over the main configuration
+  nlohmann::json model = nlohmann::json::object();  // the group baseline's model config, passed through
+  nlohmann::json train = nlohmann::json::object();  // its training settings, passed through
+
+  bool operator==(const GroupSpec&) const = default;
+};
+
 struct ExperimentSpec : Protocol {
-  int version = 1;
+  int version = 1;  // 2 when written from a protocol file (name, groups, dataset)
+  std::string name;         // the protocol's name; "" for an experiment from command-line options
+  std::string description;  // "" when absent
   std::string data;                                  // the data directory; "" when absent
+  nlohmann::json dataset = nlohmann::json::object();  // what identifies the data: tokenizer hash, split sizes
   nlohmann::json model = nlohmann::json::object();   // the baseline arm's model config, passed through
   nlohmann::json train = nlohmann::json::object();   // training settings, passed through
+  std::vector<GroupSpec> groups;                     // further comparisons (version 2 only)
 
   bool operator==(const ExperimentSpec&) const = default;
+  const GroupSpec* find_group(const std::string& name) const;
 };
 
 // Protocol's keys are experiment.json's top level, with version, data, model and train beside them,
@@ -41,8 +67,15 @@ struct ExperimentSpec : Protocol {
 nlohmann::json to_json(const Protocol& p);
 void from_json(JsonObject& in, Protocol& p);
 
+nlohmann::json to_json(const GroupSpec& g);
+void from_json(JsonObject& in, GroupSpec& g);
+
 nlohmann::json to_json(const ExperimentSpec& s);
 void from_json(JsonObject& in, ExperimentSpec& s);
+
+// Arm and group names become directory names and HTML ids: "'x' is not a valid <what> name" unless
+// non-empty and free of path separators, quotes, '<', '>', '&' and spaces.
+bool valid_name(const std::string& name);
 
 // DIR/experiment.json
 std::string experiment_spec_path(const std::string& dir);

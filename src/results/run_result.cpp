@@ -131,7 +131,14 @@ void from_json(JsonObject& in, RunResult& r) {
 }
 
 std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed) {
-  return (std::filesystem::path(dir) / "runs" / arm / ("seed-" + std::to_string(seed)) / "result.json").string();
+  return run_result_path(dir, "", arm, seed);
+}
+
+std::string run_result_path(const std::string& dir, const std::string& group, const std::string& arm,
+                            std::int64_t seed) {
+  std::filesystem::path p = std::filesystem::path(dir) / "runs";
+  if (!group.empty()) p /= group;
+  return (p / arm / ("seed-" + std::to_string(seed)) / "result.json").string();
 }
 
 void write_run_result(const std::string& path, const RunResult& r) { write_text_atomically(path, to_json(r).dump(1)); }

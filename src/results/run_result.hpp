@@ -43,8 +43,11 @@ void from_json(JsonObject& in, LayerRouting& l);
 nlohmann::json to_json(const RunResult& r);
 void from_json(JsonObject& in, RunResult& r);
 
-// DIR/runs/<arm>/seed-<seed>/result.json
+// DIR/runs/<arm>/seed-<seed>/result.json, or for a run of group G (experiment_spec.hpp's GroupSpec)
+// DIR/runs/<G>/<arm>/seed-<seed>/result.json; group "" is the main arms.
 std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed);
+std::string run_result_path(const std::string& dir, const std::string& group, const std::string& arm,
+                            std::int64_t seed);
 void write_run_result(const std::string& path, const RunResult& r);  // atomically
 RunResult read_run_result(const std::string& path);
 

@@ -37,6 +37,37 @@ void from_json(JsonObject& in, SeedValue& v) {
   v.value = in.get("value").number_or_null();
 }
 
+json to_json(const PowerSummary& p) {
+  json j = {{"available", p.available}};
+  if (!p.available) {
+    j["reason"] = p.reason;
+    return j;
+  }
+  auto seeds = [](int n) { return n > 0 ? json(n) : json(nullptr); };
+  j["mde"] = number_or_null(p.mde);
+  j["seeds_for_paper_effect"] = seeds(p.seeds_for_paper);
+  j["seeds_for_user_effect"] = seeds(p.seeds_for_user);
+  return j;
+}
+
+void from_json(JsonObject& in, PowerSummary& p) {
+  p.available = in.get("available").boolean();
+  if (!p.available) {
+    p.reason = in.get("reason").string();
+    return;
+  }
+  auto seeds = [&](const char* key) {
+    const JsonValue v = in.get(key);
+    if (v.is_null()) return 0;
+    const auto n = v.integer();
+    if (n < 2) v.bad("must be at least 2 or null");
+    return static_cast<int>(n);
+  };
+  p.mde = in.get("mde").number_or_null();
+  p.seeds_for_paper = seeds("seeds_for_paper_effect");
+  p.seeds_for_user = seeds("seeds_for_user_effect");
+}
+
 json to_json(const PairedSummary& p) {
   return {{"n", p.n},
           {"mean", number_or_null(p.mean)},
@@ -70,6 +101,7 @@ json to_json(const ArmComparison& a) {
     j["ppl_change"] = number_or_null(a.ppl_change);
     j["ppl_reduction"] = number_or_null(-a.ppl_change);
     j["ppl_change_ci95"] = {number_or_null(a.ppl_change_ci_low), number_or_null(a.ppl_change_ci_high)};
+    j["power"] = to_json(a.power);
   }
   return j;
 }
@@ -89,6 +121,7 @@ void from_json(JsonObject& in, ArmComparison& a) {
   if (bounds.size() != 2) ci.bad("must have two entries (low, high)");
   a.ppl_change_ci_low = bounds[0];
   a.ppl_change_ci_high = bounds[1];
+  a.power = read_object<PowerSummary>(in.get("power"));
 }
 
 const ArmComparison* Comparison::find(const std::string& arm) const {
@@ -198,27 +231,70 @@ void from_json(JsonObject& in, RunKey& k) {
   k.seed = in.get("seed").integer();
 }
 
+namespace {
+
+void put_arms_results(json& j, const ArmsResults& r) {
+  j["finished_runs"] = array_json(r.finished_runs);
+  j["missing_runs"] = array_json(r.missing_runs);
+  j["validation"] = array_json(r.validation);
+  j["test"] = to_json(r.test);
+  j["routing"] = array_json(r.routing);
+  j["systems"] = array_json(r.systems);
+}
+
+void read_arms_results(JsonObject& in, ArmsResults& r) {
+  r.finished_runs = read_array<RunKey>(in.get("finished_runs"));
+  r.missing_runs = read_array<RunKey>(in.get("missing_runs"));
+  r.validation = read_array<Comparison>(in.get("validation"));
+  r.test = read_object<Comparison>(in.get("test"));
+  r.routing = read_array<ArmRouting>(in.get("routing"));
+  r.systems = read_array<ArmSystems>(in.get("systems"));
+}
+
+}  // namespace
+
+json to_json(const GroupSummary& g) {
+  json j = {{"name", g.name},         {"kind", g.kind},     {"baseline", g.baseline},
+            {"baseline_from_main", g.baseline_from_main}, {"tokens", g.tokens}, {"settings", g.settings}};
+  put_arms_results(j, g);
+  return j;
+}
+
+void from_json(JsonObject& in, GroupSummary& g) {
+  g.name = in.get("name").string();
+  g.kind = in.get("kind").string();
+  g.baseline = in.get("baseline").string();
+  g.baseline_from_main = in.get("baseline_from_main").boolean();
+  g.tokens = in.get("tokens").integer();
+  for (const JsonValue& v : in.get("settings").array()) g.settings.push_back(v.string());
+  read_arms_results(in, g);
+}
+
 json to_json(const Summary& s) {
-  return {{"version", 1},
-          {"experiment", to_json(s.experiment)},
-          {"finished_runs", array_json(s.finished_runs)},
-          {"missing_runs", array_json(s.missing_runs)},
-          {"validation", array_json(s.validation)},
-          {"test", to_json(s.test)},
-          {"routing", array_json(s.routing)},
-          {"systems", array_json(s.systems)}};
+  json j = {{"version", 2},
+            {"experiment", to_json(s.experiment)},
+            {"power", {{"alpha", number_or_null(s.power_alpha)}, {"power", number_or_null(s.power_target)},
+                       {"test", "paired two-sided t"},
+                       {"paper_effect", number_or_null(s.paper_effect)},
+                       {"user_effect", number_or_null(s.user_effect)}}}};
+  put_arms_results(j, s);
+  j["groups"] = array_json(s.groups);
+  return j;
 }
 
 void from_json(JsonObject& in, Summary& s) {
   const JsonValue version = in.get("version");
-  if (version.integer() != 1) version.bad(concat("is ", version.integer(), "; this build reads version 1"));
+  if (version.integer() != 2) version.bad(concat("is ", version.integer(), "; this build reads version 2"));
   s.experiment = read_object<Protocol>(in.get("experiment"));
-  s.finished_runs = read_array<RunKey>(in.get("finished_runs"));
-  s.missing_runs = read_array<RunKey>(in.get("missing_runs"));
-  s.validation = read_array<Comparison>(in.get("validation"));
-  s.test = read_object<Comparison>(in.get("test"));
-  s.routing = read_array<ArmRouting>(in.get("routing"));
-  s.systems = read_array<ArmSystems>(in.get("systems"));
+  JsonObject power = in.get("power").object();
+  s.power_alpha = power.get("alpha").number();
+  s.power_target = power.get("power").number();
+  power.get("test").string();
+  s.paper_effect = power.get("paper_effect").number_or_null();
+  s.user_effect = power.get("user_effect").number_or_null();
+  power.finish();
+  read_arms_results(in, s);
+  s.groups = read_array<GroupSummary>(in.get("groups"));
 }
 
 std::string summary_path(const std::string& dir) { return (std::filesystem::path(dir) / "summary.json").string(); }

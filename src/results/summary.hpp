@@ -28,6 +28,16 @@ struct PairedSummary {
   int wins = 0;  // differences < 0: seeds where the arm's NLL is below the baseline's
 };
 
+// summary.json's "power": the power analysis of one paired comparison (experiment::power_estimate:
+// 80% power, two-sided α = 0.05, paired t, from the observed per-seed sd).
+struct PowerSummary {
+  bool available = false;
+  std::string reason;           // why not, when not available
+  double mde = kNotAvailable;   // the minimal detectable |ΔNLL| with the seeds finished
+  int seeds_for_paper = 0;      // seeds to detect the paper's effect; 0: not available or beyond the cap
+  int seeds_for_user = 0;       // seeds to detect the user's effect (Summary::user_effect); 0: none asked
+};
+
 // One arm against the baseline for one quantity (a milestone's validation NLL, or the test NLL).
 struct ArmComparison {
   std::string arm;
@@ -39,6 +49,7 @@ struct ArmComparison {
   PairedSummary stats;            // over `deltas`
   double ppl_change = kNotAvailable;  // exp(mean Δ) − 1; negative = lower perplexity than the baseline
   double ppl_change_ci_low = kNotAvailable, ppl_change_ci_high = kNotAvailable;  // the CI mapped through exp
+  PowerSummary power;
 };
 
 struct Comparison {
@@ -97,18 +108,36 @@ struct RunKey {
   std::int64_t seed = 0;
 };
 
-struct Summary {
-  Protocol experiment;
+// The results of one set of paired arms: the main arms, or one group's (results/experiment_spec.hpp).
+struct ArmsResults {
   std::vector<RunKey> finished_runs;
-  std::vector<RunKey> missing_runs;   // no result.json yet
+  std::vector<RunKey> missing_runs;    // no result.json yet
   std::vector<Comparison> validation;  // one per milestone
-  Comparison test;                     // the test split after training
+  Comparison test;                     // the test split after training (no baseline values when reused)
   std::vector<ArmRouting> routing;     // arms with depth routing and a finished run
   std::vector<ArmSystems> systems;     // arms with a finished run
 };
 
+struct GroupSummary : ArmsResults {
+  std::string name, kind, baseline;
+  bool baseline_from_main = false;
+  std::int64_t tokens = 0;
+  std::vector<std::string> settings;
+};
+
+struct Summary : ArmsResults {
+  Protocol experiment;
+  // The power analysis' settings (experiment/stats.hpp): level, target power, the paper's effect.
+  double power_alpha = 0, power_target = 0;
+  double paper_effect = 0;
+  double user_effect = kNotAvailable;   // `--effect`; NaN: none
+  std::vector<GroupSummary> groups;     // in experiment.json order
+};
+
 nlohmann::json to_json(const SeedValue& v);
 void from_json(JsonObject& in, SeedValue& v);
+nlohmann::json to_json(const PowerSummary& p);
+void from_json(JsonObject& in, PowerSummary& p);
 nlohmann::json to_json(const PairedSummary& p);
 void from_json(JsonObject& in, PairedSummary& p);
 nlohmann::json to_json(const ArmComparison& a);
@@ -123,6 +152,8 @@ nlohmann::json to_json(const ArmSystems& a);
 void from_json(JsonObject& in, ArmSystems& a);
 nlohmann::json to_json(const RunKey& k);
 void from_json(JsonObject& in, RunKey& k);
+nlohmann::json to_json(const GroupSummary& g);
+void from_json(JsonObject& in, GroupSummary& g);
 nlohmann::json to_json(const Summary& s);
 void from_json(JsonObject& in, Summary& s);
 

@@ -1,0 +1,260 @@
+#include "experiment/protocol.hpp"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "data/corpus.hpp"
+#include "data/prepare.hpp"
+#include "data/tokenizer.hpp"
+#include "data/tokenizer_train.hpp"
+#include "results/experiment_spec.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+
+namespace attnres::experiment {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "FILE:LINE" of a node, for messages.
+std::string where(const std::string& path, const toml::node& node) {
+  const auto line = node.source().begin.line;
+  return line > 0 ? concat(path, ":", line) : path;
+}
+
+// The keys of one protocol table, read with their positions; unknown keys are errors.
+class Section {
+ public:
+  Section(const std::string& path, const toml::table& table, std::string name)
+      : path_(path), table_(table), name_(std::move(name)) {}
+
+  const toml::node* find(const std::string& key) {
+    seen_.insert(key);
+    return table_.get(key);
+  }
+  const toml::node& get(const std::string& key) {
+    const toml::node* n = find(key);
+    require(n != nullptr, where(path_, table_), ": [", name_, "] needs '", key, "'");
+    return *n;
+  }
+  [[noreturn]] void bad(const toml::node& node, const std::string& key, const std::string& what) const {
+    fail(where(path_, node), ": '", name_, ".", key, "' ", what);
+  }
+  std::string string(const std::string& key, std::string fallback = "") {
+    const toml::node* n = find(key);
+    if (n == nullptr) return fallback;
+    if (auto v = n->value<std::string>()) return *v;
+    bad(*n, key, "must be a string");
+  }
+  std::vector<std::string> strings(const std::string& key) {
+    const toml::node* n = find(key);
+    std::vector<std::string> out;
+    if (n == nullptr) return out;
+    const toml::array* a = n->as_array();
+    if (a == nullptr) bad(*n, key, "must be an array of strings, e.g. [\"a\", \"b\"]");
+    for (const auto& e : *a) {
+      auto v = e.value<std::string>();
+      if (!v) bad(e, key, "must be an array of strings");
+      out.push_back(*v);
+    }
+    return out;
+  }
+  double number(const std::string& key, double fallback) {
+    const toml::node* n = find(key);
+    if (n == nullptr) return fallback;
+    if (auto v = n->value<double>()) return *v;
+    bad(*n, key, "must be a number");
+  }
+  std::int64_t integer(const std::string& key, std::int64_t fallback) {
+    const toml::node* n = find(key);
+    if (n == nullptr) return fallback;
+    if (auto v = n->value<std::int64_t>()) return *v;
+    bad(*n, key, "must be an integer");
+  }
+  // Every key not asked for is unknown.
+  void finish(const std::vector<std::string>& tables = {}) const {
+    for (const auto& [key, node] : table_) {
+      const std::string k(key.str());
+      if (seen_.count(k) == 0 && std::find(tables.begin(), tables.end(), k) == tables.end())
+        fail(where(path_, node), ": unknown key '", name_, ".", k, "'");
+    }
+  }
+
+ private:
+  const std::string& path_;
+  const toml::table& table_;
+  std::string name_;
+  std::set<std::string> seen_;
+};
+
+// [model] and [train] go through the configuration's own key handling (--set syntax), each
+// setting named by its file and line.
+void apply_config_table(TrainConfig& config, const std::string& path, const toml::table& table,
+                        const std::string& section) {
+  for (const auto& [key, node] : table) {
+    std::ostringstream value;
+    if (const toml::array* a = node.as_array()) value << *a;
+    else if (const toml::table* t = node.as_table()) fail(where(path, *t), ": '", section, ".", key.str(), "' must be a value, not a table");
+    else node.visit([&](const auto& v) { value << v; });
+    apply_setting(config, concat(section, ".", key.str(), "=", value.str()), where(path, node));
+  }
+}
+
+std::uint64_t seed_value(const Section& s, const toml::node& node) {
+  auto v = node.value<std::int64_t>();
+  if (!v || *v < 0) s.bad(node, "seeds", "must list non-negative integers");
+  return static_cast<std::uint64_t>(*v);
+}
+
+// [controls] / [[controls]] and [[probe]]: one table or an array of them.
+std::vector<const toml::table*> tables_of(const std::string& path, const toml::table& root, const char* key) {
+  std::vector<const toml::table*> out;
+  const toml::node* n = root.get(key);
+  if (n == nullptr) return out;
+  if (const toml::table* t = n->as_table()) {
+    out.push_back(t);
+  } else if (const toml::array* a = n->as_array()) {
+    for (const auto& e : *a) {
+      const toml::table* t = e.as_table();
+      require(t != nullptr, where(path, e), ": [[", key, "]] entries must be tables");
+      out.push_back(t);
+    }
+  } else {
+    fail(where(path, *n), ": '", key, "' must be a table ([", key, "]) or an array of tables ([[", key, "]])");
+  }
+  return out;
+}
+
+GroupOptions read_group(const std::string& path, const toml::table& table, const char* kind,
+                        const ExperimentOptions& main) {
+  Section s(path, table, kind);
+  GroupOptions g;
+  g.kind = kind;
+  g.name = s.string("name", kind == std::string("controls") ? "controls" : "");
+  require(!g.name.empty(), where(path, table), ": every [[probe]] needs a 'name'");
+  require(results::valid_name(g.name) && g.name != "main", where(path, table), ": '", g.name,
+          "' is not a valid group name (it becomes a directory name)");
+  const std::string baseline = s.string("baseline", main.arms.front());
+  g.arms.push_back(baseline);
+  for (const auto& arm : s.strings("arms"))
+    if (arm != baseline) g.arms.push_back(arm);
+  require(g.arms.size() >= 2, where(path, table), ": [", kind, "] '", g.name,
+          "' needs 'arms' besides its baseline '", baseline, "'");
+  g.settings = s.strings("set");
+  const toml::node* tokens = s.find("tokens");
+  const toml::node* budget = s.find("budget");
+  require(tokens == nullptr || budget == nullptr, where(path, table), ": [", kind, "] '", g.name,
+          "' gives both 'tokens' and 'budget'; give one");
+  if (tokens != nullptr) {
+    g.tokens = s.integer("tokens", 0);
+    if (g.tokens <= 0) s.bad(*tokens, "tokens", "must be positive");
+  } else if (budget != nullptr) {
+    const double f = s.number("budget", 1.0);
+    if (!(f > 0 && f <= 1)) s.bad(*budget, "budget", "must be a fraction of train.tokens in (0, 1]");
+    g.tokens = static_cast<std::int64_t>(std::llround(f * double(main.base.tokens)));
+  }
+  s.finish();
+  return g;
+}
+
+}  // namespace
+
+ProtocolFile read_protocol(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(read_text_file(path), path);
+  } catch (const toml::parse_error& e) {
+    fail(path, ":", e.source().begin.line, ": ", e.description());
+  }
+  ProtocolFile p;
+  p.path = path;
+  ExperimentOptions& o = p.options;
+
+  const toml::table* ex = root.get_as<toml::table>("experiment");
+  require(ex != nullptr, path, ": a protocol file needs an [experiment] table (see docs/experiments.md)");
+  Section e(path, *ex, "experiment");
+  o.name = e.string("name");
+  require(!o.name.empty(), where(path, *ex), ": [experiment] needs a 'name'");
+  o.description = e.string("description");
+  o.data_dir = e.string("data");
+  require(!o.data_dir.empty(), where(path, *ex), ": [experiment] needs 'data' (a prepared data directory)");
+  const std::string preset_name = e.string("preset", "tiny");
+  o.preset = preset_name;
+  o.base = preset(preset_name);
+  const toml::node& seeds = e.get("seeds");
+  const toml::array* seed_list = seeds.as_array();
+  if (seed_list == nullptr || seed_list->empty()) e.bad(seeds, "seeds", "must be a non-empty array of integers");
+  for (const auto& s : *seed_list) o.seeds.push_back(seed_value(e, s));
+  o.arms = e.strings("arms");
+  require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
+  if (const toml::node* effect = e.find("effect")) {
+    p.effect = e.number("effect", 0);
+    if (!(std::isfinite(p.effect) && p.effect != 0)) e.bad(*effect, "effect", "must be a non-zero number of nats");
+  }
+  if (const toml::table* prep = ex->get_as<toml::table>("prepare")) {
+    Section ps(path, *prep, "experiment.prepare");
+    PrepareSpec spec;
+    spec.inputs = ps.strings("input");
+    require(!spec.inputs.empty(), where(path, *prep), ": [experiment.prepare] needs 'input' (files or directories)");
+    spec.vocab_size = static_cast<int>(ps.integer("vocab_size", spec.vocab_size));
+    spec.val_fraction = ps.number("val_fraction", spec.val_fraction);
+    spec.test_fraction = ps.number("test_fraction", spec.test_fraction);
+    ps.finish();
+    p.prepare = spec;
+  }
+  e.finish({"prepare"});
+
+  for (const char* section : {"model", "train"})
+    if (const toml::node* n = root.get(section)) {
+      const toml::table* t = n->as_table();
+      require(t != nullptr, where(path, *n), ": '", section, "' must be a table");
+      apply_config_table(o.base, path, *t, section);
+    }
+  o.base.validate();
+
+  for (const toml::table* t : tables_of(path, root, "controls")) o.groups.push_back(read_group(path, *t, "controls", o));
+  for (const toml::table* t : tables_of(path, root, "probe")) o.groups.push_back(read_group(path, *t, "probe", o));
+  for (std::size_t i = 0; i < o.groups.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k)
+      require(o.groups[i].name != o.groups[k].name, path, ": two groups are named '", o.groups[i].name, "'");
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    require(k == "experiment" || k == "model" || k == "train" || k == "controls" || k == "probe", where(path, node),
+            ": unknown table '", k, "' (expected [experiment], [model], [train], [controls], [[probe]])");
+  }
+  return p;
+}
+
+void prepare_protocol_data(const ProtocolFile& protocol, bool progress) {
+  const std::string& dir = protocol.options.data_dir;
+  if (fs::exists(fs::path(dir) / data::kManifestName) || !protocol.prepare) return;
+  const PrepareSpec& spec = *protocol.prepare;
+  if (progress)
+    std::fprintf(stderr, "experiment: preparing '%s' as %s says (sp tokenizer of %d pieces)\n", dir.c_str(),
+                 protocol.path.c_str(), spec.vocab_size);
+  data::SplitFractions fractions;
+  fractions.val = spec.val_fraction;
+  fractions.test = spec.test_fraction;
+  fractions.validate();
+  std::vector<data::InputFile> inputs = data::expand_inputs(spec.inputs);
+  data::begin_output_dir(dir);
+  const std::string model = (fs::path(dir) / "tokenizer.model").string();
+  data::SpTrainOptions train;
+  train.vocab_size = spec.vocab_size;
+  train.fractions = fractions;
+  train.progress = progress;
+  data::train_sp_tokenizer(inputs, model, train);
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer("sp:" + model);
+  data::PrepareOptions options;
+  options.inputs = std::move(inputs);
+  options.out_dir = dir;
+  options.fractions = fractions;
+  options.progress = progress;
+  data::prepare_dataset(options, *tokenizer);
+}
+
+}  // namespace attnres::experiment
