@@ -233,6 +233,10 @@ void prepare_protocol_data(const ProtocolFile& protocol, bool progress) {
   const std::string& dir = protocol.options.data_dir;
   if (fs::exists(fs::path(dir) / data::kManifestName) || !protocol.prepare) return;
   const PrepareSpec& spec = *protocol.prepare;
+  for (const auto& input : spec.inputs)
+    require(fs::exists(input), "'", dir, "' is not a prepared data directory, and the corpus ", protocol.path,
+            " prepares it from ([experiment.prepare] input) does not exist: '", input,
+            "' (paths are relative to the directory attnres runs in)");
   if (progress)
     std::fprintf(stderr, "experiment: preparing '%s' as %s says (sp tokenizer of %d pieces)\n", dir.c_str(),
                  protocol.path.c_str(), spec.vocab_size);

@@ -139,14 +139,17 @@ TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const
 }
 
 bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
-  TrainConfig same_budget = group;
-  same_budget.tokens = main.tokens;
-  if (to_toml(same_budget) != to_toml(main) || group.total_steps() > main.total_steps()) return false;
+  // Evaluations and checkpoints do not change a run, so milestones and checkpoint_every may differ.
+  TrainConfig same = group;
+  same.tokens = main.tokens;
+  same.milestones = main.milestones;
+  same.checkpoint_every = main.checkpoint_every;
+  if (to_toml(same) != to_toml(main) || group.total_steps() > main.total_steps()) return false;
   const LrSchedule a = main.schedule(), b = group.schedule();
   for (std::int64_t step = 0; step < group.total_steps(); ++step)
     if (a.at(step) != b.at(step)) return false;
-  const std::vector<std::int64_t> ms = main.milestone_steps(), gs = group.milestone_steps();
-  return std::all_of(gs.begin(), gs.end(), [&](std::int64_t s) { return std::find(ms.begin(), ms.end(), s) != ms.end(); });
+  const std::vector<std::int64_t> ms = main.milestone_steps();
+  return std::find(ms.begin(), ms.end(), group.total_steps()) != ms.end();
 }
 
 bool run_experiment(const ExperimentOptions& options) {
@@ -221,6 +224,12 @@ bool run_experiment(const ExperimentOptions& options) {
     gs.model = nlohmann::json(apply_arm(gc.model, gs.baseline));
     gs.train = {{"config_toml", to_toml(gc)}};
     gs.baseline_from_main = gs.baseline == spec.baseline && same_run_prefix(base, gc);
+    if (gs.baseline_from_main) {
+      // Compared where the main baseline was evaluated too (at least the group's last step).
+      std::erase_if(gs.milestones, [&](std::int64_t m) {
+        return std::find(spec.milestones.begin(), spec.milestones.end(), m) == spec.milestones.end();
+      });
+    }
     spec.groups.push_back(std::move(gs));
     group_configs.push_back(gc);
   }

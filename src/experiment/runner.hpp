@@ -57,9 +57,10 @@ struct ExperimentOptions {
 TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const std::string& arm, std::uint64_t seed);
 
 // True when training `group` for its budget would reproduce the first steps of training `main`
-// exactly (same configuration apart from the budget, the same learning rate at every step up to
-// the group's last, and every evaluation of the group at a step where `main` evaluates too): then
-// the group's baseline runs need not be trained, the main ones are read at those milestones.
+// exactly (the same configuration apart from budget, milestones and checkpoint interval, and the
+// same learning rate at every step up to the group's last), and `main` evaluates at the group's
+// last step: then the group's baseline runs need not be trained; the main ones are read at the
+// milestones both have.
 bool same_run_prefix(const TrainConfig& main, const TrainConfig& group);
 
 // Runs (or resumes) this worker's share of the runs; finished runs are skipped. Returns true

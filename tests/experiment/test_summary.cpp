@@ -191,6 +191,65 @@ TEST(Summary, WritesSummaryJsonAndTable) {
     EXPECT_NE(table.find(want), std::string::npos) << "missing '" << want << "' in\n" << table;
 }
 
+TEST(Summary, PowerOfEveryComparison) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir(), {0.05});
+  const Comparison& last = s.milestones.back();
+  // prenorm − block = 0.05 + 0.01 s for seeds 1..3: sd 0.01 over 3 seeds.
+  const ArmComparison& pre = *last.find("prenorm");
+  ASSERT_TRUE(pre.power.available) << pre.power.reason;
+  EXPECT_NEAR(pre.power.mde, 3.2640435497 * 0.01, 1e-9);
+  EXPECT_EQ(pre.power.seeds_for_paper, pairs_needed(kPaperEffectNats, 0.01));
+  EXPECT_EQ(pre.power.seeds_for_user, pairs_needed(0.05, 0.01));
+  EXPECT_EQ(pre.power.seeds_for_user, 3);  // d = 5
+  // rd has two paired seeds; rd-tied does not vary.
+  EXPECT_FALSE(last.find("rd")->power.available);
+  EXPECT_NE(last.find("rd")->power.reason.find("at least 3 paired seeds for a usable spread (have 2)"), std::string::npos);
+  EXPECT_FALSE(last.find("rd-tied")->power.available);
+  EXPECT_NE(last.find("rd-tied")->power.reason.find("sd = 0"), std::string::npos);
+  // Written to summary.json and shown in a table.
+  const results::Summary file = summary_file(s);
+  EXPECT_DOUBLE_EQ(file.user_effect, 0.05);
+  EXPECT_DOUBLE_EQ(file.paper_effect, kPaperEffectNats);
+  const std::string table = format_summary_table(s);
+  EXPECT_NE(table.find("Power: what these seeds can detect"), std::string::npos) << table;
+  EXPECT_NE(table.find("seeds for 0.0500"), std::string::npos) << table;
+}
+
+TEST(Summary, AnswerLine) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  // prenorm: +0.07 ± 0.01/√3 over 3 seeds, t = 12.1, p = 0.0067: resolved.
+  const std::string pre = answer_line(s, "prenorm");
+  EXPECT_EQ(pre.rfind("prenorm vs block: ΔNLL +0.0700 ± 0.0058 (s.e.) over 3 seeds at 8K tokens, p = 0.0067", 0), 0u)
+      << pre;
+  EXPECT_NE(pre.find("prenorm worse in 3/3 seeds"), std::string::npos) << pre;
+  // rd: −0.025 over 2 seeds, p = 0.126: not resolved, and no power estimate from 2 seeds.
+  const std::string rd = answer_line(s, "rd");
+  EXPECT_EQ(rd.rfind("rd vs block: not resolved at this size: ΔNLL -0.0250 ± 0.0050 (s.e.) over 2 seeds", 0), 0u)
+      << rd;
+  EXPECT_NE(rd.find("no power estimate: needs at least 3 paired seeds"), std::string::npos) << rd;
+  EXPECT_NE(answer_line(s, "rd-tied").find("identical to the baseline in all 3 seeds"), std::string::npos);
+  EXPECT_THROW(answer_line(s, "block"), Error);
+  EXPECT_THROW(answer_line(s, "nope"), Error);
+}
+
+TEST(Summary, AnswerLineGivesTheSeedsNeededWhenNotResolved) {
+  SyntheticExperiment exp;
+  // prenorm's differences made noisy: +0.01, −0.01, +0.03 (mean 0.01, sd 0.02, p = 0.48).
+  for (int seed : {1, 2, 3}) {
+    json r = make_result("prenorm", seed);
+    const double delta = seed == 1 ? 0.01 : seed == 2 ? -0.01 : 0.03;
+    for (auto& m : r["milestones"]) m["val_nll"] = testing::base_nll(m["tokens"].get<std::int64_t>(), seed) + delta;
+    write_json(exp.result_path("prenorm", seed), r);
+  }
+  const std::string line = answer_line(compute_summary(exp.dir()), "prenorm");
+  EXPECT_NE(line.find("not resolved at this size"), std::string::npos) << line;
+  EXPECT_NE(line.find(concat("about ", pairs_needed(0.01, 0.02), " seeds would be needed")), std::string::npos) << line;
+  EXPECT_NE(line.find(concat(pairs_needed(kPaperEffectNats, 0.02), " for the paper's 0.030")), std::string::npos)
+      << line;
+}
+
 TEST(SummaryErrors, MalformedResultNamesTheFile) {
   SyntheticExperiment exp;
   std::ofstream(exp.result_path("rd", 1)) << "{\"arm\": \"rd\", \"seed\": 1,";
