@@ -67,6 +67,10 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
              " per seed finished in both (negative: the arm is better); mean ± sample sd over those seeds."),
       "95% CI: mean ± t(0.975, n−1)·sd/√n; p: two-sided paired t-test; wins: seeds where the arm's NLL is lower.",
       "ppl change = exp(mean ΔNLL) − 1 (negative: lower perplexity). n/a: fewer than two paired seeds."};
+  if (std::find(s.spec.arms.begin(), s.spec.arms.end(), "rd-average") != s.spec.arms.end())
+    t.notes.push_back("rd-average is symmetric: both queries start at zero and receive identical gradients, so it "
+                      "follows its parent up to rounding and clipping; its closeness to block is structural, not "
+                      "evidence (attnres-spec §5.1).");
   return t;
 }
 
