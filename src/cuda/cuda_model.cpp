@@ -13,9 +13,10 @@
 
 namespace attnres::cuda {
 
+using kernels::MatmulPrecision;
+
 namespace {
 
-bool is_attention(int j) { return j % 2 == 0; }
 constexpr std::size_t kAlign = 256;  // every arena buffer (cuBLASLt's preferred alignment)
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -27,14 +28,6 @@ std::int64_t ce_rows_for(std::int64_t bt, int vocab) {
 }
 
 }  // namespace
-
-const char* to_string(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
-
-Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::fp32;
-  if (text == "bf16") return Precision::bf16;
-  fail("unknown precision '", text, "' (expected fp32 or bf16)");
-}
 
 std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
@@ -55,7 +48,7 @@ std::vector<DeviceInfo> list_devices() {
 // Construction and memory
 // ---------------------------------------------------------------------------------------------
 
-CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_seq, Precision precision,
+CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_seq, MatmulPrecision precision,
                      bool with_grad, int device)
     : config_(config),
       layout_(config),
@@ -64,7 +57,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
       with_grad_(with_grad),
       device_(device),
       precision_(precision),
-      plans_(make_read_plans(config)) {
+      topo_(config) {
   require(max_batch >= 1, "batch size must be at least 1");
   require(max_seq >= 1 && max_seq <= config.max_seq_len, "sequence length ", max_seq,
           " must be between 1 and model.max_seq_len = ", config.max_seq_len);
@@ -75,7 +68,6 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
   ATTNRES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;
   gemm_ = std::make_unique<Gemm>(stream_);
-  for (const ReadPlan& p : plans_) max_sources_ = std::max(max_sources_, static_cast<int>(p.sources.size()));
   ce_rows_ = ce_rows_for(max_batch_ * max_seq_, config_.vocab_size);
 
   const auto bytes = static_cast<std::size_t>(layout_.total()) * sizeof(float);
@@ -92,7 +84,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
   host_loss_ = PinnedBuffer(sizeof(double));
   counts_.assign(static_cast<std::size_t>(config_.vocab_size), 0);
   buf_.sub.resize(static_cast<std::size_t>(config_.n_sublayers()));
-  if (precision_ == Precision::bf16) shadow_ = DeviceBuffer(static_cast<std::size_t>(layout_.total()) * 2);
+  if (precision_ == MatmulPrecision::bf16) shadow_ = DeviceBuffer(static_cast<std::size_t>(layout_.total()) * 2);
   build_arena();
 }
 
@@ -110,12 +102,12 @@ std::size_t CudaModel::device_bytes() const {
   return params_.bytes() + grads_.bytes() + shadow_.bytes() + arena_.bytes() + gemm_->workspace_bytes();
 }
 
-void CudaModel::set_precision(Precision p) {
+void CudaModel::set_precision(MatmulPrecision p) {
   if (p == precision_) return;
   ATTNRES_CUDA_CHECK(cudaSetDevice(device_));
   synchronize();
   precision_ = p;
-  if (p == Precision::bf16) shadow_ = DeviceBuffer(static_cast<std::size_t>(layout_.total()) * 2);
+  if (p == MatmulPrecision::bf16) shadow_ = DeviceBuffer(static_cast<std::size_t>(layout_.total()) * 2);
   else shadow_.reset();
   shadow_valid_ = false;
   build_arena();
@@ -134,15 +126,15 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   auto op = [&](std::int64_t n) { return take(n * es); };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden,
                      nh = config_.n_heads, V = config_.vocab_size;
-  const int L = config_.n_sublayers();
-  const bool reads = config_.uses_depth_reads();
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
   Buffers& b = buf_;
   b.emb = f32(bt * d);
   for (int j = 0; j < L; ++j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
     s = Sublayer{};
     if (reads) {
-      const ReadPlan& p = plans_[static_cast<std::size_t>(j)];
+      const ReadPlan& p = topo_.read(j);
       const auto n_src = static_cast<std::int64_t>(p.sources.size());
       s.h = f32(bt * d);
       s.rms = f32(bt * n_src);
@@ -164,7 +156,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
     s.out = f32(bt * d);
   }
   if (reads) {
-    const auto n_src = static_cast<std::int64_t>(plans_.back().sources.size());
+    const auto n_src = static_cast<std::int64_t>(topo_.read(topo_.final_read()).sources.size());
     b.h_final = f32(bt * d);
     b.rms_final = f32(bt * n_src);
     b.logits_final = f32(bt * n_src);
@@ -173,8 +165,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   }
   b.x_final = op(bt * d);
   b.rstd_final = f32(bt);
-  const bool separate =
-      std::any_of(plans_.begin(), plans_.end(), [](const ReadPlan& p) { return p.separate_value; });
+  const bool separate = topo_.any_separate_value();
   b.hv = separate ? f32(bt * d) : nullptr;
   b.xv = separate ? op(bt * d) : nullptr;
   b.rstdv = separate ? f32(bt) : nullptr;
@@ -186,9 +177,10 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   b.row_loss = static_cast<double*>(take(8 * bt));
   b.loss = static_cast<double*>(take(8));
   b.tokens = static_cast<std::int32_t*>(take(4 * (5 * bt + 1)));
-  const auto n_reads = static_cast<std::int64_t>(plans_.size());
-  b.read_sources = static_cast<const float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources_)));
-  b.read_dsources = static_cast<float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources_)));
+  const auto n_reads = static_cast<std::int64_t>(topo_.reads().size());
+  const std::int64_t max_sources = topo_.max_sources();
+  b.read_sources = static_cast<const float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources)));
+  b.read_dsources = static_cast<float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources)));
   if (with_grad_) {
     // demb and every sublayer's dout in one block: one memset zeroes them.
     float* dall = f32(bt * d * (L + 1));
@@ -235,13 +227,15 @@ void CudaModel::build_arena() {
   ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.rope_sin, sin.data(), sin.size() * sizeof(float), cudaMemcpyHostToDevice,
                                      stream_));
   // Source pointer tables of every read.
-  if (!plans_.empty()) {
-    std::vector<const float*> src(plans_.size() * static_cast<std::size_t>(max_sources_), nullptr);
+  if (topo_.has_reads()) {
+    const std::vector<ReadPlan>& plans = topo_.reads();
+    const auto max_sources = static_cast<std::size_t>(topo_.max_sources());
+    std::vector<const float*> src(plans.size() * max_sources, nullptr);
     std::vector<float*> dsrc(src.size(), nullptr);
-    for (std::size_t r = 0; r < plans_.size(); ++r)
-      for (std::size_t s = 0; s < plans_[r].sources.size(); ++s) {
-        src[r * max_sources_ + s] = source(plans_[r].sources[s]);
-        dsrc[r * max_sources_ + s] = with_grad_ ? dsource(plans_[r].sources[s]) : nullptr;
+    for (std::size_t r = 0; r < plans.size(); ++r)
+      for (std::size_t s = 0; s < plans[r].sources.size(); ++s) {
+        src[r * max_sources + s] = residual(plans[r].sources[s]);
+        dsrc[r * max_sources + s] = with_grad_ ? dresidual(plans[r].sources[s]) : nullptr;
       }
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.read_sources, src.data(), src.size() * sizeof(const float*),
                                        cudaMemcpyHostToDevice, stream_));
@@ -290,13 +284,20 @@ void CudaModel::copy_grads_to_host(std::span<float> grads) const {
 }
 
 void CudaModel::refresh_shadow() {
-  if (precision_ != Precision::bf16 || shadow_valid_) return;
+  if (precision_ != MatmulPrecision::bf16 || shadow_valid_) return;
   kern::cast_to_bf16(shadow_.data(), params_.as<float>(), layout_.total(), stream_);
   shadow_valid_ = true;
 }
 
+void CudaModel::update_params(const std::function<void(const ParamUpdate&)>& update) {
+  ATTNRES_CUDA_CHECK(cudaSetDevice(device_));
+  const bool bf16 = precision_ == MatmulPrecision::bf16;
+  update({params_.as<float>(), grads_.as<float>(), bf16 ? shadow_.data() : nullptr, layout_.total(), stream_});
+  shadow_valid_ = bf16;
+}
+
 const void* CudaModel::op_weight(const float* w) const {
-  if (precision_ != Precision::bf16) return w;
+  if (precision_ != MatmulPrecision::bf16) return w;
   const std::ptrdiff_t offset = w - params_.as<float>();
   return shadow_.as<unsigned char>() + offset * 2;
 }
@@ -360,44 +361,29 @@ void CudaModel::set_inputs(std::span<const std::int32_t> tokens, std::int64_t ba
 // Buffers by role (as in the CPU model)
 // ---------------------------------------------------------------------------------------------
 
-const float* CudaModel::source(int index) const {
-  return index == ReadPlan::kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
+const float* CudaModel::residual(int index) const {
+  if (index == kNoStream) return nullptr;
+  return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
 }
 
-float* CudaModel::dsource(int index) {
-  return index == ReadPlan::kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
+float* CudaModel::dresidual(int index) {
+  if (index == kNoStream) return nullptr;
+  return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
 }
 
-const float* CudaModel::input_of(int j) const {
-  return j == 0 ? buf_.emb : buf_.sub[static_cast<std::size_t>(j - 1)].out;
-}
-
-float* CudaModel::dinput_of(int j) { return j == 0 ? buf_.demb : buf_.sub[static_cast<std::size_t>(j - 1)].dout; }
-
-const float* CudaModel::write_base(int j) const {
-  if (!config_.uses_depth_reads()) return input_of(j);
-  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].out;
-}
-
-float* CudaModel::dwrite_base(int j) {
-  if (!config_.uses_depth_reads()) return dinput_of(j);
-  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
-}
-
-void CudaModel::read_forward(int read, const float* query, const float* value_query, const float* key_norm,
-                             const float* norm_w, float* h, void* x, float* rstd, float* rms, float* logits,
-                             bool recompute) {
-  const ReadPlan& plan = plans_[static_cast<std::size_t>(read)];
+void CudaModel::read_forward(int read, const ReadParams<float>& p, const float* norm_w, float* h, void* x,
+                             float* rstd, float* rms, float* logits, bool recompute) {
+  const ReadPlan& plan = topo_.read(read);
   kern::DepthReadForward a;
-  a.sources = buf_.read_sources + static_cast<std::size_t>(read) * max_sources_;
+  a.sources = buf_.read_sources + static_cast<std::size_t>(read) * static_cast<std::size_t>(topo_.max_sources());
   a.n_sources = static_cast<int>(plan.sources.size());
   a.n_tok = n_tok_;
   a.d = config_.d_model;
   a.eps = static_cast<float>(config_.norm_eps);
-  a.gamma = key_norm;
+  a.gamma = p.key_norm;
   a.n_routes = plan.n_routes;
-  a.queries[0] = query;
-  a.queries[1] = plan.n_routes > 1 && !plan.uniform_value ? value_query : nullptr;
+  a.queries[0] = p.query;
+  a.queries[1] = plan.n_routes > 1 && !plan.uniform_value ? p.value_query : nullptr;
   a.average = plan.average;
   a.rms = rms;
   a.logits = logits;
@@ -415,29 +401,29 @@ void CudaModel::read_forward(int read, const float* query, const float* value_qu
   else kern::depth_read_forward(a, stream_);
 }
 
-void CudaModel::read_backward(int read, const float* query, const float* value_query, const float* key_norm,
-                              float* dquery, float* dvalue_query, float* dkey_norm, const float* dout,
+void CudaModel::read_backward(int read, const ReadParams<float>& p, const ReadParams<float>& dp, const float* dout,
                               const float* dout_v, const float* rms, const float* logits) {
-  const ReadPlan& plan = plans_[static_cast<std::size_t>(read)];
+  const ReadPlan& plan = topo_.read(read);
+  const std::size_t table = static_cast<std::size_t>(read) * static_cast<std::size_t>(topo_.max_sources());
   kern::DepthReadBackward a;
-  a.sources = buf_.read_sources + static_cast<std::size_t>(read) * max_sources_;
-  a.dsources = buf_.read_dsources + static_cast<std::size_t>(read) * max_sources_;
+  a.sources = buf_.read_sources + table;
+  a.dsources = buf_.read_dsources + table;
   a.n_sources = static_cast<int>(plan.sources.size());
   a.n_tok = n_tok_;
   a.d = config_.d_model;
-  a.gamma = key_norm;
+  a.gamma = p.key_norm;
   a.n_routes = plan.n_routes;
   const bool value_has_query = plan.n_routes > 1 && !plan.uniform_value;
-  a.queries[0] = query;
-  a.queries[1] = value_has_query ? value_query : nullptr;
+  a.queries[0] = p.query;
+  a.queries[1] = value_has_query ? p.value_query : nullptr;
   a.average = plan.average;
   a.rms = rms;
   a.logits = logits;
   a.dout[0] = dout;
   a.dout[1] = plan.n_routes > 1 && !plan.average ? dout_v : nullptr;
-  a.dqueries[0] = dquery;
-  a.dqueries[1] = value_has_query ? dvalue_query : nullptr;
-  a.dgamma = dkey_norm;
+  a.dqueries[0] = dp.query;
+  a.dqueries[1] = value_has_query ? dp.value_query : nullptr;
+  a.dgamma = dp.key_norm;
   a.scratch = buf_.reduce;
   kern::depth_read_backward(a, stream_);
 }
@@ -451,24 +437,23 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
   const float eps = static_cast<float>(config_.norm_eps);
-  const bool reads = config_.uses_depth_reads();
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
   const DType ot = op_type();
   const kern::AttentionShape shape{batch, seq, config_.n_heads, config_.head_dim()};
   kern::embedding_forward(buf_.emb, buf_.tokens, w_.tok_emb, n, d, stream_);
-  for (int j = 0; j < config_.n_sublayers(); ++j) {
+  for (int j = 0; j < L; ++j) {
     Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
-    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
+    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
     const bool attn = is_attention(j);
-    const float* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
-    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
-    const bool separate = plan != nullptr && plan->separate_value;
+    const float* norm_w = input_norm(w_, L, j);
+    const bool separate = reads && topo_.read(j).separate_value;
     if (reads) {
-      read_forward(j, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query,
-                   attn ? lw.attn_key_norm : lw.mlp_key_norm, norm_w, s.h, s.x, s.rstd, s.rms, s.read_logits, false);
+      read_forward(j, read_params(w_, topo_, j), norm_w, s.h, s.x, s.rstd, s.rms, s.read_logits, false);
     } else {
-      kern::rmsnorm_forward(s.x, ot, s.rstd, input_of(j), norm_w, n, d, eps, stream_);
+      kern::rmsnorm_forward(s.x, ot, s.rstd, residual(topo_.input(j)), norm_w, n, d, eps, stream_);
     }
-    const float* base = write_base(j);
+    const float* base = residual(topo_.write_base(j));
     if (attn) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
@@ -485,10 +470,11 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
     }
   }
   if (reads) {
-    read_forward(config_.n_sublayers(), w_.final_query, nullptr, w_.final_key_norm, w_.final_norm, buf_.h_final,
+    read_forward(topo_.final_read(), read_params(w_, topo_, topo_.final_read()), w_.final_norm, buf_.h_final,
                  buf_.x_final, buf_.rstd_final, buf_.rms_final, buf_.logits_final, false);
   } else {
-    kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, buf_.sub.back().out, w_.final_norm, n, d, eps, stream_);
+    kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, residual(topo_.input(L)), w_.final_norm, n, d, eps,
+                          stream_);
   }
 }
 
@@ -523,7 +509,8 @@ void CudaModel::lm_head_loss(bool with_grad) {
 void CudaModel::backward_trunk(std::int64_t batch, int seq) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
-  const bool reads = config_.uses_depth_reads();
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
   const DType ot = op_type();
   const bool bf16 = ot == DType::bf16;
   const kern::AttentionShape shape{batch, seq, config_.n_heads, config_.head_dim()};
@@ -533,29 +520,28 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
   if (reads) {
     kern::rmsnorm_backward(b.dh, false, g_.final_norm, b.dx_final, b.h_final, w_.final_norm, b.rstd_final, n, d,
                            b.reduce, stream_);
-    read_backward(config_.n_sublayers(), w_.final_query, nullptr, w_.final_key_norm, g_.final_query, nullptr,
-                  g_.final_key_norm, b.dh, nullptr, b.rms_final, b.logits_final);
+    const int final_read = topo_.final_read();
+    read_backward(final_read, read_params(w_, topo_, final_read), read_params(g_, topo_, final_read), b.dh, nullptr,
+                  b.rms_final, b.logits_final);
   } else {
-    kern::rmsnorm_backward(b.sub.back().dout, true, g_.final_norm, b.dx_final, b.sub.back().out, w_.final_norm,
-                           b.rstd_final, n, d, b.reduce, stream_);
+    kern::rmsnorm_backward(dresidual(topo_.input(L)), true, g_.final_norm, b.dx_final, residual(topo_.input(L)),
+                           w_.final_norm, b.rstd_final, n, d, b.reduce, stream_);
   }
 
-  for (int j = config_.n_sublayers() - 1; j >= 0; --j) {
+  for (int j = L - 1; j >= 0; --j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
-    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
-    LayerWeights<float>& lg = g_.layers[static_cast<std::size_t>(j / 2)];
+    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+    LayerWeights<float>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
     const bool attn = is_attention(j);
-    const float* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
-    float* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
-    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
-    const bool separate = plan != nullptr && plan->separate_value;
+    const float* norm_w = input_norm(w_, L, j);
+    float* dnorm_w = input_norm(g_, L, j);
+    const bool separate = reads && topo_.read(j).separate_value;
     if (separate) {
       // The value route's input, recomputed (bit-identical to the forward's): hv, xv, rstdv.
-      read_forward(j, lw.attn_query, lw.attn_value_query, lw.attn_key_norm, norm_w, nullptr, nullptr, nullptr,
-                   s.rms, s.read_logits, true);
+      read_forward(j, read_params(w_, topo_, j), norm_w, nullptr, nullptr, nullptr, s.rms, s.read_logits, true);
     }
     // s.dout is complete: every later user of this partial sum has been visited.
-    float* dbase = dwrite_base(j);
+    float* dbase = dresidual(topo_.write_base(j));
     const void* dy = s.dout;
     if (bf16) {
       kern::add_and_cast(dbase, s.dout, b.dout_op, n * d, stream_);
@@ -589,13 +575,10 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
       if (separate)
         kern::rmsnorm_backward(b.dhv, false, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce, stream_);
-      read_backward(j, attn ? lw.attn_query : lw.mlp_query, lw.attn_value_query,
-                    attn ? lw.attn_key_norm : lw.mlp_key_norm, attn ? lg.attn_query : lg.mlp_query,
-                    lg.attn_value_query, attn ? lg.attn_key_norm : lg.mlp_key_norm, b.dh, b.dhv, s.rms,
-                    s.read_logits);
+      read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), b.dh, b.dhv, s.rms, s.read_logits);
     } else {
-      kern::rmsnorm_backward(dinput_of(j), true, dnorm_w, b.dx, input_of(j), norm_w, s.rstd, n, d, b.reduce,
-                             stream_);
+      kern::rmsnorm_backward(dresidual(topo_.input(j)), true, dnorm_w, b.dx, residual(topo_.input(j)), norm_w,
+                             s.rstd, n, d, b.reduce, stream_);
     }
   }
   const std::int64_t bt = max_batch_ * max_seq_;
@@ -701,12 +684,13 @@ double CudaAdamW::step(CudaModel& model, double lr, double max_norm) {
   st.one_minus_beta2 = static_cast<float>(1.0 - b2);
   st.eps = static_cast<float>(config_.eps);
   const Stream s = model.stream();
-  kern::grad_norm(model.device_grads(), n_, partials_.as<double>(), max_norm, norm_.as<double>(), clip_.as<float>(),
-                  s);
-  void* shadow = model.device_params_bf16();
-  kern::adamw(model.device_params(), model.device_grads(), m_.as<float>(), v_.as<float>(), n_, st, clip_.as<float>(),
-              ranges_.as<std::int64_t>(), ranges_.as<std::int64_t>() + n_ranges_, n_ranges_, shadow, s);
-  if (shadow != nullptr) model.shadow_refreshed();
+  // The clip-and-update pass also writes the model's bf16 weight copy (in bf16 mode).
+  model.update_params([&](const CudaModel::ParamUpdate& u) {
+    kern::grad_norm(u.grads, n_, partials_.as<double>(), max_norm, norm_.as<double>(), clip_.as<float>(), u.stream);
+    kern::adamw(u.params, u.grads, m_.as<float>(), v_.as<float>(), n_, st, clip_.as<float>(),
+                ranges_.as<std::int64_t>(), ranges_.as<std::int64_t>() + n_ranges_, n_ranges_, u.params_bf16,
+                u.stream);
+  });
   double norm = 0;
   ATTNRES_CUDA_CHECK(cudaMemcpyAsync(&norm, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, s));
   ATTNRES_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -14,7 +14,7 @@ std::vector<results::LayerRouting> routing_diagnostics(Model<float>& model, cons
   const ModelConfig& c = model.config();
   if (!c.uses_depth_reads()) return layers;
   for (int l = 0; l < c.n_layers; ++l) {
-    const ReadPlan& plan = model.read_plan(2 * l);
+    const ReadPlan& plan = model.topology().read(2 * l);
     results::LayerRouting s;
     s.layer = l;
     s.sources = static_cast<int>(plan.sources.size());

@@ -20,9 +20,7 @@ namespace {
 class CudaBackend final : public TrainBackend {
  public:
   CudaBackend(int device, const TrainConfig& config, int micro_batch, int local_micro, dist::Communicator& comm)
-      : model_(config.model, micro_batch, config.seq_len,
-               config.precision == kernels::MatmulPrecision::bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
-               true, device),
+      : model_(config.model, micro_batch, config.seq_len, config.precision, true, device),
         opt_(model_.layout(), config.adamw(), device),
         local_micro_(local_micro),
         n_(model_.n_params()) {
@@ -47,7 +45,7 @@ class CudaBackend final : public TrainBackend {
   const ParamLayout& layout() const override { return model_.layout(); }
   std::string describe() const override {
     return concat("cuda:", model_.device(), name_.empty() ? "" : " (" + name_ + ")", ", ",
-                  cuda::to_string(model_.precision()));
+                  kernels::to_string(model_.precision()));
   }
 
   void init_params(std::uint64_t seed) override { model_.init_params(seed); }
