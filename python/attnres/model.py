@@ -31,7 +31,7 @@ from torch import nn
 
 from .config import ModelConfig
 
-EMBEDDING = -1  # the source id of the token embedding (ReadPlan::kEmbedding)
+EMBEDDING = -1  # the source id of the token embedding (kEmbedding, src/model/topology.hpp)
 
 
 # ------------------------------------------------------------------------------------------------

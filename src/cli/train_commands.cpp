@@ -12,10 +12,9 @@
 #include "cli/commands.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
-#include "model/model.hpp"
 #include "model/safetensors.hpp"
-#include "train/backend.hpp"
 #include "train/evaluate.hpp"
+#include "train/inference.hpp"
 #include "train/train_config.hpp"
 #include "train/trainer.hpp"
 #include "util/error.hpp"
@@ -125,26 +124,12 @@ struct EvalArgs {
   std::string device = "cpu";
 };
 
-// The forward-only loss of saved weights on a device: the CPU model, or a training backend
-// (train/backend.hpp) holding the weights with zero optimizer state.
-BatchLoss weights_loss(const std::string& device, const std::string& weights, const ModelConfig& config, int batch,
-                       int seq) {
-  if (device == "cpu") {
-    auto model = std::make_shared<Model<float>>(config, batch, seq, false);
-    load_weights<float>(weights, config, model->layout(), model->params());
-    return [model](std::span<const std::int32_t> tokens, int b, int s) { return model->forward(tokens, b, s); };
-  }
-  TrainConfig tc;
-  tc.model = config;
-  tc.batch_size = batch;
-  tc.seq_len = seq;
-  dist::Communicator single;
-  std::shared_ptr<TrainBackend> backend = make_train_backend(device, tc, batch, 1, single);
-  std::vector<float> params(static_cast<std::size_t>(backend->layout().total()));
-  load_weights<float>(weights, config, backend->layout(), params);
-  const std::vector<float> zeros(params.size(), 0.0f);
-  backend->load_state(params, zeros, zeros, 0);
-  return [backend](std::span<const std::int32_t> tokens, int b, int s) { return backend->loss(tokens, b, s); };
+// Saved weights on a device, for batches of up to `batch` windows of `seq` tokens.
+std::unique_ptr<InferenceBackend> load_model(const std::string& device, const std::string& weights,
+                                             const ModelConfig& config, int batch, int seq) {
+  std::unique_ptr<InferenceBackend> model = make_inference_backend(device, config, batch, seq);
+  model->load_weights(weights);
+  return model;
 }
 
 void run_eval(const EvalArgs& a) {
@@ -165,7 +150,7 @@ void run_eval(const EvalArgs& a) {
       require(tok->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
               tok->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
     const EvalResult r =
-        evaluate_split(weights_loss(a.device, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
+        evaluate_split(*load_model(a.device, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
     nll_sum = r.nll * double(r.tokens);
     tokens = r.tokens;
     // Bytes of the scored text: decode the scored tokens (end-of-text counts no bytes).
@@ -178,7 +163,7 @@ void run_eval(const EvalArgs& a) {
     auto tok = file.metadata.find("tokenizer");
     require(tok != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; evaluate with --data");
     const auto tokenizer = data::make_tokenizer(tok->second);
-    const BatchLoss loss = weights_loss(a.device, a.checkpoint, config, 1, seq);
+    const std::unique_ptr<InferenceBackend> model = load_model(a.device, a.checkpoint, config, 1, seq);
     for (const auto& path : a.text) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
@@ -187,7 +172,8 @@ void run_eval(const EvalArgs& a) {
       // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
       for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
         const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
-        const double mean = loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
+        const double mean =
+            model->loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
       }
@@ -252,16 +238,15 @@ void run_sample(const SampleArgs& a) {
   }
   const auto tokenizer = data::make_tokenizer(spec);
   require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", spec, "' does not fit the model's vocabulary");
-  Model<float> model(config, 1, config.max_seq_len, false);
-  load_weights<float>(a.checkpoint, config, model.layout(), model.params());
-  KvCache<float> cache(config, 1, config.max_seq_len);
+  const std::unique_ptr<InferenceBackend> model = load_model("cpu", a.checkpoint, config, 1, config.max_seq_len);
+  const std::unique_ptr<Decoder> decoder = model->decoder(1);
   // Training documents start after an end-of-text token, so a prompt does too.
   std::vector<std::int32_t> ids = {tokenizer->eot_id()};
   for (auto id : tokenizer->encode(a.prompt)) ids.push_back(id);
   require(static_cast<int>(ids.size()) < config.max_seq_len, "the prompt is longer than the model's context (",
           config.max_seq_len, " tokens)");
   std::vector<float> logits(static_cast<std::size_t>(config.vocab_size));
-  model.decode(ids, 1, static_cast<int>(ids.size()), cache, logits);
+  decoder->append(ids, static_cast<int>(ids.size()), logits);
   std::printf("%s", a.prompt.c_str());
   Rng rng(a.seed, "sample");
   std::vector<std::pair<float, std::int32_t>> scratch;
@@ -277,11 +262,11 @@ void run_sample(const SampleArgs& a) {
     std::printf("%s", text.substr(std::min(shown.size(), text.size())).c_str());
     std::fflush(stdout);
     shown = text;
-    if (cache.length >= config.max_seq_len) {
+    if (decoder->length() >= config.max_seq_len) {
       std::fprintf(stderr, "\n[the context of %d tokens is full]\n", config.max_seq_len);
       break;
     }
-    model.decode(std::span<const std::int32_t>(&next, 1), 1, 1, cache, logits);
+    decoder->append(std::span<const std::int32_t>(&next, 1), 1, logits);
   }
   std::printf("\n");
 }

@@ -1,8 +1,8 @@
-// The CUDA backend's model: the same decoder-only Transformer, residual modes and read plans as
-// Model<float> (model/model.hpp), with the same flat parameter layout, run on one GPU.
+// The CUDA backend's model: the same decoder-only Transformer, residual topology
+// (model/topology.hpp) and flat parameter layout as Model<float> (model/model.hpp), run on one GPU.
 //
 // API for the trainer (the CPU model's, plus device-side optimizer and precision):
-//   CudaModel model(config, max_batch, max_seq, Precision::bf16);  // fp32 by default; device 0
+//   CudaModel model(config, max_batch, max_seq, kernels::MatmulPrecision::bf16);  // fp32 by default; device 0
 //   model.init_params(seed);                              // or load_params_from_host(span)
 //   CudaAdamW opt(model.layout(), adamw_config);
 //   double loss = model.forward_backward(tokens, B, T);  // tokens [B, T+1] on the host
@@ -18,16 +18,18 @@
 //   fp32: every tensor fp32; GEMMs in fp32 FMA (cuBLASLt CUBLAS_COMPUTE_32F, no TF32); attention
 //         on fp32 FMA kernels. Agrees with Model<float> to fp32 rounding.
 //   bf16: mixed precision. GEMM operands (normalised inputs, q/k/v, attention output, SwiGLU
-//         tensors, activation gradients feeding GEMMs, and a bf16 shadow of the weights) are
-//         bf16, with fp32 accumulation. fp32: master weights, gradients, optimizer state, the
-//         residual stream (embedding, sublayer outputs and partial sums, their gradients), depth
-//         reads and all their statistics (RMS factors, logits, mixes), norms' statistics,
-//         logits and the loss. Attention uses bf16 tensor cores when head_dim is 64 or 128.
+//         tensors, activation gradients feeding GEMMs, and a bf16 shadow of the weights, which
+//         the model keeps current itself: loads and update_params) are bf16, with fp32
+//         accumulation. fp32: master weights, gradients, optimizer state, the residual stream
+//         (embedding, sublayer outputs and partial sums, their gradients), depth reads and all
+//         their statistics (RMS factors, logits, mixes), norms' statistics, logits and the loss.
+//         Attention uses bf16 tensor cores when head_dim is 64 or 128.
 //
 // Not provided (CPU model only for now): KV-cache decoding, read_weights diagnostics.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,17 +37,14 @@
 
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
+#include "kernels/precision.hpp"
 #include "model/config.hpp"
-#include "model/model.hpp"
 #include "model/param_layout.hpp"
+#include "model/topology.hpp"
 #include "model/weights.hpp"
 #include "optim/adamw.hpp"
 
 namespace attnres::cuda {
-
-enum class Precision { fp32, bf16 };
-const char* to_string(Precision p);
-Precision parse_precision(const std::string& text);  // "fp32" | "bf16"
 
 // Number, name and memory of the visible GPUs (empty when there is none or no driver).
 struct DeviceInfo {
@@ -60,8 +59,9 @@ class CudaModel {
  public:
   // The arena is carved for `precision` (set_precision re-carves: build in the precision you train in,
   // as the fp32 arena of a large model may not fit where the bf16 one does).
-  CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_seq, Precision precision = Precision::fp32,
-            bool with_grad = true, int device = 0);
+  CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_seq,
+            kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32, bool with_grad = true,
+            int device = 0);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -74,8 +74,8 @@ class CudaModel {
   int device() const { return device_; }
 
   // Switches precision; re-carves the activation arena (sized for the new element types).
-  void set_precision(Precision p);
-  Precision precision() const { return precision_; }
+  void set_precision(kernels::MatmulPrecision p);
+  kernels::MatmulPrecision precision() const { return precision_; }
 
   // Host <-> device copies of the flat buffers (span sizes must equal n_params()).
   void init_params(std::uint64_t seed);  // init_params<float> on the host, then uploaded
@@ -91,15 +91,23 @@ class CudaModel {
   // Logits [batch, seq, vocab] (host, fp32) for inputs [batch, seq].
   void logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<float> out);
 
-  // Device views of the flat buffers (fp32, ParamLayout offsets).
-  float* device_params() { return params_.as<float>(); }
+  // The device gradient buffer (fp32, ParamLayout offsets): micro-batch sums and the reduction
+  // across ranks work on it in place.
   float* device_grads() { return grads_.as<float>(); }
-  // The bf16 copy of the parameters GEMMs read in bf16 mode (null in fp32 mode).
-  void* device_params_bf16() { return precision_ == Precision::bf16 ? shadow_.data() : nullptr; }
-  // Call after writing device_params() directly; the bf16 copy is refreshed before the next pass.
-  // (CudaAdamW::step refreshes it itself.)
-  void params_changed() { shadow_valid_ = false; }
-  void shadow_refreshed() { shadow_valid_ = true; }
+
+  // The buffers an in-place parameter update works on (it may also rewrite the gradients, as
+  // clipping does). In bf16 mode the update must write params_bf16, the bf16 copy of the new
+  // weights that GEMMs read (null in fp32 mode).
+  struct ParamUpdate {
+    float* params = nullptr;
+    float* grads = nullptr;
+    void* params_bf16 = nullptr;
+    std::int64_t n = 0;
+    Stream stream = nullptr;
+  };
+  // Runs `update` (enqueued on stream()) on the device parameters; the bf16 copy then counts as
+  // current. The only way to write the weights besides init_params / load_params_from_host.
+  void update_params(const std::function<void(const ParamUpdate&)>& update);
 
   Stream stream() const { return stream_; }
   void synchronize() const;
@@ -152,19 +160,17 @@ class CudaModel {
   void forward_trunk(std::int64_t batch, int seq);
   void backward_trunk(std::int64_t batch, int seq);
   void lm_head_loss(bool with_grad);
-  DType op_type() const { return precision_ == Precision::bf16 ? DType::bf16 : DType::f32; }
-  const float* source(int index) const;
-  float* dsource(int index);
-  const float* input_of(int j) const;
-  float* dinput_of(int j);
-  const float* write_base(int j) const;
-  float* dwrite_base(int j);
+  DType op_type() const { return precision_ == kernels::MatmulPrecision::bf16 ? DType::bf16 : DType::f32; }
+  // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
+  const float* residual(int index) const;
+  float* dresidual(int index);
   const void* op_weight(const float* w) const;  // a weight's GEMM operand (bf16 copy or fp32)
-  void read_forward(int read, const float* query, const float* value_query, const float* key_norm,
-                    const float* norm_w, float* h, void* x, float* rstd, float* rms, float* logits, bool recompute);
-  void read_backward(int read, const float* query, const float* value_query, const float* key_norm, float* dquery,
-                     float* dvalue_query, float* dkey_norm, const float* dout, const float* dout_v, const float* rms,
-                     const float* logits);
+  // Read `read` with its parameters p (model/topology.hpp's read_params) and the following norm's
+  // weight norm_w; the backward adds into the parameter gradients dp.
+  void read_forward(int read, const ReadParams<float>& p, const float* norm_w, float* h, void* x, float* rstd,
+                    float* rms, float* logits, bool recompute);
+  void read_backward(int read, const ReadParams<float>& p, const ReadParams<float>& dp, const float* dout,
+                     const float* dout_v, const float* rms, const float* logits);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -172,15 +178,14 @@ class CudaModel {
   int max_seq_;
   bool with_grad_;
   int device_;
-  Precision precision_ = Precision::fp32;
-  std::vector<ReadPlan> plans_;
-  int max_sources_ = 1;
+  kernels::MatmulPrecision precision_ = kernels::MatmulPrecision::fp32;
+  Topology topo_;
   std::int64_t ce_rows_ = 0;
 
   Stream stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   DeviceBuffer params_, grads_, shadow_, arena_;
-  bool shadow_valid_ = false;
+  bool shadow_valid_ = false;  // the bf16 copy (shadow_) holds the current params_
   ModelWeights<float> w_, g_;
   Buffers buf_;
 

@@ -3,18 +3,22 @@
 #include <algorithm>
 
 #include "experiment/stats.hpp"
-#include "kernels/depth_read.hpp"
+#include "model/topology.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {
 
-std::vector<results::LayerRouting> routing_diagnostics(Model<float>& model, const data::TokenDataset& split,
+std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens) {
   std::vector<results::LayerRouting> layers;
   const ModelConfig& c = model.config();
-  if (!c.uses_depth_reads()) return layers;
+  const Topology topology(c);
+  if (!topology.has_reads()) return layers;
+  const DepthRouting* routing = model.routing();
+  require(routing != nullptr, "routing diagnostics need the depth-read weights, which ", model.describe(),
+          " does not keep");
   for (int l = 0; l < c.n_layers; ++l) {
-    const ReadPlan& plan = model.read_plan(2 * l);
+    const ReadPlan& plan = topology.read(2 * l);
     results::LayerRouting s;
     s.layer = l;
     s.sources = static_cast<int>(plan.sources.size());
@@ -29,22 +33,23 @@ std::vector<results::LayerRouting> routing_diagnostics(Model<float>& model, cons
   std::int64_t windows = std::min<std::int64_t>(order.num_windows(), std::max<std::int64_t>(1, max_tokens / seq));
   require(windows >= 1, "split '", split.split(), "' is too small for routing diagnostics");
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
-  std::vector<float> a(kernels::kMaxSources), b(kernels::kMaxSources);
-  std::vector<double> p(kernels::kMaxSources), q(kernels::kMaxSources);
+  const auto max_sources = static_cast<std::size_t>(topology.max_sources());
+  std::vector<float> a(max_sources), b(max_sources);
+  std::vector<double> p(max_sources), q(max_sources);
   std::int64_t counted = 0;
   for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
     const int nb = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
     for (int i = 0; i < nb; ++i)
       order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
-    model.forward(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(nb) * (seq + 1)), nb, seq);
+    model.loss(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(nb) * (seq + 1)), nb, seq);
     const std::int64_t n_tok = std::int64_t(nb) * seq;
     for (auto& s : layers) {
       const auto n = static_cast<std::size_t>(s.sources);
       for (std::int64_t t = 0; t < n_tok; ++t) {
-        model.read_weights(2 * s.layer, 0, t, std::span<float>(a.data(), n));
+        routing->read_weights(2 * s.layer, 0, t, std::span<float>(a.data(), n));
         for (std::size_t k = 0; k < n; ++k) s.qk_mean[k] += a[k];
         if (s.v_mean.empty()) continue;
-        model.read_weights(2 * s.layer, 1, t, std::span<float>(b.data(), n));
+        routing->read_weights(2 * s.layer, 1, t, std::span<float>(b.data(), n));
         for (std::size_t k = 0; k < n; ++k) {
           s.v_mean[k] += b[k];
           p[k] = a[k];

@@ -7,15 +7,16 @@
 #include <vector>
 
 #include "data/loader.hpp"
-#include "model/model.hpp"
 #include "results/run_result.hpp"
+#include "train/inference.hpp"
 
 namespace attnres::experiment {
 
 // Runs the model over the split's first windows (up to max_tokens) and averages per token, one
 // entry per attention sublayer, as result.json records them: v_mean and js_nats (0 for
 // single-source layers) only where the attention input has two routes. Empty without depth reads.
-std::vector<results::LayerRouting> routing_diagnostics(Model<float>& model, const data::TokenDataset& split,
+// The model must keep its depth routing (InferenceBackend::routing(): the CPU backend does).
+std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens);
 
 }  // namespace attnres::experiment

@@ -7,11 +7,11 @@
 
 #include "data/loader.hpp"
 #include "experiment/routing.hpp"
-#include "model/safetensors.hpp"
 #include "results/experiment_spec.hpp"
 #include "results/run_result.hpp"
 #include "results/train_result.hpp"
 #include "train/evaluate.hpp"
+#include "train/inference.hpp"
 #include "train/trainer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -287,11 +287,13 @@ bool run_experiment(const ExperimentOptions& options) {
       // Test NLL and routing diagnostics of the final weights, with the run's thread count
       // (results depend on it at float rounding level).
       set_num_threads(config.threads > 0 ? config.threads : dist::default_threads(comm));
-      Model<float> model(config.model, config.batch_size, config.seq_len, false);
-      load_weights<float>((run_dir / "model.safetensors").string(), config.model, model.layout(), model.params());
+      // On the CPU in fp32, whatever the training device and precision (docs/cuda.md).
+      const std::unique_ptr<InferenceBackend> model =
+          make_inference_backend("cpu", config.model, config.batch_size, config.seq_len);
+      model->load_weights((run_dir / "model.safetensors").string());
       const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
       const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
-      const EvalResult test_eval = evaluate_split(model, test, config.batch_size, config.seq_len, config.eval_tokens);
+      const EvalResult test_eval = evaluate_split(*model, test, config.batch_size, config.seq_len, config.eval_tokens);
       results::RunResult result;
       result.arm = run.arm;
       result.seed = static_cast<std::int64_t>(run.seed);
@@ -303,7 +305,7 @@ bool run_experiment(const ExperimentOptions& options) {
       result.peak_rss_bytes = tr.peak_rss_bytes;
       result.curve = tr.curve;
       if (config.model.uses_depth_reads())
-        result.routing = routing_diagnostics(model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
+        result.routing = routing_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
       results::write_run_result(run.result_path, result);
       status.message(concat(run.label, ": done, test NLL ", test_eval.nll));
     }

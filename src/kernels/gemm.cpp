@@ -11,14 +11,6 @@
 
 namespace attnres::kernels {
 
-const char* to_string(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
-
-MatmulPrecision parse_matmul_precision(const std::string& text) {
-  for (auto p : kMatmulPrecisions)
-    if (text == to_string(p)) return p;
-  fail("unknown matmul precision '", text, "' (expected fp32 or bf16)");
-}
-
 namespace {
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha, const float* a,
                blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {

@@ -3,19 +3,11 @@
 // Weights are stored [out, in] like PyTorch's nn.Linear.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <string>
+
+#include "kernels/precision.hpp"
 
 namespace attnres::kernels {
-
-// Precision of the Linear GEMMs. bf16: operands rounded to bf16, fp32 accumulation and output
-// (kernels/gemm_bf16.hpp: AMX when the CPU has it); float only. Master weights, gradients and
-// everything outside the Linear GEMMs stay in the model's precision.
-enum class MatmulPrecision { fp32, bf16 };
-inline constexpr std::array kMatmulPrecisions = {MatmulPrecision::fp32, MatmulPrecision::bf16};
-const char* to_string(MatmulPrecision p);
-MatmulPrecision parse_matmul_precision(const std::string& text);  // "fp32" | "bf16"
 
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major, op = transpose when the flag is set.
 template <class Real>

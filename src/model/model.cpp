@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
 #include "kernels/depth_read.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -20,61 +21,7 @@ namespace k = kernels;
 
 namespace {
 constexpr std::int64_t kCrossEntropyRows = 256;
-bool is_attention(int j) { return j % 2 == 0; }
-
-// The parameters read j uses (j == n_sublayers: the final read), from the parameters or from
-// their gradients. RD's separate value route carries the sublayer's input norm (fused into the read).
-template <class Real>
-struct ReadParams {
-  Real* query = nullptr;
-  Real* value_query = nullptr;
-  Real* key_norm = nullptr;
-  Real* value_norm = nullptr;
-};
-
-template <class Real>
-ReadParams<Real> read_params(const ModelWeights<Real>& w, const ReadPlan& plan, int j, int n_sublayers) {
-  if (j == n_sublayers) return {w.final_query, nullptr, w.final_key_norm, nullptr};
-  const LayerWeights<Real>& l = w.layers[static_cast<std::size_t>(j / 2)];
-  if (!is_attention(j)) return {l.mlp_query, nullptr, l.mlp_key_norm, nullptr};
-  return {l.attn_query, plan.uniform_value ? nullptr : l.attn_value_query, l.attn_key_norm,
-          plan.separate_value ? l.attn_norm : nullptr};
-}
 }  // namespace
-
-std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
-  std::vector<ReadPlan> plans;
-  if (!c.uses_depth_reads()) return plans;
-  const int L = c.n_sublayers(), S = c.sublayers_per_block(), N = c.effective_blocks();
-  auto block_end = [&](int n) { return (n + 1) * S - 1; };  // sublayer whose output is b_{n+1}
-  for (int j = 0; j <= L; ++j) {
-    ReadPlan p;
-    p.sources.push_back(ReadPlan::kEmbedding);
-    const int n = j == L ? N : j / S;  // completed blocks before this read
-    for (int m = 0; m < n; ++m) p.sources.push_back(block_end(m));
-    if (j < L && j % S != 0) p.sources.push_back(j - 1);  // partial sum of the current block
-    if (j < L && is_attention(j) && c.residual == ResidualMode::rd) {
-      switch (c.value_route) {
-        case ValueRoute::tied: break;  // one query serves both routes: one read
-        case ValueRoute::decoupled:
-          p.n_routes = 2;
-          p.separate_value = true;
-          break;
-        case ValueRoute::average:
-          p.n_routes = 2;
-          p.average = true;
-          break;
-        case ValueRoute::frozen:
-          p.n_routes = 2;
-          p.uniform_value = true;
-          p.separate_value = true;
-          break;
-      }
-    }
-    plans.push_back(std::move(p));
-  }
-  return plans;
-}
 
 template <class Real>
 Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_seq, bool with_grad)
@@ -83,7 +30,7 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
       max_batch_(max_batch),
       max_seq_(max_seq),
       with_grad_(with_grad),
-      plans_(make_read_plans(config)) {
+      topo_(config) {
   require(max_batch >= 1, "batch size must be at least 1");
   require(max_seq >= 1 && max_seq <= config.max_seq_len, "sequence length ", max_seq,
           " must be between 1 and model.max_seq_len = ", config.max_seq_len);
@@ -106,7 +53,6 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
   ce_row_loss_.assign(static_cast<std::size_t>(kCrossEntropyRows), 0.0);
 }
 
-// Lays every buffer out in the arena; with base == nullptr it only counts.
 template <class Real>
 void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
   require(precision == k::MatmulPrecision::fp32 || std::is_same_v<Real, float>,
@@ -114,6 +60,7 @@ void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
   precision_ = precision;
 }
 
+// Lays every buffer out in the arena; with base == nullptr it only counts.
 template <class Real>
 void Model<Real>::carve(Real* base, std::int64_t& used) {
   auto take = [&](std::int64_t n) -> Real* {
@@ -122,13 +69,13 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
     return p;
   };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden;
-  const bool reads = config_.uses_depth_reads();
+  const bool reads = topo_.has_reads();
   Buffers& b = buf_;
   b.emb = take(bt * d);
   for (int j = 0; j < config_.n_sublayers(); ++j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
     if (reads) {
-      const ReadPlan& p = plans_[static_cast<std::size_t>(j)];
+      const ReadPlan& p = topo_.read(j);
       const auto n_src = static_cast<std::int64_t>(p.sources.size());
       s.h = take(bt * d);
       s.rms = take(bt * n_src);
@@ -151,15 +98,14 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
     if (with_grad_) s.dout = take(bt * d);
   }
   if (reads) {
-    const auto n_src = static_cast<std::int64_t>(plans_.back().sources.size());
+    const auto n_src = static_cast<std::int64_t>(topo_.read(topo_.final_read()).sources.size());
     b.h_final = take(bt * d);
     b.rms_final = take(bt * n_src);
     b.logits_final = take(bt * n_src);
   }
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
-  if (std::any_of(plans_.begin(), plans_.end(), [](const ReadPlan& p) { return p.separate_value; }))
-    b.xv = take(bt * d);
+  if (topo_.any_separate_value()) b.xv = take(bt * d);
   const int half = config_.head_dim() / 2;
   b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
   b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
@@ -196,44 +142,22 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 }
 
 template <class Real>
-const Real* Model<Real>::source(int index) const {
-  return index == ReadPlan::kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
+const Real* Model<Real>::residual(int index) const {
+  if (index == kNoStream) return nullptr;
+  return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
 }
 
 template <class Real>
-Real* Model<Real>::dsource(int index) {
-  return index == ReadPlan::kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
-}
-
-template <class Real>
-const Real* Model<Real>::input_of(int j) const {
-  return j == 0 ? buf_.emb : buf_.sub[static_cast<std::size_t>(j - 1)].out;
-}
-
-template <class Real>
-Real* Model<Real>::dinput_of(int j) {
-  return j == 0 ? buf_.demb : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
-}
-
-// Pre-norm: every output adds to the stream entering the sublayer. AttnRes: to the partial
-// sum of the current block, which the first sublayer of a block starts afresh.
-template <class Real>
-const Real* Model<Real>::write_base(int j) const {
-  if (!config_.uses_depth_reads()) return input_of(j);
-  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].out;
-}
-
-template <class Real>
-Real* Model<Real>::dwrite_base(int j) {
-  if (!config_.uses_depth_reads()) return dinput_of(j);
-  return j % config_.sublayers_per_block() == 0 ? nullptr : buf_.sub[static_cast<std::size_t>(j - 1)].dout;
+Real* Model<Real>::dresidual(int index) {
+  if (index == kNoStream) return nullptr;
+  return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
 }
 
 template <class Real>
 k::DepthRead<Real> Model<Real>::depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const {
-  const ReadPlan& plan = plans_[static_cast<std::size_t>(j)];
-  const ReadParams<Real> p = read_params(w, plan, j, config_.n_sublayers());
-  for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = source(plan.sources[s]);
+  const ReadPlan& plan = topo_.read(j);
+  const ReadParams<Real> p = read_params(w, topo_, j);
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = residual(plan.sources[s]);
   k::DepthRead<Real> rd;
   rd.sources = sources;
   rd.n_sources = static_cast<int>(plan.sources.size());
@@ -260,12 +184,12 @@ void Model<Real>::run_read(int j, Real* out, Real* xv, Real* rms, Real* logits) 
 template <class Real>
 void Model<Real>::run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits,
                                     Real* xv) {
-  const ReadPlan& plan = plans_[static_cast<std::size_t>(j)];
+  const ReadPlan& plan = topo_.read(j);
   const Real* sources[k::kMaxSources];
   const k::DepthRead<Real> rd = depth_read(j, w_, sources);
-  const ReadParams<Real> pg = read_params(g_, plan, j, config_.n_sublayers());
+  const ReadParams<Real> pg = read_params(g_, topo_, j);
   Real* dsources[k::kMaxSources];
-  for (std::size_t s = 0; s < plan.sources.size(); ++s) dsources[s] = dsource(plan.sources[s]);
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) dsources[s] = dresidual(plan.sources[s]);
   k::DepthReadGrads<Real> gr;
   gr.dout[0] = dout;
   gr.dout[1] = dxv;
@@ -283,24 +207,21 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
   const Real eps = static_cast<Real>(config_.norm_eps);
-  const bool reads = config_.uses_depth_reads();
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n, d);
   const int pos0 = cache != nullptr ? cache->length : 0;
   const k::AttentionShape shape{batch, seq, cache != nullptr ? cache->max_seq : seq, config_.n_heads,
                                 config_.head_dim(), pos0};
-  for (int j = 0; j < config_.n_sublayers(); ++j) {
+  for (int j = 0; j < L; ++j) {
     Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
-    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
+    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
     const bool attn = is_attention(j);
-    const Real* h = input_of(j);
-    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
-    const bool separate = plan != nullptr && plan->separate_value;
-    if (reads) {
-      run_read(j, s.h, separate ? buf_.xv : nullptr, s.rms, s.read_logits);
-      h = s.h;
-    }
-    k::rmsnorm_forward(s.x, s.rstd, h, attn ? lw.attn_norm : lw.mlp_norm, n, d, eps);
-    const Real* base = write_base(j);
+    const bool separate = reads && topo_.read(j).separate_value;
+    if (reads) run_read(j, s.h, separate ? buf_.xv : nullptr, s.rms, s.read_logits);
+    const Real* h = reads ? s.h : residual(topo_.input(j));
+    k::rmsnorm_forward(s.x, s.rstd, h, input_norm(w_, L, j), n, d, eps);
+    const Real* base = residual(topo_.write_base(j));
     if (base != nullptr) k::copy(s.out, base, n * d);
     if (attn) {
       k::linear_forward(s.q, s.x, lw.wq, n, d, d, false, precision_);
@@ -309,8 +230,8 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
       k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       if (cache != nullptr) {
-        Real* kc = cache->keys(j / 2);
-        Real* vc = cache->values(j / 2);
+        Real* kc = cache->keys(layer_of(j));
+        Real* vc = cache->values(layer_of(j));
         for (std::int64_t b = 0; b < batch; ++b) {
           const std::int64_t dst = (b * cache->max_seq + pos0) * d, src = b * seq * d;
           k::copy(kc + dst, s.k + src, std::int64_t(seq) * d);
@@ -328,11 +249,8 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
       k::linear_forward(s.out, s.act, lw.w_down, n, H, d, base != nullptr, precision_);
     }
   }
-  const Real* h_final = buf_.sub.back().out;
-  if (reads) {
-    run_read(config_.n_sublayers(), buf_.h_final, nullptr, buf_.rms_final, buf_.logits_final);
-    h_final = buf_.h_final;
-  }
+  if (reads) run_read(topo_.final_read(), buf_.h_final, nullptr, buf_.rms_final, buf_.logits_final);
+  const Real* h_final = reads ? buf_.h_final : residual(topo_.input(L));
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, h_final, w_.final_norm, n, d, eps);
 }
 
@@ -340,28 +258,28 @@ template <class Real>
 void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
-  const bool reads = config_.uses_depth_reads();
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
   const k::AttentionShape shape{batch, seq, seq, config_.n_heads, config_.head_dim(), 0};
   Buffers& b = buf_;
 
   // Final read and norm. (grads_ and the activation gradients were zeroed by the caller.)
-  const Real* h_final = reads ? b.h_final : b.sub.back().out;
+  const Real* h_final = reads ? b.h_final : residual(topo_.input(L));
   k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, h_final, w_.final_norm, b.rstd_final, n, d, b.reduce);
   if (reads) {
-    run_read_backward(config_.n_sublayers(), b.dh, nullptr, b.rms_final, b.logits_final, nullptr);
+    run_read_backward(topo_.final_read(), b.dh, nullptr, b.rms_final, b.logits_final, nullptr);
   } else {
-    k::add_into(b.sub.back().dout, b.dh, n * d);
+    k::add_into(dresidual(topo_.input(L)), b.dh, n * d);
   }
 
-  for (int j = config_.n_sublayers() - 1; j >= 0; --j) {
+  for (int j = L - 1; j >= 0; --j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
-    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(j / 2)];
-    LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(j / 2)];
+    const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+    LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
     const bool attn = is_attention(j);
-    const ReadPlan* plan = reads ? &plans_[static_cast<std::size_t>(j)] : nullptr;
-    const bool separate = plan != nullptr && plan->separate_value;
+    const bool separate = reads && topo_.read(j).separate_value;
     // s.dout is complete: every later user of this partial sum has been visited.
-    if (Real* dbase = dwrite_base(j)) k::add_into(dbase, s.dout, n * d);
+    if (Real* dbase = dresidual(topo_.write_base(j))) k::add_into(dbase, s.dout, n * d);
     if (attn) {
       k::linear_backward_weight(lg.wo, s.dout, s.att, n, d, d, precision_);
       k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d, false, precision_);
@@ -384,10 +302,8 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
       k::linear_backward_input(b.dx, b.dgate, lw.w_gate, n, d, H, false, precision_);
       k::linear_backward_input(b.dx, b.dup, lw.w_up, n, d, H, true, precision_);
     }
-    const Real* norm_w = attn ? lw.attn_norm : lw.mlp_norm;
-    Real* dnorm_w = attn ? lg.attn_norm : lg.mlp_norm;
-    const Real* h = reads ? s.h : input_of(j);
-    k::rmsnorm_backward(b.dh, dnorm_w, b.dx, h, norm_w, s.rstd, n, d, b.reduce);
+    const Real* h = reads ? s.h : residual(topo_.input(j));
+    k::rmsnorm_backward(b.dh, input_norm(g_, L, j), b.dx, h, input_norm(w_, L, j), s.rstd, n, d, b.reduce);
     if (reads) {
       // RD's value route: the read's backward takes dxv through the fused norm and recomputes
       // the normalised input xv on the way (bit for bit) into dxv's buffer, row by row as dxv
@@ -395,7 +311,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
       run_read_backward(j, b.dh, separate ? b.dxv : nullptr, s.rms, s.read_logits, separate ? b.dxv : nullptr);
       if (separate) k::linear_backward_weight(lg.wv, b.dv, b.dxv, n, d, d, precision_);
     } else {
-      k::add_into(dinput_of(j), b.dh, n * d);
+      k::add_into(dresidual(topo_.input(j)), b.dh, n * d);
     }
   }
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n, d);
@@ -455,12 +371,13 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
 
 template <class Real>
 void Model<Real>::read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const {
-  const ReadPlan& plan = plans_.at(static_cast<std::size_t>(read));
+  require(read >= 0 && read <= topo_.final_read() && topo_.has_reads(), "the model has no depth read ", read);
+  const ReadPlan& plan = topo_.read(read);
   const int n = static_cast<int>(plan.sources.size());
   require(route >= 0 && route < plan.n_routes, "read ", read, " has no route ", route);
   require(token >= 0 && token < n_tok_, "token index out of range");
   require(static_cast<int>(alpha.size()) == n, "alpha buffer has the wrong size");
-  const Real* logits = read == static_cast<int>(plans_.size()) - 1
+  const Real* logits = read == topo_.final_read()
                            ? buf_.logits_final
                            : buf_.sub[static_cast<std::size_t>(read)].read_logits;
   const bool uniform = route == 1 && plan.uniform_value;

@@ -9,25 +9,18 @@
 #include <span>
 #include <vector>
 
-#include "kernels/attention.hpp"
-#include "kernels/cross_entropy.hpp"
-#include "kernels/depth_read.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/precision.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
+#include "model/topology.hpp"
 #include "model/weights.hpp"
 
 namespace attnres {
 
-// Which buffers one depth read mixes: kEmbedding or the output (partial sum) of sublayer j.
-struct ReadPlan {
-  static constexpr int kEmbedding = -1;
-  std::vector<int> sources;
-  int n_routes = 1;
-  bool average = false;           // rd average: one input, the mean of both routes
-  bool uniform_value = false;     // rd frozen: route 1 is uniform
-  bool separate_value = false;    // rd decoupled / frozen: V reads its own input
-};
+namespace kernels {
+template <class Real>
+struct DepthRead;
+}
 
 // Keys and values of every attention layer for incremental decoding, so each new token costs
 // one step of work: [n_layers][batch][max_seq][d] for K and for V.
@@ -83,11 +76,11 @@ class Model {
   void decode(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, KvCache<Real>& cache,
               std::span<Real> out);
 
-  // Depth routing of the last forward pass, for diagnostics. Reads are numbered by
-  // sublayer (0 .. 2*n_layers-1); read 2*n_layers is the final read.
-  const ReadPlan& read_plan(int read) const { return plans_.at(read); }
-  int n_reads() const { return static_cast<int>(plans_.size()); }
-  // alpha [n_sources] of one token (row-major index into the last forward's batch*seq).
+  // The residual wiring: which buffers each sublayer and depth read uses (model/topology.hpp).
+  const Topology& topology() const { return topo_; }
+  // Depth routing of the last forward pass, for diagnostics: alpha [n_sources] of read `read`
+  // (numbered as in Topology), route `route`, one token (row-major index into the last
+  // forward's batch*seq).
   void read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const;
 
  private:
@@ -128,12 +121,9 @@ class Model {
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
   void forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache = nullptr);
   void backward_trunk(std::int64_t batch, int seq);
-  const Real* input_of(int j) const;  // prenorm: the stream entering sublayer j
-  Real* dinput_of(int j);
-  const Real* write_base(int j) const;  // what sublayer j's output adds to (null: starts a block)
-  Real* dwrite_base(int j);
-  const Real* source(int index) const;
-  Real* dsource(int index);
+  // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
+  const Real* residual(int index) const;
+  Real* dresidual(int index);
   // One planned read's view for the kernels: the read of sublayer j (j == n_sublayers: the final
   // read) with its weights from w; `sources` receives the source pointers.
   kernels::DepthRead<Real> depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const;
@@ -148,7 +138,7 @@ class Model {
   std::int64_t max_batch_;
   int max_seq_;
   bool with_grad_;
-  std::vector<ReadPlan> plans_;
+  Topology topo_;
   std::vector<Real> params_;
   std::vector<Real> grads_;
   ModelWeights<Real> w_;
@@ -161,9 +151,6 @@ class Model {
   std::int64_t n_tok_ = 0;  // batch * seq of the last forward
   kernels::MatmulPrecision precision_ = kernels::MatmulPrecision::fp32;
 };
-
-// The depth-read plans of a configuration: one per sublayer, then the final read.
-std::vector<ReadPlan> make_read_plans(const ModelConfig& config);
 
 extern template class Model<float>;
 extern template class Model<double>;

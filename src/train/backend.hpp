@@ -1,7 +1,8 @@
 // Where a training run computes: the model, its optimizer and the step's gradient on one device
 // (the CPU, or one GPU with the CUDA backend). The training loop (trainer.cpp) owns everything
 // else (data order, schedule, loss bookkeeping, checkpoints, evaluation milestones) and talks to
-// the device only through this interface, so both devices share it.
+// the device only through this interface, so both devices share it. It extends the inference
+// role (train/inference.hpp: weights, loss, logits), which validation uses.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include <string>
 
 #include "dist/communicator.hpp"
-#include "model/param_layout.hpp"
+#include "train/inference.hpp"
 #include "train/train_config.hpp"
 
 namespace attnres {
@@ -21,13 +22,8 @@ struct HostTrainState {
   std::int64_t adam_steps = 0;
 };
 
-class TrainBackend {
+class TrainBackend : public InferenceBackend {
  public:
-  virtual ~TrainBackend() = default;
-
-  virtual const ParamLayout& layout() const = 0;
-  virtual std::string describe() const = 0;  // e.g. "cpu, 2 threads" or "cuda:0 (NVIDIA H200), bf16"
-
   virtual void init_params(std::uint64_t seed) = 0;
   // Weights, moments and AdamW's step count, e.g. from a checkpoint.
   virtual void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
@@ -44,9 +40,6 @@ class TrainBackend {
   // Clips the gradient's global norm to max_norm (0: off) and applies AdamW at lr. Returns the
   // norm before clipping.
   virtual double update(double lr, double max_norm) = 0;
-
-  // Mean loss of [batch, seq+1] tokens, forward only (evaluation).
-  virtual double loss(std::span<const std::int32_t> tokens, int batch, int seq) = 0;
 };
 
 // `device`: "cpu", "cuda" (the GPU of this rank's local index) or "cuda:N". Sized for
@@ -58,8 +51,5 @@ std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, cons
 // make_train_backend would (a valid name; for a GPU, a build with the CUDA backend and that GPU
 // visible); throws Error saying what is missing. Returns the GPU index, or -1 for the CPU.
 int check_train_device(const std::string& device, int local_rank = 0);
-
-// True when this binary has the CUDA backend.
-bool cuda_backend_built();
 
 }  // namespace attnres

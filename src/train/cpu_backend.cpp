@@ -1,32 +1,93 @@
-// The CPU backend: Model<float> and AdamW<float> on host buffers; gradients accumulated over
-// micro-batches in tree order and summed across ranks by the communicator.
+// The CPU backends: Model<float> for inference, and with AdamW<float> on host buffers for
+// training; training gradients are accumulated over micro-batches in tree order and summed
+// across ranks by the communicator.
 #include <cstring>
 
 #include "dist/tree_sum.hpp"
 #include "model/model.hpp"
+#include "model/safetensors.hpp"
 #include "optim/adamw.hpp"
-#include "train/backend.hpp"
+#include "train/device_backends.hpp"
 #include "util/error.hpp"
 #include "util/threads.hpp"
 
-namespace attnres {
+namespace attnres::detail {
 
 namespace {
 
-class CpuBackend final : public TrainBackend {
+class ModelRouting final : public DepthRouting {
  public:
-  CpuBackend(const TrainConfig& config, int micro_batch, int local_micro)
-      : model_(config.model, micro_batch, config.seq_len, true),
-        opt_(model_.layout(), config.adamw()),
-        local_micro_(local_micro) {
-    model_.set_matmul_precision(config.precision);
-    if (local_micro_ > 1) grad_sum_ = dist::PairwiseSum<float>(model_.grads().size(), static_cast<std::size_t>(local_micro_));
+  explicit ModelRouting(const Model<float>& model) : model_(model) {}
+  void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const override {
+    model_.read_weights(read, route, token, alpha);
   }
 
+ private:
+  const Model<float>& model_;
+};
+
+class ModelDecoder final : public Decoder {
+ public:
+  ModelDecoder(Model<float>& model, int batch)
+      : model_(model), cache_(model.config(), batch, model.config().max_seq_len) {}
+  void append(std::span<const std::int32_t> inputs, int seq, std::span<float> out) override {
+    model_.decode(inputs, cache_.batch, seq, cache_, out);
+  }
+  int length() const override { return cache_.length; }
+
+ private:
+  Model<float>& model_;
+  KvCache<float> cache_;
+};
+
+// The inference role on a Model<float>, shared by both CPU backends (Interface: InferenceBackend
+// or TrainBackend).
+template <class Interface>
+class CpuModelBackend : public Interface {
+ public:
+  const ModelConfig& config() const override { return model_.config(); }
   const ParamLayout& layout() const override { return model_.layout(); }
   std::string describe() const override {
     return concat("cpu, ", num_threads(), num_threads() == 1 ? " thread" : " threads",
                   model_.matmul_precision() == kernels::MatmulPrecision::bf16 ? ", bf16 matmuls" : "");
+  }
+
+  void load_weights(const std::string& path) override {
+    attnres::load_weights<float>(path, model_.config(), model_.layout(), model_.params());
+  }
+  double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
+    return model_.forward(tokens, batch, seq);
+  }
+  void logits(std::span<const std::int32_t> inputs, int batch, int seq, std::span<float> out) override {
+    model_.logits(inputs, batch, seq, out);
+  }
+  const DepthRouting* routing() const override { return &routing_; }
+  std::unique_ptr<Decoder> decoder(int batch) override { return std::make_unique<ModelDecoder>(model_, batch); }
+
+ protected:
+  CpuModelBackend(const ModelConfig& config, int max_batch, int max_seq, bool with_grad,
+                  kernels::MatmulPrecision precision)
+      : model_(config, max_batch, max_seq, with_grad) {
+    model_.set_matmul_precision(precision);
+  }
+
+  Model<float> model_;
+  ModelRouting routing_{model_};
+};
+
+class CpuInferenceBackend final : public CpuModelBackend<InferenceBackend> {
+ public:
+  CpuInferenceBackend(const ModelConfig& config, int max_batch, int max_seq, kernels::MatmulPrecision precision)
+      : CpuModelBackend(config, max_batch, max_seq, false, precision) {}
+};
+
+class CpuTrainBackend final : public CpuModelBackend<TrainBackend> {
+ public:
+  CpuTrainBackend(const TrainConfig& config, int micro_batch, int local_micro)
+      : CpuModelBackend(config.model, micro_batch, config.seq_len, true, config.precision),
+        opt_(model_.layout(), config.adamw()),
+        local_micro_(local_micro) {
+    if (local_micro_ > 1) grad_sum_ = dist::PairwiseSum<float>(model_.grads().size(), static_cast<std::size_t>(local_micro_));
   }
 
   void init_params(std::uint64_t seed) override { attnres::init_params<float>(model_.layout(), seed, model_.params()); }
@@ -68,10 +129,6 @@ class CpuBackend final : public TrainBackend {
     return norm;
   }
 
-  double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
-    return model_.forward(tokens, batch, seq);
-  }
-
  private:
   static void copy_into(std::span<const float> from, std::span<float> to) {
     require(from.size() == to.size(), "training state of ", from.size(), " values does not match this model (",
@@ -79,58 +136,20 @@ class CpuBackend final : public TrainBackend {
     std::memcpy(to.data(), from.data(), from.size_bytes());
   }
 
-  Model<float> model_;
   AdamW<float> opt_;
   int local_micro_;
   dist::PairwiseSum<float> grad_sum_;
 };
 
-// The GPU index `device` names, or -1 for the CPU; throws Error for a malformed name.
-int gpu_index(const std::string& device, int local_rank) {
-  if (device == "cpu") return -1;
-  require(device == "cuda" || device.rfind("cuda:", 0) == 0, "--device must be cpu, cuda or cuda:N (got '", device,
-          "')");
-  if (device.size() <= 5) return local_rank;  // "cuda" (or "cuda:"): the rank's local index
-  try {
-    std::size_t used = 0;
-    const int index = std::stoi(device.substr(5), &used);
-    require(used == device.size() - 5 && index >= 0, "");
-    return index;
-  } catch (const std::exception&) {
-    fail("--device cuda:N needs a GPU index N >= 0 (got '", device, "')");
-  }
-}
-
 }  // namespace
 
-#ifdef ATTNRES_WITH_CUDA
-void check_cuda_device(int device);  // cuda_backend.cpp
-std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
-                                                      int local_micro, dist::Communicator& comm);  // cuda_backend.cpp
-bool cuda_backend_built() { return true; }
-#else
-bool cuda_backend_built() { return false; }
-#endif
-
-int check_train_device(const std::string& device, int local_rank) {
-  const int gpu = gpu_index(device, local_rank);
-  if (gpu < 0) return gpu;
-#ifdef ATTNRES_WITH_CUDA
-  check_cuda_device(gpu);
-  return gpu;
-#else
-  fail("--device ", device, ": this attnres was built without the CUDA backend (CMake found no CUDA toolkit); "
-       "rebuild on a machine with nvcc (docs/cuda.md), or use --device cpu");
-#endif
+std::unique_ptr<InferenceBackend> make_cpu_inference_backend(const ModelConfig& config, int max_batch, int max_seq,
+                                                             kernels::MatmulPrecision precision) {
+  return std::make_unique<CpuInferenceBackend>(config, max_batch, max_seq, precision);
 }
 
-std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
-                                                 int micro_batch, int local_micro, dist::Communicator& comm) {
-  [[maybe_unused]] const int gpu = check_train_device(device, comm.local_rank());
-#ifdef ATTNRES_WITH_CUDA
-  if (gpu >= 0) return make_cuda_train_backend(gpu, config, micro_batch, local_micro, comm);
-#endif
-  return std::make_unique<CpuBackend>(config, micro_batch, local_micro);
+std::unique_ptr<TrainBackend> make_cpu_train_backend(const TrainConfig& config, int micro_batch, int local_micro) {
+  return std::make_unique<CpuTrainBackend>(config, micro_batch, local_micro);
 }
 
-}  // namespace attnres
+}  // namespace attnres::detail

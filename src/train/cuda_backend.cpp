@@ -1,6 +1,6 @@
-// The CUDA backend for training (`train --device cuda`): CudaModel and CudaAdamW on one GPU.
-// Micro-batch gradients are accumulated on the device in the same tree order as the CPU
-// (dist/tree_sum.hpp); across ranks they are summed by NCCL when the build has it, otherwise
+// The CUDA backends (`--device cuda`): CudaModel for inference, and with CudaAdamW for training,
+// on one GPU. Micro-batch gradients are accumulated on the device in the same tree order as the
+// CPU (dist/tree_sum.hpp); across ranks they are summed by NCCL when the build has it, otherwise
 // through host memory by the MPI communicator (slower, but the same tree order as the CPU).
 #include <cuda_runtime_api.h>
 
@@ -10,19 +10,61 @@
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
 #include "cuda/kernels.hpp"
-#include "train/backend.hpp"
+#include "model/safetensors.hpp"
+#include "train/device_backends.hpp"
 #include "util/error.hpp"
 
-namespace attnres {
+namespace attnres::detail {
 
 namespace {
 
-class CudaBackend final : public TrainBackend {
+// The inference role on a CudaModel, shared by both CUDA backends (Interface: InferenceBackend
+// or TrainBackend).
+template <class Interface>
+class CudaModelBackend : public Interface {
  public:
-  CudaBackend(int device, const TrainConfig& config, int micro_batch, int local_micro, dist::Communicator& comm)
-      : model_(config.model, micro_batch, config.seq_len,
-               config.precision == kernels::MatmulPrecision::bf16 ? cuda::Precision::bf16 : cuda::Precision::fp32,
-               true, device),
+  const ModelConfig& config() const override { return model_.config(); }
+  const ParamLayout& layout() const override { return model_.layout(); }
+  std::string describe() const override {
+    return concat("cuda:", model_.device(), name_.empty() ? "" : " (" + name_ + ")", ", ",
+                  kernels::to_string(model_.precision()));
+  }
+
+  void load_weights(const std::string& path) override {
+    std::vector<float> params(static_cast<std::size_t>(model_.n_params()));
+    attnres::load_weights<float>(path, model_.config(), model_.layout(), params);
+    model_.load_params_from_host(params);
+  }
+  double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
+    return model_.forward(tokens, batch, seq);
+  }
+  void logits(std::span<const std::int32_t> inputs, int batch, int seq, std::span<float> out) override {
+    model_.logits(inputs, batch, seq, out);
+  }
+
+ protected:
+  CudaModelBackend(int device, const ModelConfig& config, int max_batch, int max_seq,
+                   kernels::MatmulPrecision precision, bool with_grad)
+      : model_(config, max_batch, max_seq, precision, with_grad, device) {
+    for (const auto& info : cuda::list_devices())
+      if (info.index == device) name_ = info.name;
+  }
+
+  cuda::CudaModel model_;
+  std::string name_;
+};
+
+class CudaInferenceBackend final : public CudaModelBackend<InferenceBackend> {
+ public:
+  CudaInferenceBackend(int device, const ModelConfig& config, int max_batch, int max_seq,
+                       kernels::MatmulPrecision precision)
+      : CudaModelBackend(device, config, max_batch, max_seq, precision, false) {}
+};
+
+class CudaTrainBackend final : public CudaModelBackend<TrainBackend> {
+ public:
+  CudaTrainBackend(int device, const TrainConfig& config, int micro_batch, int local_micro, dist::Communicator& comm)
+      : CudaModelBackend(device, config.model, micro_batch, config.seq_len, config.precision, true),
         opt_(model_.layout(), config.adamw(), device),
         local_micro_(local_micro),
         n_(model_.n_params()) {
@@ -40,14 +82,6 @@ class CudaBackend final : public TrainBackend {
       nccl_ = std::make_unique<cuda::GradAllReduce>(comm.rank(), comm.world(),
                                                     std::span<const char>(id.data(), id.size()), device);
     }
-    for (const auto& info : cuda::list_devices())
-      if (info.index == device) name_ = info.name;
-  }
-
-  const ParamLayout& layout() const override { return model_.layout(); }
-  std::string describe() const override {
-    return concat("cuda:", model_.device(), name_.empty() ? "" : " (" + name_ + ")", ", ",
-                  cuda::to_string(model_.precision()));
   }
 
   void init_params(std::uint64_t seed) override { model_.init_params(seed); }
@@ -104,10 +138,6 @@ class CudaBackend final : public TrainBackend {
 
   double update(double lr, double max_norm) override { return opt_.step(model_, lr, max_norm); }
 
-  double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
-    return model_.forward(tokens, batch, seq);
-  }
-
  private:
   void copy(float* to, const float* from) {
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(n_) * sizeof(float),
@@ -124,11 +154,9 @@ class CudaBackend final : public TrainBackend {
     copy(levels_[level].as<float>(), leaf);
   }
 
-  cuda::CudaModel model_;
   cuda::CudaAdamW opt_;
   int local_micro_;
   std::int64_t n_;
-  std::string name_;
   std::vector<cuda::DeviceBuffer> levels_;  // one partial gradient sum per tree level
   std::size_t count_ = 0;
   std::unique_ptr<cuda::GradAllReduce> nccl_;
@@ -145,10 +173,15 @@ void check_cuda_device(int device) {
           " GPU(s) visible");
 }
 
-// After check_cuda_device (cpu_backend.cpp's make_train_backend).
-std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
-                                                      int local_micro, dist::Communicator& comm) {
-  return std::make_unique<CudaBackend>(device, config, micro_batch, local_micro, comm);
+// The constructors take a GPU that passed check_cuda_device (backend.cpp).
+std::unique_ptr<InferenceBackend> make_cuda_inference_backend(int device, const ModelConfig& config, int max_batch,
+                                                              int max_seq, kernels::MatmulPrecision precision) {
+  return std::make_unique<CudaInferenceBackend>(device, config, max_batch, max_seq, precision);
 }
 
-}  // namespace attnres
+std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
+                                                      int local_micro, dist::Communicator& comm) {
+  return std::make_unique<CudaTrainBackend>(device, config, micro_batch, local_micro, comm);
+}
+
+}  // namespace attnres::detail

@@ -7,10 +7,10 @@
 
 namespace attnres {
 
-EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, int batch, int seq,
+EvalResult evaluate_split(InferenceBackend& model, const data::TokenDataset& split, int batch, int seq,
                           std::int64_t max_tokens, dist::Communicator* comm) {
   const BatchLoss loss = [&model](std::span<const std::int32_t> tokens, int b, int s) {
-    return model.forward(tokens, b, s);
+    return model.loss(tokens, b, s);
   };
   return evaluate_split(loss, split, batch, seq, max_tokens, comm);
 }

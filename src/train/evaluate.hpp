@@ -7,7 +7,7 @@
 
 #include "data/loader.hpp"
 #include "dist/communicator.hpp"
-#include "model/model.hpp"
+#include "train/inference.hpp"
 
 namespace attnres {
 
@@ -19,10 +19,10 @@ struct EvalResult {
 // Scores the split's first windows in order (window i covers tokens [i*seq, i*seq + seq]),
 // up to max_tokens scored tokens (<= 0: the whole split), `batch` windows at a time. With a
 // communicator of K ranks, rank r scores every K-th batch and the sums are combined on all ranks.
-EvalResult evaluate_split(Model<float>& model, const data::TokenDataset& split, int batch, int seq,
+EvalResult evaluate_split(InferenceBackend& model, const data::TokenDataset& split, int batch, int seq,
                           std::int64_t max_tokens, dist::Communicator* comm = nullptr);
 
-// The same with any model: `loss` returns the mean loss of [batch, seq+1] tokens.
+// The same with any loss: `loss` returns the mean loss of [batch, seq+1] tokens.
 using BatchLoss = std::function<double(std::span<const std::int32_t> tokens, int batch, int seq)>;
 EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split, int batch, int seq,
                           std::int64_t max_tokens, dist::Communicator* comm = nullptr);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.hpp"
+#include "kernels/precision.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 

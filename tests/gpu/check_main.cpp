@@ -43,7 +43,7 @@ using namespace attnres;
 using cuda::CudaAdamW;
 using cuda::CudaModel;
 using cuda::DType;
-using cuda::Precision;
+using Precision = kernels::MatmulPrecision;
 using testing::Variant;
 
 // ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 //   WEIGHTS: model.safetensors; INPUTS: tensor "inputs", I32 or I64 [B, T];
 //   OUT (F32): "logits" [B, T, vocab] from Model<float>::logits, and for every read r and route q
 //   "read.<r>.route.<q>" [B, T, n_sources] from Model<float>::read_weights after that forward, with
-//   "read.<r>.sources" (I32) its ReadPlan::sources.
+//   "read.<r>.sources" (I32) its ReadPlan::sources (model/topology.hpp).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -41,10 +41,12 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> alphas;
     std::vector<std::vector<std::int32_t>> sources;
     std::vector<std::string> names;
-    alphas.reserve(static_cast<std::size_t>(2 * model.n_reads()));
-    sources.reserve(static_cast<std::size_t>(model.n_reads()));
-    for (int r = 0; r < model.n_reads(); ++r) {
-      const ReadPlan& plan = model.read_plan(r);
+    const std::vector<ReadPlan>& plans = model.topology().reads();
+    const int n_reads = static_cast<int>(plans.size());
+    alphas.reserve(static_cast<std::size_t>(2 * n_reads));
+    sources.reserve(static_cast<std::size_t>(n_reads));
+    for (int r = 0; r < n_reads; ++r) {
+      const ReadPlan& plan = plans[static_cast<std::size_t>(r)];
       const auto n = static_cast<std::int64_t>(plan.sources.size());
       sources.emplace_back(plan.sources.begin(), plan.sources.end());
       out.push_back({"read." + std::to_string(r) + ".sources", DType::I32, {n}, sources.back().data()});

@@ -27,7 +27,8 @@ for f in ops depth_read attention; do python3 "$here/gen.py" "$root/src/cuda/$f.
 flags=(-std=c++20 -O2 -fopenmp -I"$here/include" -I"$cuda/include" -I"$root/src" -I"$root/tests" -DATTNRES_WITH_CUDA=1
        -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas)
 sources=("$out"/gen/*.cpp "$here/emu_runtime.cpp" "$here/emu_gemm.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/buffer.cpp"
-         "$root/src/cuda/cuda_model.cpp" "$root/src/cuda/collective.cpp" "$root/tests/gpu/check_main.cpp")
+         "$root/src/cuda/cuda_model.cpp" "$root/src/cuda/cuda_model_passes.cpp" "$root/src/cuda/cuda_adamw.cpp"
+         "$root/src/cuda/collective.cpp" "$root/tests/gpu/check_main.cpp")
 objects=()
 for f in "${sources[@]}"; do
   o="$out/obj/$(basename "$f" .cpp).o"

@@ -1,0 +1,278 @@
+// CudaModel's passes: the depth reads, the forward and backward trunks (model/model.cpp, step
+// for step), the fused LM head + cross-entropy, and the public forward / forward_backward /
+// logits. Construction, memory, parameters and inputs are in cuda_model.cpp.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "cuda/check.hpp"
+#include "cuda/cuda_model.hpp"
+#include "cuda/kernels.hpp"
+#include "util/error.hpp"
+
+namespace attnres::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// Depth reads
+// ---------------------------------------------------------------------------------------------
+
+void CudaModel::read_forward(int read, const ReadParams<float>& p, const float* norm_w, float* h, void* x,
+                             float* rstd, float* rms, float* logits, bool recompute) {
+  const ReadPlan& plan = topo_.read(read);
+  kern::DepthReadForward a;
+  a.sources = buf_.read_sources + static_cast<std::size_t>(read) * static_cast<std::size_t>(topo_.max_sources());
+  a.n_sources = static_cast<int>(plan.sources.size());
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.eps = static_cast<float>(config_.norm_eps);
+  a.gamma = p.key_norm;
+  a.n_routes = plan.n_routes;
+  a.queries[0] = p.query;
+  a.queries[1] = plan.n_routes > 1 && !plan.uniform_value ? p.value_query : nullptr;
+  a.average = plan.average;
+  a.rms = rms;
+  a.logits = logits;
+  a.h = h;
+  a.norm_w = norm_w;
+  a.x = x;
+  a.x_type = op_type();
+  a.rstd = rstd;
+  if (plan.separate_value) {
+    a.hv = recompute ? buf_.hv : nullptr;
+    a.xv = buf_.xv;
+    a.rstdv = buf_.rstdv;
+  }
+  if (recompute) kern::depth_read_recompute_value(a, stream_);
+  else kern::depth_read_forward(a, stream_);
+}
+
+void CudaModel::read_backward(int read, const ReadParams<float>& p, const ReadParams<float>& dp, const float* dout,
+                              const float* dout_v, const float* rms, const float* logits) {
+  const ReadPlan& plan = topo_.read(read);
+  const std::size_t table = static_cast<std::size_t>(read) * static_cast<std::size_t>(topo_.max_sources());
+  kern::DepthReadBackward a;
+  a.sources = buf_.read_sources + table;
+  a.dsources = buf_.read_dsources + table;
+  a.n_sources = static_cast<int>(plan.sources.size());
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.gamma = p.key_norm;
+  a.n_routes = plan.n_routes;
+  const bool value_has_query = plan.n_routes > 1 && !plan.uniform_value;
+  a.queries[0] = p.query;
+  a.queries[1] = value_has_query ? p.value_query : nullptr;
+  a.average = plan.average;
+  a.rms = rms;
+  a.logits = logits;
+  a.dout[0] = dout;
+  a.dout[1] = plan.n_routes > 1 && !plan.average ? dout_v : nullptr;
+  a.dqueries[0] = dp.query;
+  a.dqueries[1] = value_has_query ? dp.value_query : nullptr;
+  a.dgamma = dp.key_norm;
+  a.scratch = buf_.reduce;
+  kern::depth_read_backward(a, stream_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward and backward (model/model.cpp, step for step)
+// ---------------------------------------------------------------------------------------------
+
+void CudaModel::forward_trunk(std::int64_t batch, int seq) {
+  refresh_shadow();
+  const std::int64_t n = n_tok_;
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  const float eps = static_cast<float>(config_.norm_eps);
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
+  const DType ot = op_type();
+  const kern::AttentionShape shape{batch, seq, config_.n_heads, config_.head_dim()};
+  kern::embedding_forward(buf_.emb, buf_.tokens, w_.tok_emb, n, d, stream_);
+  for (int j = 0; j < L; ++j) {
+    Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+    const bool attn = is_attention(j);
+    const float* norm_w = input_norm(w_, L, j);
+    const bool separate = reads && topo_.read(j).separate_value;
+    if (reads) {
+      read_forward(j, read_params(w_, topo_, j), norm_w, s.h, s.x, s.rstd, s.rms, s.read_logits, false);
+    } else {
+      kern::rmsnorm_forward(s.x, ot, s.rstd, residual(topo_.input(j)), norm_w, n, d, eps, stream_);
+    }
+    const float* base = residual(topo_.write_base(j));
+    if (attn) {
+      gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
+      gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
+      gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
+      kern::rope(s.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
+      kern::rope(s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
+      kern::attention_forward(s.att, s.lse, s.q, s.k, s.v, ot, shape, stream_);
+      gemm_->linear_forward(s.out, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
+    } else {
+      gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
+      gemm_->linear_forward(s.up, ot, s.x, op_weight(lw.w_up), ot, n, d, H);
+      kern::swiglu_forward(s.act, s.gate, s.up, ot, n * H, stream_);
+      gemm_->linear_forward(s.out, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
+    }
+  }
+  if (reads) {
+    read_forward(topo_.final_read(), read_params(w_, topo_, topo_.final_read()), w_.final_norm, buf_.h_final,
+                 buf_.x_final, buf_.rstd_final, buf_.rms_final, buf_.logits_final, false);
+  } else {
+    kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, residual(topo_.input(L)), w_.final_norm, n, d, eps,
+                          stream_);
+  }
+}
+
+// LM head + cross-entropy over chunks of rows (kernels/cross_entropy): logits never exist for
+// the whole batch. With gradients: dx_final = dL/dx_final (scaled by 1/n) and dW_head += ...
+// Enqueues the loss sum and its copy to the pinned host slot (read after a synchronize).
+void CudaModel::lm_head_loss(bool with_grad) {
+  const std::int64_t n = n_tok_;
+  const int d = config_.d_model, V = config_.vocab_size;
+  const DType ot = op_type();
+  const std::size_t es = dtype_size(ot);
+  const void* W = op_weight(w_.lm_head);
+  const float scale = 1.0f / static_cast<float>(n);
+  const std::int32_t* targets = buf_.tokens + max_batch_ * max_seq_;
+  for (std::int64_t r0 = 0; r0 < n; r0 += ce_rows_) {
+    const std::int64_t rows = std::min(ce_rows_, n - r0);
+    const void* x = static_cast<const unsigned char*>(buf_.x_final) + static_cast<std::size_t>(r0 * d) * es;
+    gemm_->linear_forward(buf_.ce_logits, DType::f32, x, W, ot, rows, d, V);
+    void* dl = with_grad ? buf_.ce_dlogits : nullptr;
+    const DType dl_type = dl == static_cast<void*>(buf_.ce_logits) ? DType::f32 : ot;
+    kern::cross_entropy(buf_.ce_logits, targets + r0, rows, V, buf_.row_loss + r0, dl, dl_type, scale, stream_);
+    if (with_grad) {
+      gemm_->linear_backward_input(buf_.dx_final + r0 * d, DType::f32, dl, W, dl_type, rows, d, V);
+      gemm_->linear_backward_weight(g_.lm_head, dl, x, dl_type, rows, d, V);
+    }
+  }
+  kern::sum_doubles(buf_.row_loss, n, buf_.loss, stream_);
+  ATTNRES_CUDA_CHECK(
+      cudaMemcpyAsync(host_loss_.as<double>(), buf_.loss, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+}
+
+void CudaModel::backward_trunk(std::int64_t batch, int seq) {
+  const std::int64_t n = n_tok_;
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  const int L = topo_.n_sublayers();
+  const bool reads = topo_.has_reads();
+  const DType ot = op_type();
+  const bool bf16 = ot == DType::bf16;
+  const kern::AttentionShape shape{batch, seq, config_.n_heads, config_.head_dim()};
+  Buffers& b = buf_;
+
+  // Final norm and read (grads and activation gradients were zeroed by the caller).
+  if (reads) {
+    kern::rmsnorm_backward(b.dh, false, g_.final_norm, b.dx_final, b.h_final, w_.final_norm, b.rstd_final, n, d,
+                           b.reduce, stream_);
+    const int final_read = topo_.final_read();
+    read_backward(final_read, read_params(w_, topo_, final_read), read_params(g_, topo_, final_read), b.dh, nullptr,
+                  b.rms_final, b.logits_final);
+  } else {
+    kern::rmsnorm_backward(dresidual(topo_.input(L)), true, g_.final_norm, b.dx_final, residual(topo_.input(L)),
+                           w_.final_norm, b.rstd_final, n, d, b.reduce, stream_);
+  }
+
+  for (int j = L - 1; j >= 0; --j) {
+    Sublayer& s = b.sub[static_cast<std::size_t>(j)];
+    const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+    LayerWeights<float>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
+    const bool attn = is_attention(j);
+    const float* norm_w = input_norm(w_, L, j);
+    float* dnorm_w = input_norm(g_, L, j);
+    const bool separate = reads && topo_.read(j).separate_value;
+    if (separate) {
+      // The value route's input, recomputed (bit-identical to the forward's): hv, xv, rstdv.
+      read_forward(j, read_params(w_, topo_, j), norm_w, nullptr, nullptr, nullptr, s.rms, s.read_logits, true);
+    }
+    // s.dout is complete: every later user of this partial sum has been visited.
+    float* dbase = dresidual(topo_.write_base(j));
+    const void* dy = s.dout;
+    if (bf16) {
+      kern::add_and_cast(dbase, s.dout, b.dout_op, n * d, stream_);
+      dy = b.dout_op;
+    } else if (dbase != nullptr) {
+      kern::add_into(dbase, s.dout, n * d, stream_);
+    }
+    if (attn) {
+      gemm_->linear_backward_weight(lg.wo, dy, s.att, ot, n, d, d);
+      gemm_->linear_backward_input(b.datt, ot, dy, op_weight(lw.wo), ot, n, d, d);
+      kern::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, b.delta, ot, shape, stream_);
+      kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
+      kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
+      gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);
+      gemm_->linear_backward_weight(lg.wk, b.dk, s.x, ot, n, d, d);
+      gemm_->linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, ot, n, d, d);
+      gemm_->linear_backward_input(b.dx, DType::f32, b.dq, op_weight(lw.wq), ot, n, d, d);
+      gemm_->linear_backward_input(b.dx, DType::f32, b.dk, op_weight(lw.wk), ot, n, d, d, true);
+      if (separate) gemm_->linear_backward_input(b.dxv, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d);
+      else gemm_->linear_backward_input(b.dx, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d, true);
+    } else {
+      gemm_->linear_backward_weight(lg.w_down, dy, s.act, ot, n, H, d);
+      gemm_->linear_backward_input(b.dact, ot, dy, op_weight(lw.w_down), ot, n, H, d);
+      kern::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, ot, n * H, stream_);
+      gemm_->linear_backward_weight(lg.w_gate, b.dgate, s.x, ot, n, d, H);
+      gemm_->linear_backward_weight(lg.w_up, b.dup, s.x, ot, n, d, H);
+      gemm_->linear_backward_input(b.dx, DType::f32, b.dgate, op_weight(lw.w_gate), ot, n, d, H);
+      gemm_->linear_backward_input(b.dx, DType::f32, b.dup, op_weight(lw.w_up), ot, n, d, H, true);
+    }
+    if (reads) {
+      kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
+      if (separate)
+        kern::rmsnorm_backward(b.dhv, false, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce, stream_);
+      read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), b.dh, b.dhv, s.rms, s.read_logits);
+    } else {
+      kern::rmsnorm_backward(dresidual(topo_.input(j)), true, dnorm_w, b.dx, residual(topo_.input(j)), norm_w,
+                             s.rstd, n, d, b.reduce, stream_);
+    }
+  }
+  const std::int64_t bt = max_batch_ * max_seq_;
+  kern::embedding_backward(g_.tok_emb, buf_.tokens + 2 * bt, buf_.tokens + 3 * bt, buf_.tokens + 4 * bt + 1, n_ids_,
+                           b.demb, d, stream_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public passes
+// ---------------------------------------------------------------------------------------------
+
+double CudaModel::forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
+  set_inputs(tokens, batch, seq, true);
+  forward_trunk(batch, seq);
+  lm_head_loss(false);
+  synchronize();
+  return *host_loss_.as<double>() / static_cast<double>(n_tok_);
+}
+
+double CudaModel::forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
+  require(with_grad_, "this model was built without gradient buffers");
+  set_inputs(tokens, batch, seq, true);
+  forward_trunk(batch, seq);
+  const std::int64_t bt = max_batch_ * max_seq_;
+  ATTNRES_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_));
+  ATTNRES_CUDA_CHECK(cudaMemsetAsync(
+      buf_.demb, 0, sizeof(float) * static_cast<std::size_t>(bt * config_.d_model * (config_.n_sublayers() + 1)),
+      stream_));
+  lm_head_loss(true);
+  backward_trunk(batch, seq);
+  synchronize();
+  return *host_loss_.as<double>() / static_cast<double>(n_tok_);
+}
+
+void CudaModel::logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<float> out) {
+  set_inputs(inputs, batch, seq, false);
+  const int V = config_.vocab_size, d = config_.d_model;
+  require(static_cast<std::int64_t>(out.size()) == n_tok_ * V, "logits buffer has the wrong size");
+  forward_trunk(batch, seq);
+  const std::size_t es = dtype_size(op_type());
+  for (std::int64_t r0 = 0; r0 < n_tok_; r0 += ce_rows_) {
+    const std::int64_t rows = std::min(ce_rows_, n_tok_ - r0);
+    const void* x = static_cast<const unsigned char*>(buf_.x_final) + static_cast<std::size_t>(r0 * d) * es;
+    gemm_->linear_forward(buf_.ce_logits, DType::f32, x, op_weight(w_.lm_head), op_type(), rows, d, V);
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(out.data() + r0 * V, buf_.ce_logits,
+                                       sizeof(float) * static_cast<std::size_t>(rows * V), cudaMemcpyDeviceToHost,
+                                       stream_));
+    synchronize();  // ce_logits is reused by the next chunk
+  }
+}
+
+}  // namespace attnres::cuda

@@ -1,0 +1,56 @@
+#include "model/topology.hpp"
+
+#include <algorithm>
+
+namespace attnres {
+
+std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
+  std::vector<ReadPlan> plans;
+  if (!c.uses_depth_reads()) return plans;
+  const int L = c.n_sublayers(), S = c.sublayers_per_block(), N = c.effective_blocks();
+  auto block_end = [&](int n) { return (n + 1) * S - 1; };  // sublayer whose output is b_{n+1}
+  for (int j = 0; j <= L; ++j) {
+    ReadPlan p;
+    p.sources.push_back(kEmbedding);
+    const int n = j == L ? N : j / S;  // completed blocks before this read
+    for (int m = 0; m < n; ++m) p.sources.push_back(block_end(m));
+    if (j < L && j % S != 0) p.sources.push_back(j - 1);  // partial sum of the current block
+    if (j < L && is_attention(j) && c.residual == ResidualMode::rd) {
+      switch (c.value_route) {
+        case ValueRoute::tied: break;  // one query serves both routes: one read
+        case ValueRoute::decoupled:
+          p.n_routes = 2;
+          p.separate_value = true;
+          break;
+        case ValueRoute::average:
+          p.n_routes = 2;
+          p.average = true;
+          break;
+        case ValueRoute::frozen:
+          p.n_routes = 2;
+          p.uniform_value = true;
+          p.separate_value = true;
+          break;
+      }
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+Topology::Topology(const ModelConfig& config)
+    : n_sublayers_(config.n_sublayers()),
+      sublayers_per_block_(config.uses_depth_reads() ? config.sublayers_per_block() : 1),
+      plans_(make_read_plans(config)) {
+  for (const ReadPlan& p : plans_) {
+    max_sources_ = std::max(max_sources_, static_cast<int>(p.sources.size()));
+    any_separate_value_ = any_separate_value_ || p.separate_value;
+  }
+}
+
+int Topology::write_base(int j) const {
+  if (!has_reads()) return input(j);
+  return j % sublayers_per_block_ == 0 ? kNoStream : j - 1;
+}
+
+}  // namespace attnres

@@ -1,0 +1,70 @@
+// Where a trained model computes without training: weights loaded from a file, the mean loss of
+// a batch, logits, and (on the CPU) KV-cache decoding and the depth routing of the last pass.
+// `attnres eval` and `sample` and an experiment's test NLL and routing diagnostics talk to a
+// device only through this interface; TrainBackend (train/backend.hpp) extends it with the
+// optimizer and the training step, so the training loop evaluates through the same calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kernels/precision.hpp"
+#include "model/config.hpp"
+#include "model/param_layout.hpp"
+
+namespace attnres {
+
+// The depth-routing weights of the last loss() pass (read and route numbered as in
+// model/topology.hpp): what the routing diagnostics need of a model, and nothing more.
+class DepthRouting {
+ public:
+  virtual ~DepthRouting() = default;
+  // alpha [n_sources of the read] of one token (row-major index into the pass's batch*seq).
+  virtual void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const = 0;
+};
+
+// Incremental decoding with a KV cache: each appended token costs one step of work. Holds a
+// reference to its backend's model, so it must not outlive the backend.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Appends inputs [batch, seq] at positions length().. and writes the logits of each row's last
+  // position into out [batch, vocab]. Earlier positions come from the cache.
+  virtual void append(std::span<const std::int32_t> inputs, int seq, std::span<float> out) = 0;
+  virtual int length() const = 0;  // positions filled (at most the model's max_seq_len)
+};
+
+class InferenceBackend {
+ public:
+  virtual ~InferenceBackend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu, 2 threads" or "cuda:0 (NVIDIA H200), bf16"
+
+  // Weights from a safetensors file written for this configuration (model/safetensors.hpp).
+  virtual void load_weights(const std::string& path) = 0;
+  // Mean next-token loss of [batch, seq+1] tokens, forward only.
+  virtual double loss(std::span<const std::int32_t> tokens, int batch, int seq) = 0;
+  // Logits [batch, seq, vocab] (host, fp32) for inputs [batch, seq].
+  virtual void logits(std::span<const std::int32_t> inputs, int batch, int seq, std::span<float> out) = 0;
+
+  // The routing of the last loss() pass; null where the device does not keep it (CUDA).
+  virtual const DepthRouting* routing() const { return nullptr; }
+  // A decoder for `batch` rows with a context of the model's max_seq_len; an error where the
+  // device has no KV-cache decoding (CUDA).
+  virtual std::unique_ptr<Decoder> decoder(int batch);
+};
+
+// `device`: "cpu", "cuda" (GPU 0) or "cuda:N". Sized for batches of up to max_batch sequences
+// of up to max_seq tokens; `precision` as train.precision.
+std::unique_ptr<InferenceBackend> make_inference_backend(
+    const std::string& device, const ModelConfig& config, int max_batch, int max_seq,
+    kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32);
+
+// True when this binary has the CUDA backend.
+bool cuda_backend_built();
+
+}  // namespace attnres
