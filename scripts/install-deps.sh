@@ -11,6 +11,7 @@ packages=(
   libcli11-dev                 # command-line parsing
   libtomlplusplus-dev          # TOML training configs
   zlib1g-dev                   # gzip-compressed corpora
+  libxxhash-dev                # XXH3 checksums of safetensors payloads
   libsentencepiece-dev         # sp: tokenizers (training and encoding)
   libopenmpi-dev openmpi-bin   # data-parallel training and sweeps
   python3 python3-torch python3-numpy   # independent reference implementation in the tests

@@ -125,13 +125,13 @@ struct EvalArgs {
   std::string device = "cpu";
 };
 
-// The forward-only loss of saved weights on a device: the CPU model, or a training backend
-// (train/backend.hpp) holding the weights with zero optimizer state.
-BatchLoss weights_loss(const std::string& device, const std::string& weights, const ModelConfig& config, int batch,
-                       int seq) {
+// The forward-only loss of saved weights (`file`, read from `path`) on a device: the CPU model,
+// or a training backend (train/backend.hpp) holding the weights with zero optimizer state.
+BatchLoss weights_loss(const std::string& device, const SafetensorsFile& file, const std::string& path,
+                       const ModelConfig& config, int batch, int seq) {
   if (device == "cpu") {
     auto model = std::make_shared<Model<float>>(config, batch, seq, false);
-    load_weights<float>(weights, config, model->layout(), model->params());
+    load_weights<float>(file, path, config, model->layout(), model->params());
     return [model](std::span<const std::int32_t> tokens, int b, int s) { return model->forward(tokens, b, s); };
   }
   TrainConfig tc;
@@ -141,7 +141,7 @@ BatchLoss weights_loss(const std::string& device, const std::string& weights, co
   dist::Communicator single;
   std::shared_ptr<TrainBackend> backend = make_train_backend(device, tc, batch, 1, single);
   std::vector<float> params(static_cast<std::size_t>(backend->layout().total()));
-  load_weights<float>(weights, config, backend->layout(), params);
+  load_weights<float>(file, path, config, backend->layout(), params);
   const std::vector<float> zeros(params.size(), 0.0f);
   backend->load_state(params, zeros, zeros, 0);
   return [backend](std::span<const std::int32_t> tokens, int b, int s) { return backend->loss(tokens, b, s); };
@@ -151,7 +151,7 @@ void run_eval(const EvalArgs& a) {
   set_num_threads(a.threads);
   require(a.data.empty() != a.text.empty(), "give either --data DIR (with --split) or --text FILE...");
   const SafetensorsFile file = read_safetensors(a.checkpoint);
-  const ModelConfig config = read_weights_config(a.checkpoint);
+  const ModelConfig config = weights_config(file, a.checkpoint);
   const int seq = a.seq > 0 ? a.seq : config.max_seq_len;
   require(seq <= config.max_seq_len, "--seq ", seq, " exceeds the model's max_seq_len ", config.max_seq_len);
   double nll_sum = 0, bytes = 0;
@@ -165,7 +165,8 @@ void run_eval(const EvalArgs& a) {
       require(tok->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
               tok->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
     const EvalResult r =
-        evaluate_split(weights_loss(a.device, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
+        evaluate_split(weights_loss(a.device, file, a.checkpoint, config, a.batch, seq), split, a.batch, seq,
+                       a.max_tokens);
     nll_sum = r.nll * double(r.tokens);
     tokens = r.tokens;
     // Bytes of the scored text: decode the scored tokens (end-of-text counts no bytes).
@@ -178,7 +179,7 @@ void run_eval(const EvalArgs& a) {
     auto tok = file.metadata.find("tokenizer");
     require(tok != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; evaluate with --data");
     const auto tokenizer = data::make_tokenizer(tok->second);
-    const BatchLoss loss = weights_loss(a.device, a.checkpoint, config, 1, seq);
+    const BatchLoss loss = weights_loss(a.device, file, a.checkpoint, config, 1, seq);
     for (const auto& path : a.text) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
@@ -188,12 +189,17 @@ void run_eval(const EvalArgs& a) {
       for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
         const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
         const double mean = loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
+        require(std::isfinite(mean), "the loss on '", path, "' (tokens ", start, "..", start + n, ") is ", mean,
+                ": the weights of '", a.checkpoint, "' are not usable");
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
       }
     }
   }
+  // An empty or non-finite score is an error, never a printed "nll nan".
+  require(tokens > 0, "nothing to score: the --text files hold no text");
   const double nll = nll_sum / double(tokens);
+  require(std::isfinite(nll), "the NLL of '", a.checkpoint, "' came out ", nll, ": the weights are not usable");
   const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / bytes : 0;
   if (a.json) {
     std::printf("%s\n", nlohmann::json{{"nll", nll}, {"perplexity", std::exp(nll)}, {"bits_per_byte", bpb},
@@ -243,7 +249,7 @@ void run_sample(const SampleArgs& a) {
   set_num_threads(a.threads);
   require(a.temperature >= 0, "--temperature must be non-negative (0: greedy)");
   const SafetensorsFile file = read_safetensors(a.checkpoint);
-  const ModelConfig config = read_weights_config(a.checkpoint);
+  const ModelConfig config = weights_config(file, a.checkpoint);
   std::string spec = a.tokenizer;
   if (spec.empty()) {
     auto it = file.metadata.find("tokenizer");
@@ -253,7 +259,7 @@ void run_sample(const SampleArgs& a) {
   const auto tokenizer = data::make_tokenizer(spec);
   require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", spec, "' does not fit the model's vocabulary");
   Model<float> model(config, 1, config.max_seq_len, false);
-  load_weights<float>(a.checkpoint, config, model.layout(), model.params());
+  load_weights<float>(file, a.checkpoint, config, model.layout(), model.params());
   KvCache<float> cache(config, 1, config.max_seq_len);
   // Training documents start after an end-of-text token, so a prompt does too.
   std::vector<std::int32_t> ids = {tokenizer->eot_id()};

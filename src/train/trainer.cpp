@@ -205,6 +205,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt_in) {
         const StoredTensor& t = f.at(name, ckpt);
         require(t.dtype == DType::F32 && t.numel() == layout.total(), "'", ckpt, "': tensor '", name,
                 "' does not match this model");
+        require_finite(t, name, ckpt);
         dst->resize(n_params);
         std::memcpy(dst->data(), t.bytes.data(), t.bytes.size());
       }
