@@ -1,6 +1,9 @@
 // `attnres train` and `attnres eval`.
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -27,15 +30,37 @@ namespace attnres::cli {
 
 namespace {
 
-// Signals only set a flag; the training loop saves a checkpoint and returns.
+// The first SIGINT/SIGTERM only sets a flag: the training loop finishes its step, saves a
+// checkpoint and returns. A second one ends the process at once (exit 128 + signal): files are
+// written through temporaries (util/atomic_file), so a checkpoint being written is simply not
+// renamed into place and the previous one stays whole. Only async-signal-safe calls here.
 std::atomic<bool> g_stop_requested{false};
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void say(const char* text, std::size_t size) {
+  const ssize_t ignored = ::write(STDERR_FILENO, text, size);
+  (void)ignored;
+}
+
+extern "C" void request_stop(int signal) {
+  if (g_stop_requested.exchange(true)) {
+    static constexpr char kNow[] = "\nattnres: second signal: stopping now (the last saved checkpoint is kept)\n";
+    say(kNow, sizeof kNow - 1);
+    ::_exit(128 + signal);
+  }
+  static constexpr char kSoon[] = "\nattnres: stopping after this step and saving a checkpoint; signal again to stop now\n";
+  say(kSoon, sizeof kSoon - 1);
+}
 
 }  // namespace
 
 const std::atomic<bool>* install_stop_handlers() {
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
+  struct sigaction action {};
+  action.sa_handler = request_stop;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a write in progress continues instead of failing with EINTR
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   return &g_stop_requested;
 }
 
