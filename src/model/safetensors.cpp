@@ -9,6 +9,7 @@
 
 #include "util/atomic_file.hpp"
 #include "util/checksum.hpp"
+#include "util/json.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
@@ -111,12 +112,7 @@ std::vector<std::string> digests(const std::vector<std::pair<const unsigned char
 // file order that differs is named.
 void verify_checksums(const std::string& text, const SafetensorsFile& file,
                       const std::vector<std::pair<std::uint64_t, std::string>>& order, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", path, "': corrupt '", kChecksumKey, "' metadata: ", e.what());
-  }
+  const nlohmann::json j = parse_json(text, [&] { return concat("'", path, "': corrupt '", kChecksumKey, "' metadata: "); });
   auto hex_at = [&](const nlohmann::json& obj, const std::string& key, const std::string& what) {
     const auto it = obj.find(key);
     require(it != obj.end() && it->is_string() && it->get_ref<const std::string&>().size() == 16, "'", path,
@@ -190,12 +186,8 @@ SafetensorsFile parse_safetensors(std::string_view raw, const std::string& path)
   std::memcpy(&header_size, raw.data(), 8);
   require(header_size <= raw.size() - 8, "'", path, "' is truncated or not a safetensors file (header size ",
           header_size, " exceeds the file)");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(raw.substr(8, header_size));
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", path, "': corrupt safetensors header: ", e.what());
-  }
+  const nlohmann::json header =
+      parse_json(raw.substr(8, header_size), [&] { return concat("'", path, "': corrupt safetensors header: "); });
   require(header.is_object(), "'", path, "': safetensors header is not a JSON object");
   const std::uint64_t data_size = raw.size() - 8 - header_size;
   const std::string_view data = raw.substr(8 + header_size);
@@ -311,13 +303,8 @@ void save_weights(const std::string& path, const ModelConfig& config, const Para
 ModelConfig weights_config(const SafetensorsFile& file, const std::string& path) {
   auto it = file.metadata.find("config");
   require(it != file.metadata.end(), "'", path, "' has no model config in its metadata (not an attnres checkpoint?)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    fail("'", path, "': corrupt model config: ", e.what());
-  }
-  return model_config_from_json(j, path);
+  return model_config_from_json(parse_json(it->second, [&] { return concat("'", path, "': corrupt model config: "); }),
+                                path);
 }
 
 ModelConfig read_weights_config(const std::string& path) { return weights_config(read_safetensors(path), path); }

@@ -171,6 +171,9 @@ TEST_F(TrainTest, BadConfigurationsNameTheKey) {
   expect_error(base + " --set model.n_blocks=3", "model.n_blocks");
   expect_error(base + " --set model.residual=blocky", "blocky");
   expect_error(base + " --set train.lr=abc", "train.lr");
+  // Integers out of range are errors, not silently wrapped (4294967304 = 2^32 + 8 would become 8).
+  expect_error(base + " --set train.batch_size=4294967304", "'train.batch_size': must be an integer from");
+  expect_error(base + " --set train.seed=-1", "'train.seed': must be an integer from 0 to");
   std::ofstream(runs.path() / "bad.toml") << "[train]\nlr = 1e-3\nunknown_key = 4\n";
   expect_error("train --config " + runs.str("bad.toml") + " --data " + data() + " --out " + runs.str("y"),
                "unknown_key");
