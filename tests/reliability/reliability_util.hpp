@@ -30,6 +30,31 @@ inline const std::string kTinyRun =
     "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=1024 "
     "--set train.eval_tokens=256 --set train.checkpoint_every=2 --set train.threads=1 --set model.residual=rd";
 
+// Synthetic data (tests/common/cli_util.hpp) and one undisturbed run of kTinyRun on it, made
+// once per test binary and shared by the tests that compare against it.
+class TinyRun {
+ public:
+  static const TinyRun& get() {
+    static const TinyRun r;
+    return r;
+  }
+  std::string corpus() const { return dir_.str("corpus"); }
+  std::string train(const std::filesystem::path& out) const {
+    return "train " + kTinyRun + " --data " + data + " --out " + out.string();
+  }
+
+ private:
+  TinyRun() : data(prepare_synthetic_data(dir_.path())), run(dir_.path() / "reference") {
+    const CliResult r = run_cli(train(run));
+    if (r.exit_code != 0) throw std::runtime_error("the reference run failed:\n" + r.output);
+  }
+  TempDir dir_{"attnres_reliability"};  // first: the members below live in it
+
+ public:
+  const std::string data;              // the prepared data directory
+  const std::filesystem::path run;     // the undisturbed run directory
+};
+
 // Environment assignments that put the fault shim in front of a command. ASan insists on being
 // the first library loaded; the shim holds no instrumented code, so that check is switched off.
 inline std::string fault_env(const std::string& rule) {

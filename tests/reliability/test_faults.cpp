@@ -30,26 +30,6 @@ std::string fault_name(const ::testing::TestParamInfo<Fault>& info) { return inf
 const auto kFaults = ::testing::Values(Fault{"write", "ENOSPC"}, Fault{"write", "EIO"}, Fault{"fsync", "ENOSPC"},
                                        Fault{"fsync", "EIO"}, Fault{"rename", "ENOSPC"}, Fault{"rename", "EIO"});
 
-// Synthetic data, and an undisturbed run of kTinyRun on it, shared by the tests.
-class Shared {
- public:
-  static Shared& get() {
-    static Shared s;
-    return s;
-  }
-  const TempDir dir{"attnres_faults"};
-  std::string data, reference;
-  std::string corpus() const { return dir.str("corpus"); }
-
- private:
-  Shared() {
-    data = prepare_synthetic_data(dir.path());
-    reference = dir.str("reference");
-    const CliResult r = run_cli("train " + kTinyRun + " --data " + data + " --out " + reference);
-    if (r.exit_code != 0) throw std::runtime_error("reference run failed:\n" + r.output);
-  }
-};
-
 class CheckpointFault : public ::testing::TestWithParam<Fault> {};
 class ShardFault : public ::testing::TestWithParam<Fault> {};
 class ResultFault : public ::testing::TestWithParam<Fault> {};
@@ -58,10 +38,10 @@ class ResultFault : public ::testing::TestWithParam<Fault> {};
 
 TEST_P(CheckpointFault, ErrorNamesTheFileKeepsThePreviousCheckpointAndResumesExactly) {
   const Fault fault = GetParam();
-  const Shared& s = Shared::get();
+  const TinyRun& s = TinyRun::get();
   TempDir runs("attnres_ckpt_fault");
   const fs::path run = runs.path() / "run";
-  const std::string train = "train " + kTinyRun + " --data " + s.data + " --out " + run.string();
+  const std::string train = s.train(run);
   // The second checkpoint (step 4) fails; the first (step 2) must survive it.
   const CliResult r = run_cli_with(fault_env(fault.rule("checkpoint.safetensors", 2)), train);
   ASSERT_NE(r.exit_code, 0) << r.output;
@@ -74,14 +54,14 @@ TEST_P(CheckpointFault, ErrorNamesTheFileKeepsThePreviousCheckpointAndResumesExa
 
   const CliResult resumed = run_cli(train + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  expect_same_weights(fs::path(s.reference) / "model.safetensors", run / "model.safetensors");
-  EXPECT_EQ(metrics_without_timing(fs::path(s.reference) / "metrics.jsonl"), metrics_without_timing(run / "metrics.jsonl"));
+  expect_same_weights(s.run / "model.safetensors", run / "model.safetensors");
+  EXPECT_EQ(metrics_without_timing(s.run / "metrics.jsonl"), metrics_without_timing(run / "metrics.jsonl"));
 }
 INSTANTIATE_TEST_SUITE_P(Faults, CheckpointFault, kFaults, fault_name);
 
 TEST_P(ShardFault, ErrorNamesTheShardLeavesNoHalfDatasetAndARerunMatches) {
   const Fault fault = GetParam();
-  const Shared& s = Shared::get();
+  const TinyRun& s = TinyRun::get();
   TempDir dirs("attnres_shard_fault");
   const fs::path out = dirs.path() / "data";
   const std::string prepare = "prepare --input " + s.corpus() +
@@ -126,12 +106,12 @@ INSTANTIATE_TEST_SUITE_P(Faults, ResultFault, kFaults, fault_name);
 // The order that makes a write atomic and durable: data synced, then renamed over the target,
 // then the directory synced (so the rename survives a crash).
 TEST(AtomicWrite, SyncsTheFileRenamesThenSyncsTheDirectory) {
-  const Shared& s = Shared::get();
+  const TinyRun& s = TinyRun::get();
   TempDir runs("attnres_trace");
   const fs::path run = fs::weakly_canonical(runs.path()) / "run";
   const std::string trace = runs.str("trace.txt");
   const CliResult r = run_cli_with("ATTNRES_FAULT_TRACE=" + trace + " " + fault_env(""),
-                                   "train " + kTinyRun + " --data " + s.data + " --out " + run.string());
+                                   s.train(run));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::string> lines;
   std::ifstream in(trace);

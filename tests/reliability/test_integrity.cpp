@@ -17,14 +17,10 @@ namespace {
 
 class Integrity : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("attnres_integrity_cli");
-    data_ = prepare_synthetic_data(dir_->path());
-    const CliResult r = run_cli("train " + kTinyRun + " --data " + data_ + " --out " + dir_->str("run"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
+  static void SetUpTestSuite() { dir_ = new TempDir("attnres_integrity_cli"); }
   static void TearDownTestSuite() { delete dir_; }
-  static fs::path run() { return dir_->path() / "run"; }
+  static fs::path run() { return TinyRun::get().run; }
+  static const std::string& data() { return TinyRun::get().data; }
 
   // A copy of `from` with one bit flipped `from_end` bytes before its end (in the last tensor).
   static std::string flipped_copy(const fs::path& from, const std::string& name, std::size_t from_end) {
@@ -52,13 +48,11 @@ class Integrity : public ::testing::Test {
     return out;
   }
   static std::string eval(const std::string& weights) {
-    return "eval --checkpoint " + weights + " --data " + data_ + " --max-tokens 256";
+    return "eval --checkpoint " + weights + " --data " + data() + " --max-tokens 256";
   }
   static TempDir* dir_;
-  static std::string data_;
 };
 TempDir* Integrity::dir_ = nullptr;
-std::string Integrity::data_;
 
 }  // namespace
 
@@ -83,7 +77,7 @@ TEST_F(Integrity, AFlippedByteInACheckpointStopsResumeNamingTheTensor) {
   std::string bad = bytes;
   bad[bad.size() - 5] ^= 0x01;
   std::ofstream(copy / "checkpoint.safetensors", std::ios::binary) << bad;
-  const CliResult r = run_cli("train " + kTinyRun + " --data " + data_ + " --out " + copy.string() + " --resume");
+  const CliResult r = run_cli(TinyRun::get().train(copy) + " --resume");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find((copy / "checkpoint.safetensors").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tensor 'adam.v' does not match its checksum"), std::string::npos) << r.output;
@@ -127,7 +121,7 @@ TEST_F(Integrity, CheckpointsWithNonFiniteMomentsAreRefused) {
   std::vector<TensorRef> refs;
   for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
   write_safetensors(ckpt, f.metadata, refs);
-  const CliResult r = run_cli("train " + kTinyRun + " --data " + data_ + " --out " + copy.string() + " --resume");
+  const CliResult r = run_cli(TinyRun::get().train(copy) + " --resume");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("'" + ckpt + "': tensor 'adam.m' holds an infinity (element 2 of"), std::string::npos)
       << r.output;

@@ -10,26 +10,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Signals : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("attnres_signals");
-    data_ = prepare_synthetic_data(dir_->path());
-    const CliResult r = run_cli("train " + kTinyRun + " --data " + data_ + " --out " + dir_->str("reference"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string train(const fs::path& run) { return "train " + kTinyRun + " --data " + data_ + " --out " + run.string(); }
-  static fs::path reference() { return dir_->path() / "reference" / "model.safetensors"; }
-  static TempDir* dir_;
-  static std::string data_;
-};
-TempDir* Signals::dir_ = nullptr;
-std::string Signals::data_;
+std::string train(const fs::path& run) { return TinyRun::get().train(run); }
+fs::path reference() { return TinyRun::get().run / "model.safetensors"; }
 
 }  // namespace
 
-TEST_F(Signals, OneSignalDuringACheckpointWriteFinishesItAndStops) {
+TEST(Signals, OneSignalDuringACheckpointWriteFinishesItAndStops) {
   for (const std::string sig : {"SIGINT", "SIGTERM"}) {
     TempDir runs("attnres_one_signal");
     const fs::path run = runs.path() / "run";
@@ -48,7 +34,7 @@ TEST_F(Signals, OneSignalDuringACheckpointWriteFinishesItAndStops) {
   }
 }
 
-TEST_F(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) {
+TEST(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) {
   for (const auto& [sig, code] : {std::pair{std::string("SIGINT"), 130}, std::pair{std::string("SIGTERM"), 143}}) {
     TempDir runs("attnres_two_signals");
     const fs::path run = runs.path() / "run";
@@ -69,7 +55,7 @@ TEST_F(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) 
 // Signals from outside at random moments, while slowed-down checkpoint writes take most of the
 // time: after every interruption the files verify, a second signal ends the process within a
 // second, and the run resumed to the end matches the undisturbed one.
-TEST_F(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
+TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
   TempDir runs("attnres_signal_storm");
   const fs::path run = runs.path() / "run";
   const std::string log = runs.str("log.txt");
@@ -79,7 +65,7 @@ TEST_F(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
   ASSERT_EQ(undisturbed.exit_code, 0) << undisturbed.output;
   const std::vector<std::string> slow = {"ATTNRES_FAULT=op=write,path=checkpoint.safetensors,nth=0,delay_ms=10",
                                          std::string("LD_PRELOAD=") + ATTNRES_FAULT_SHIM,
-                                         "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"};
+                                         "ASAN_OPTIONS=verify_asan_link_order=0"};
   Rng rng(7);
   int interruptions = 0, clean_stops = 0, second_signal_exits = 0;
   for (int attempt = 0; attempt < 40 && !fs::exists(run / "train_result.json"); ++attempt) {
