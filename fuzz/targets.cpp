@@ -445,6 +445,8 @@ bool run_summary(const std::uint8_t* data, std::size_t size) {
 std::vector<std::string> seeds_summary() {
   const fs::path dir = scratch() / "seeds_summary";
   fs::remove_all(dir);
+  for (const char* arm : {"block", "rd"})
+    fs::create_directories(fs::path(results::run_result_path(dir.string(), arm, 1)).parent_path());
   results::write_experiment_spec(results::experiment_spec_path(dir.string()), example_spec());
   results::write_run_result(results::run_result_path(dir.string(), "rd", 1), example_run_result());
   results::RunResult block = example_run_result();
