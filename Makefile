@@ -1,11 +1,21 @@
 # attnres: the make targets.
-#   make demo   install dependencies, build, prepare the offline corpus, run the paired demo
-#   make test   install dependencies, build, run every test
-#   make docs   regenerate the generated parts of docs/ (the config key table of docs/training.md)
+#   make demo       install dependencies, build, prepare the offline corpus, run the paired demo
+#   make test       install dependencies, build, run every test
+#   make docs       regenerate the generated parts of docs/ (the config key table of docs/training.md)
+#   make sanitize   build the test suite with ASan + UBSan (build-sanitize/) and run it
+#   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and fuzz each one for
+#                   FUZZ_SECONDS seconds (docs/reliability.md)
 BUILD ?= build
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo docs clean
+# Tests that cannot run under the sanitizers, by CTest label; each label's reason is printed.
+SANITIZE_EXCLUDE = no_sanitize
+
+.PHONY: all deps configure build test demo docs sanitize fuzz clean
 
 all: build
 
@@ -27,5 +37,24 @@ docs: build
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
+# -O1 keeps the instrumented suite fast enough; CUDA and the benchmarks are left out.
+sanitize: deps
+	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1" \
+	  -DCMAKE_C_FLAGS_SANITIZE="-O1" -DATTNRES_SANITIZE=address,undefined -DATTNRES_CUDA=OFF \
+	  -DATTNRES_BUILD_BENCH=OFF > $(SANITIZE_BUILD).configure.log 2>&1 || { cat $(SANITIZE_BUILD).configure.log; exit 1; }
+	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	@sed 's/^/sanitize: skipped (label $(SANITIZE_EXCLUDE)): /' $(SANITIZE_BUILD)/sanitize-skips.txt
+	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE $(SANITIZE_EXCLUDE)
+
+fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_CXX_FLAGS_FUZZ="-O1" -DCMAKE_C_FLAGS_FUZZ="-O1" \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DATTNRES_FUZZ=ON -DATTNRES_NATIVE=OFF \
+	  -DATTNRES_CUDA=OFF -DATTNRES_MPI=OFF -DATTNRES_BUILD_TESTS=OFF -DATTNRES_BUILD_BENCH=OFF \
+	  > $(FUZZ_BUILD).configure.log 2>&1 || { cat $(FUZZ_BUILD).configure.log; exit 1; }
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target attnres_fuzz
+	@bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \
+	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log

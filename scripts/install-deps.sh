@@ -12,6 +12,7 @@ packages=(
   libtomlplusplus-dev          # TOML training configs
   libboost-dev                 # Boost.Math (header-only): t and non-central t distributions, power analysis
   zlib1g-dev                   # gzip-compressed corpora
+  libxxhash-dev                # XXH3 checksums of safetensors payloads
   libsentencepiece-dev         # sp: tokenizers (training and encoding)
   libopenmpi-dev openmpi-bin   # data-parallel training and sweeps
   python3 python3-torch python3-numpy   # independent reference implementation in the tests
@@ -19,6 +20,7 @@ packages=(
   python3-sentencepiece        # the Python package's sp: tokenizers
   python3-pandas python3-matplotlib   # Experiment.frame and the docs/python.md walk-through (tested)
   python3-doc                  # the offline default corpus (Python docs reST sources)
+  clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (make fuzz): clang, its runtimes, its OpenMP
 )
 
 missing=()

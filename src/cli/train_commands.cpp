@@ -1,6 +1,9 @@
 // `attnres train` and `attnres eval`.
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -26,15 +29,37 @@ namespace attnres::cli {
 
 namespace {
 
-// Signals only set a flag; the training loop saves a checkpoint and returns.
+// The first SIGINT/SIGTERM only sets a flag: the training loop finishes its step, saves a
+// checkpoint and returns. A second one ends the process at once (exit 128 + signal): files are
+// written through temporaries (util/atomic_file), so a checkpoint being written is simply not
+// renamed into place and the previous one stays whole. Only async-signal-safe calls here.
 std::atomic<bool> g_stop_requested{false};
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void say(const char* text, std::size_t size) {
+  const ssize_t ignored = ::write(STDERR_FILENO, text, size);
+  (void)ignored;
+}
+
+extern "C" void request_stop(int signal) {
+  if (g_stop_requested.exchange(true)) {
+    static constexpr char kNow[] = "\nattnres: second signal: stopping now (the last saved checkpoint is kept)\n";
+    say(kNow, sizeof kNow - 1);
+    ::_exit(128 + signal);
+  }
+  static constexpr char kSoon[] = "\nattnres: stopping after this step and saving a checkpoint; signal again to stop now\n";
+  say(kSoon, sizeof kSoon - 1);
+}
 
 }  // namespace
 
 const std::atomic<bool>* install_stop_handlers() {
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
+  struct sigaction action {};
+  action.sa_handler = request_stop;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a write in progress continues instead of failing with EINTR
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   return &g_stop_requested;
 }
 
@@ -136,7 +161,7 @@ void run_eval(const EvalArgs& a) {
   set_num_threads(a.threads);
   require(a.data.empty() != a.text.empty(), "give either --data DIR (with --split) or --text FILE...");
   const SafetensorsFile file = read_safetensors(a.checkpoint);
-  const ModelConfig config = read_weights_config(a.checkpoint);
+  const ModelConfig config = weights_config(file, a.checkpoint);
   const int seq = a.seq > 0 ? a.seq : config.max_seq_len;
   require(seq <= config.max_seq_len, "--seq ", seq, " exceeds the model's max_seq_len ", config.max_seq_len);
   double nll_sum = 0, bytes = 0;
@@ -174,12 +199,17 @@ void run_eval(const EvalArgs& a) {
         const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
         const double mean =
             model->loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
+        require(std::isfinite(mean), "the loss on '", path, "' (tokens ", start, "..", start + n, ") is ", mean,
+                ": the weights of '", a.checkpoint, "' are not usable");
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
       }
     }
   }
+  // An empty or non-finite score is an error, never a printed "nll nan".
+  require(tokens > 0, "nothing to score: the --text files hold no text");
   const double nll = nll_sum / double(tokens);
+  require(std::isfinite(nll), "the NLL of '", a.checkpoint, "' came out ", nll, ": the weights are not usable");
   const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / bytes : 0;
   if (a.json) {
     std::printf("%s\n", nlohmann::json{{"nll", nll}, {"perplexity", std::exp(nll)}, {"bits_per_byte", bpb},
@@ -229,7 +259,7 @@ void run_sample(const SampleArgs& a) {
   set_num_threads(a.threads);
   require(a.temperature >= 0, "--temperature must be non-negative (0: greedy)");
   const SafetensorsFile file = read_safetensors(a.checkpoint);
-  const ModelConfig config = read_weights_config(a.checkpoint);
+  const ModelConfig config = weights_config(file, a.checkpoint);
   std::string spec = a.tokenizer;
   if (spec.empty()) {
     auto it = file.metadata.find("tokenizer");

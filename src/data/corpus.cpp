@@ -13,6 +13,7 @@
 #include "data/hash.hpp"
 #include "data/unicode.hpp"
 #include "util/error.hpp"
+#include "util/json.hpp"
 
 namespace attnres::data {
 namespace fs = std::filesystem;
@@ -318,12 +319,8 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
   } else {
     if (bad != std::string_view::npos)
       fail(where(input, record.line), ": invalid UTF-8 (byte ", bad + 1, " of the line)");
-    nlohmann::json object;
-    try {
-      object = nlohmann::json::parse(record.data);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail(where(input, record.line), ": malformed JSON: ", e.what());
-    }
+    nlohmann::json object =
+        parse_json(record.data, [&] { return concat(where(input, record.line), ": malformed JSON: "); });
     require(object.is_object(), where(input, record.line), ": expected a JSON object, got ", object.type_name());
     const auto text = object.find("text");
     require(text != object.end(), where(input, record.line), ": missing \"text\" field");

@@ -11,6 +11,7 @@
 #include "data/unicode.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/json.hpp"
 
 namespace attnres::data {
 namespace {
@@ -91,18 +92,6 @@ void pretokenize(std::string_view text, Emit&& emit) {
   }
 }
 
-// GPT-2's reversible map from bytes to printable code points, used by encoder.json and
-// vocab.bpe: printable Latin-1 bytes map to themselves, the rest to 256, 257, ... in order.
-std::array<char32_t, 256> byte_to_codepoint() {
-  std::array<char32_t, 256> map{};
-  char32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    map[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
-  }
-  return map;
-}
-
 // Decodes a byte-level token string (UTF-8 of mapped code points) back to raw bytes.
 bool unmap_token(std::string_view token, const std::unordered_map<char32_t, unsigned char>& inverse,
                  std::string& bytes) {
@@ -118,6 +107,16 @@ bool unmap_token(std::string_view token, const std::unordered_map<char32_t, unsi
 }
 
 }  // namespace
+
+std::array<char32_t, 256> gpt2_byte_to_codepoint() {
+  std::array<char32_t, 256> map{};
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    map[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return map;
+}
 
 void gpt2_pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
   pretokenize(text, [&](std::string_view piece) { pieces.push_back(piece); });
@@ -158,16 +157,11 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string spec) : spec_(s
   const std::string both = hex64(hash64(encoder_text)) + hex64(hash64(merges_text));
   content_hash_ = hex64(hash64(both));
 
-  const std::array<char32_t, 256> forward = byte_to_codepoint();
+  const std::array<char32_t, 256> forward = gpt2_byte_to_codepoint();
   std::unordered_map<char32_t, unsigned char> inverse;
   for (int b = 0; b < 256; ++b) inverse[forward[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
 
-  nlohmann::json encoder;
-  try {
-    encoder = nlohmann::json::parse(encoder_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(encoder_path, ": malformed JSON: ", e.what());
-  }
+  const nlohmann::json encoder = parse_json(encoder_text, [&] { return concat(encoder_path, ": malformed JSON: "); });
   require(encoder.is_object() && !encoder.empty(), encoder_path, ": expected a JSON object of token -> id");
   id_bytes_.assign(encoder.size(), std::string());
   std::vector<bool> seen(encoder.size(), false);

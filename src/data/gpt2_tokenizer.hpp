@@ -20,6 +20,10 @@ namespace attnres::data {
 // Ill-formed UTF-8 bytes count as "other" characters, so every byte lands in some piece.
 void gpt2_pretokenize(std::string_view text, std::vector<std::string_view>& pieces);
 
+// GPT-2's reversible map from bytes to printable code points, in which encoder.json and
+// vocab.bpe spell tokens: printable Latin-1 bytes map to themselves, the rest to 256, 257, ...
+std::array<char32_t, 256> gpt2_byte_to_codepoint();
+
 class Gpt2Tokenizer final : public Tokenizer {
  public:
   // `dir` holds encoder.json and vocab.bpe; `spec` is what spec() returns.

@@ -17,6 +17,7 @@
 #include "data/shard.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/json.hpp"
 #include "util/rng.hpp"
 
 namespace attnres::data {
@@ -111,12 +112,8 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   const std::string manifest_path = (fs::path(dir) / kManifestName).string();
   require(fs::is_regular_file(manifest_path), "'", dir, "' is not a prepared dataset: no ", kManifestName,
           " (run 'attnres prepare', or it did not finish)");
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_text_file(manifest_path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(manifest_path, ": malformed JSON: ", e.what());
-  }
+  const nlohmann::json m =
+      parse_json(read_text_file(manifest_path), [&] { return concat(manifest_path, ": malformed JSON: "); });
   require(m.is_object() && m.value("format", "") == "attnres-token-shards", manifest_path,
           ": not an attnres dataset manifest");
   const std::uint64_t version = get_u64(m, "format_version", manifest_path);

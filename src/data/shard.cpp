@@ -1,8 +1,5 @@
 #include "data/shard.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -91,12 +88,12 @@ ShardWriter::~ShardWriter() {
 void ShardWriter::open_shard() {
   const std::string name = shard_file_name(split_, shards_.size());
   final_path_ = (std::filesystem::path(dir_) / name).string();
-  temp_path_ = (std::filesystem::path(dir_) / ("." + name + ".tmp." + std::to_string(::getpid()))).string();
+  temp_path_ = temporary_path(final_path_);
   file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (!file_) fail("cannot create '", temp_path_, "': ", std::strerror(errno));
+  if (!file_) fail("cannot write '", final_path_, "': cannot create its temporary '", temp_path_, "': ", std::strerror(errno));
   // A zeroed header until the shard is complete: an interrupted file has no valid magic.
   const unsigned char zeros[kShardHeaderBytes] = {};
-  write_bytes(file_, zeros, sizeof zeros, temp_path_);
+  write_bytes(file_, zeros, sizeof zeros, final_path_);
   shard_tokens_ = 0;
   hasher_ = Hasher64();
 }
@@ -105,7 +102,7 @@ void ShardWriter::flush_buffer() {
   if (buffered_ == 0) return;
   const std::size_t bytes = buffered_ * token_bytes_;
   hasher_.update(buffer_.data(), bytes);
-  write_bytes(file_, buffer_.data(), bytes, temp_path_);
+  write_bytes(file_, buffer_.data(), bytes, final_path_);
   buffered_ = 0;
 }
 
@@ -118,8 +115,8 @@ void ShardWriter::close_shard() {
   h.checksum = hasher_.digest();
   unsigned char header[kShardHeaderBytes];
   encode_shard_header(h, header);
-  if (std::fseek(file_, 0, SEEK_SET) != 0) fail("cannot seek in '", temp_path_, "': ", std::strerror(errno));
-  write_bytes(file_, header, sizeof header, temp_path_);
+  if (std::fseek(file_, 0, SEEK_SET) != 0) fail("cannot write '", final_path_, "': seek failed: ", std::strerror(errno));
+  write_bytes(file_, header, sizeof header, final_path_);
   std::FILE* file = file_;
   file_ = nullptr;
   commit_file(file, temp_path_, final_path_);

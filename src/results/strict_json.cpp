@@ -4,6 +4,7 @@
 
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/json.hpp"
 
 namespace attnres::results {
 
@@ -99,12 +100,7 @@ void JsonObject::finish() const {
 }
 
 json parse_json_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(path, ": invalid JSON: ", e.what());
-  }
+  return parse_json(read_text_file(path), [&] { return concat(path, ": invalid JSON: "); });
 }
 
 }  // namespace attnres::results

@@ -81,6 +81,7 @@ StoredCheckpoint read_checkpoint(const RunFiles& files, const ParamLayout& layou
     const StoredTensor& t = f.at(name, ckpt);
     require(t.dtype == DType::F32 && t.numel() == layout.total(), "'", ckpt, "': tensor '", name,
             "' does not match this model");
+    require_finite(t, name, ckpt);
     dst->resize(static_cast<std::size_t>(layout.total()));
     std::memcpy(dst->data(), t.bytes.data(), t.bytes.size());
   }

@@ -1,6 +1,7 @@
 #include "train/evaluate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "util/error.hpp"
@@ -31,6 +32,9 @@ EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split
     for (int i = 0; i < b; ++i)
       order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
     const double mean = loss(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(b) * (seq + 1)), b, seq);
+    // A NaN or infinite loss is never a result: the weights are corrupt or diverged.
+    require(std::isfinite(mean), "the loss on windows ", w0, "..", w0 + b - 1, " of split '", split.split(), "' of '",
+            split.dir(), "' is ", mean, ": the model's weights are not usable");
     total += mean * b * seq;
   }
   if (comm != nullptr) total = comm->sum(total);

@@ -137,19 +137,24 @@ TEST_F(TrainTest, NonFiniteLossStopsWithTheLastGoodCheckpoint) {
   const fs::path out = runs.path() / "run";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
   ASSERT_EQ(rc, 0);
-  // Poison the weights in the checkpoint: the next step's loss is NaN.
+  // Poison the weights in the checkpoint: finite (a NaN would be refused at load), but so large
+  // that the next step's loss overflows.
   const std::string ckpt = (out / "checkpoint.safetensors").string();
   SafetensorsFile f = read_safetensors(ckpt);
   auto& params = f.tensors.at("params");
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(params.bytes.data(), &nan, sizeof nan);
+  for (std::size_t i = 0; i + 4 <= params.bytes.size(); i += 4) {
+    float v;
+    std::memcpy(&v, params.bytes.data() + i, 4);
+    v *= 3e37f;
+    std::memcpy(params.bytes.data() + i, &v, 4);
+  }
   std::vector<TensorRef> refs;
   for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
   write_safetensors(ckpt, f.metadata, refs);
   const std::string before = read_file(ckpt);
   const CliResult r = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string() + " --resume");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("became nan"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the training loss became"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(ckpt), before);  // the last good checkpoint is kept
 }
 
@@ -166,6 +171,9 @@ TEST_F(TrainTest, BadConfigurationsNameTheKey) {
   expect_error(base + " --set model.n_blocks=3", "model.n_blocks");
   expect_error(base + " --set model.residual=blocky", "blocky");
   expect_error(base + " --set train.lr=abc", "train.lr");
+  // Integers out of range are errors, not silently wrapped (4294967304 = 2^32 + 8 would become 8).
+  expect_error(base + " --set train.batch_size=4294967304", "'train.batch_size': must be an integer from");
+  expect_error(base + " --set train.seed=-1", "'train.seed': must be an integer from 0 to");
   std::ofstream(runs.path() / "bad.toml") << "[train]\nlr = 1e-3\nunknown_key = 4\n";
   expect_error("train --config " + runs.str("bad.toml") + " --data " + data() + " --out " + runs.str("y"),
                "unknown_key");

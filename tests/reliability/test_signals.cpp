@@ -1,0 +1,109 @@
+// SIGINT and SIGTERM while a checkpoint is being written: the first signal lets the write finish
+// and stops cleanly after it; a second one ends the process at once (exit 128 + signal) with the
+// previous checkpoint whole. Either way --resume ends with the weights of an undisturbed run.
+#include "reliability/reliability_util.hpp"
+#include "util/rng.hpp"
+
+using namespace attnres;
+using namespace attnres::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string train(const fs::path& run) { return TinyRun::get().train(run); }
+fs::path reference() { return TinyRun::get().run / "model.safetensors"; }
+
+}  // namespace
+
+TEST(Signals, OneSignalDuringACheckpointWriteFinishesItAndStops) {
+  for (const std::string sig : {"SIGINT", "SIGTERM"}) {
+    TempDir runs("attnres_one_signal");
+    const fs::path run = runs.path() / "run";
+    // Raised from inside the first write to the second checkpoint (step 4).
+    const CliResult r =
+        run_cli_with(fault_env("op=write,path=checkpoint.safetensors,nth=2,signal=" + sig + ",count=1"), train(run));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("stopped at step 4"), std::string::npos) << r.output;
+    EXPECT_EQ(checkpoint_step(run), 4);
+    EXPECT_EQ(hidden_files(run), std::vector<std::string>{});
+    const CliResult resumed = run_cli(train(run) + " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    expect_same_weights(reference(), run / "model.safetensors");
+    EXPECT_EQ(metrics_without_timing(reference().parent_path() / "metrics.jsonl"),
+              metrics_without_timing(run / "metrics.jsonl"));
+  }
+}
+
+TEST(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) {
+  for (const auto& [sig, code] : {std::pair{std::string("SIGINT"), 130}, std::pair{std::string("SIGTERM"), 143}}) {
+    TempDir runs("attnres_two_signals");
+    const fs::path run = runs.path() / "run";
+    const CliResult r =
+        run_cli_with(fault_env("op=write,path=checkpoint.safetensors,nth=2,signal=" + sig + ",count=2"), train(run));
+    EXPECT_EQ(r.exit_code, code) << r.output;
+    EXPECT_NE(r.output.find("second signal"), std::string::npos) << r.output;
+    EXPECT_EQ(checkpoint_step(run), 2);  // the write of step 4 never replaced it
+    const CliResult resumed = run_cli(train(run) + " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_EQ(hidden_files(run), std::vector<std::string>{}) << "the killed write's temporary was not cleaned up";
+    expect_same_weights(reference(), run / "model.safetensors");
+    EXPECT_EQ(metrics_without_timing(reference().parent_path() / "metrics.jsonl"),
+              metrics_without_timing(run / "metrics.jsonl"));
+  }
+}
+
+// Signals from outside at random moments, while slowed-down checkpoint writes take most of the
+// time: after every interruption the files verify, a second signal ends the process within a
+// second, and the run resumed to the end matches the undisturbed one.
+TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
+  TempDir runs("attnres_signal_storm");
+  const fs::path run = runs.path() / "run";
+  const std::string log = runs.str("log.txt");
+  // 32 steps, a checkpoint after each.
+  const std::string every_step = " --set train.tokens=4096 --set train.checkpoint_every=1";
+  const CliResult undisturbed = run_cli(train(runs.path() / "reference") + every_step);
+  ASSERT_EQ(undisturbed.exit_code, 0) << undisturbed.output;
+  const std::vector<std::string> slow = {"ATTNRES_FAULT=op=write,path=checkpoint.safetensors,nth=0,delay_ms=10",
+                                         std::string("LD_PRELOAD=") + ATTNRES_FAULT_SHIM,
+                                         "ASAN_OPTIONS=verify_asan_link_order=0"};
+  Rng rng(7);
+  int interruptions = 0, clean_stops = 0, second_signal_exits = 0;
+  for (int attempt = 0; attempt < 40 && !fs::exists(run / "train_result.json"); ++attempt) {
+    const bool resume = fs::exists(run / "checkpoint.safetensors");
+    Process p(train(run) + every_step + (resume ? " --resume" : ""), slow, log);
+    ASSERT_TRUE(p.started());
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng.below(400)));
+    p.signal(attempt % 2 == 0 ? SIGINT : SIGTERM);
+    int code = -1;
+    if (rng.below(2) == 0) {  // a second signal: must end the process promptly
+      std::this_thread::sleep_for(std::chrono::milliseconds(1 + rng.below(20)));
+      p.signal(SIGINT);
+      code = p.wait_for(std::chrono::milliseconds(1000));
+      EXPECT_NE(code, -1) << "the process ignored a second signal for a second";
+      if (code == -1) code = p.wait();
+      EXPECT_TRUE(code == 0 || code == 130) << code;  // 0: it had stopped on the first one already
+    } else {
+      code = p.wait();
+      // 0: stopped cleanly; 130/143: the signal came before the handlers were installed.
+      EXPECT_TRUE(code == 0 || code == 130 || code == 143) << code;
+    }
+    ++interruptions;
+    clean_stops += code == 0;
+    second_signal_exits += code == 130;
+    if (fs::exists(run / "checkpoint.safetensors")) {
+      checkpoint_step(run);
+      EXPECT_TRUE(read_safetensors((run / "model.safetensors").string()).checksummed);
+    }
+  }
+  std::printf("%d interruptions: %d clean stops, %d exits on a second signal (or before the handlers)\n",
+              interruptions, clean_stops, second_signal_exits);
+  EXPECT_GE(clean_stops, 1);
+  EXPECT_GE(second_signal_exits, 1);
+  const bool resume = fs::exists(run / "checkpoint.safetensors");
+  const CliResult last = run_cli(train(run) + every_step + (resume ? " --resume" : ""));
+  ASSERT_TRUE(last.exit_code == 0 || fs::exists(run / "train_result.json")) << last.output << read_file(log);
+  EXPECT_EQ(hidden_files(run), std::vector<std::string>{});
+  expect_same_weights(runs.path() / "reference" / "model.safetensors", run / "model.safetensors");
+  EXPECT_EQ(metrics_without_timing(runs.path() / "reference" / "metrics.jsonl"),
+            metrics_without_timing(run / "metrics.jsonl"));
+}
