@@ -150,10 +150,12 @@ struct EvalArgs {
 };
 
 // Saved weights on a device, for batches of up to `batch` windows of `seq` tokens.
-std::unique_ptr<InferenceBackend> load_model(const std::string& device, const std::string& weights,
-                                             const ModelConfig& config, int batch, int seq) {
+// `file` is the weights file already read from `path` (read once: its digests are checked once).
+std::unique_ptr<InferenceBackend> load_model(const std::string& device, const SafetensorsFile& file,
+                                             const std::string& path, const ModelConfig& config, int batch,
+                                             int seq) {
   std::unique_ptr<InferenceBackend> model = make_inference_backend(device, config, batch, seq);
-  model->load_weights(weights);
+  model->load_weights(file, path);
   return model;
 }
 
@@ -175,7 +177,7 @@ void run_eval(const EvalArgs& a) {
       require(tok->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
               tok->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
     const EvalResult r =
-        evaluate_split(*load_model(a.device, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
+        evaluate_split(*load_model(a.device, file, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
     nll_sum = r.nll * double(r.tokens);
     tokens = r.tokens;
     // Bytes of the scored text: decode the scored tokens (end-of-text counts no bytes).
@@ -188,7 +190,7 @@ void run_eval(const EvalArgs& a) {
     auto tok = file.metadata.find("tokenizer");
     require(tok != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; evaluate with --data");
     const auto tokenizer = data::make_tokenizer(tok->second);
-    const std::unique_ptr<InferenceBackend> model = load_model(a.device, a.checkpoint, config, 1, seq);
+    const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, seq);
     for (const auto& path : a.text) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
@@ -268,7 +270,7 @@ void run_sample(const SampleArgs& a) {
   }
   const auto tokenizer = data::make_tokenizer(spec);
   require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", spec, "' does not fit the model's vocabulary");
-  const std::unique_ptr<InferenceBackend> model = load_model("cpu", a.checkpoint, config, 1, config.max_seq_len);
+  const std::unique_ptr<InferenceBackend> model = load_model("cpu", file, a.checkpoint, config, 1, config.max_seq_len);
   const std::unique_ptr<Decoder> decoder = model->decoder(1);
   // Training documents start after an end-of-text token, so a prompt does too.
   std::vector<std::int32_t> ids = {tokenizer->eot_id()};

@@ -52,8 +52,9 @@ class CpuModelBackend : public Interface {
                   model_.matmul_precision() == kernels::MatmulPrecision::bf16 ? ", bf16 matmuls" : "");
   }
 
-  void load_weights(const std::string& path) override {
-    attnres::load_weights<float>(path, model_.config(), model_.layout(), model_.params());
+  using Interface::load_weights;
+  void load_weights(const SafetensorsFile& file, const std::string& path) override {
+    attnres::load_weights<float>(file, path, model_.config(), model_.layout(), model_.params());
   }
   double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {
     return model_.forward(tokens, batch, seq);

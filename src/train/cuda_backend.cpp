@@ -30,9 +30,10 @@ class CudaModelBackend : public Interface {
                   kernels::to_string(model_.precision()));
   }
 
-  void load_weights(const std::string& path) override {
+  using Interface::load_weights;
+  void load_weights(const SafetensorsFile& file, const std::string& path) override {
     std::vector<float> params(static_cast<std::size_t>(model_.n_params()));
-    attnres::load_weights<float>(path, model_.config(), model_.layout(), params);
+    attnres::load_weights<float>(file, path, model_.config(), model_.layout(), params);
     model_.load_params_from_host(params);
   }
   double loss(std::span<const std::int32_t> tokens, int batch, int seq) override {

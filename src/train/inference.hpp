@@ -13,6 +13,7 @@
 #include "kernels/precision.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
+#include "model/safetensors.hpp"
 
 namespace attnres {
 
@@ -44,8 +45,10 @@ class InferenceBackend {
   virtual const ParamLayout& layout() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu, 2 threads" or "cuda:0 (NVIDIA H200), bf16"
 
-  // Weights from a safetensors file written for this configuration (model/safetensors.hpp).
-  virtual void load_weights(const std::string& path) = 0;
+  // Weights from a safetensors file written for this configuration (model/safetensors.hpp):
+  // one already read (`file`, read from `path`, which names it in errors), or read here.
+  virtual void load_weights(const SafetensorsFile& file, const std::string& path) = 0;
+  void load_weights(const std::string& path) { load_weights(read_safetensors(path), path); }
   // Mean next-token loss of [batch, seq+1] tokens, forward only.
   virtual double loss(std::span<const std::int32_t> tokens, int batch, int seq) = 0;
   // Logits [batch, seq, vocab] (host, fp32) for inputs [batch, seq].

@@ -187,8 +187,8 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
   EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'armz' is not part"), std::string::npos);
   write_edited(spec, spec_text, [](json& s) { s["model"] = "tiny"; });
   EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'model' must be an object"), std::string::npos);
-  write_edited(spec, spec_text, [](json& s) { s["version"] = 2; });
-  EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'version' is 2; this build reads version 1"),
+  write_edited(spec, spec_text, [](json& s) { s["version"] = 3; });
+  EXPECT_NE(error_of([&] { read_experiment_spec(spec); }).find("key 'version' is 3; this build reads versions 1 and 2"),
             std::string::npos);
   EXPECT_NE(error_of([&] { read_experiment_spec(tmp.file("none.json")); }).find("none.json: not found"),
             std::string::npos);
