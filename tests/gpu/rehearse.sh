@@ -129,7 +129,7 @@ verify() {
       lc = longest * scale; tc = tail * scale
       est = (bc / 16 > lc ? bc / 16 : lc) + tc
       printf "build: %.0f s CPU in %d s wall; longest step %s: ~%.0f s CPU; after it (archive, link): ~%.0f s CPU\n", bc, bw, name, lc, tc
-      printf "estimate at 16 idle cores: configure ~%.0f s (serial: about its CPU time), build ~%.0f s (max(CPU/16, longest step) + link)\n", cc, est
+      printf "estimate at 16 idle cores: configure ~%.0f-%.0f s (serial: its CPU time to twice that), build ~%.0f s (max(CPU/16, longest step) + link)\n", cc, 2 * cc, est
     }' "$dev/timings.tsv" | tee -a "$report"
   if [ "$fail" = 0 ]; then note "rehearse: PASSED (what needs a GPU was not run)"; else note "rehearse: FAILED"; fi
   return "$fail"
@@ -195,7 +195,7 @@ if [ "$upper" != none ]; then
   test ! -e /usr/include/nlohmann/json.hpp || { echo "rehearse: the overlay does not hide /usr/include/nlohmann"; exit 90; }
 fi
 echo "rehearse: 4. device-run.sh (pkg-config: $(command -v pkg-config || echo none);" \
-     "/usr/include/nlohmann: $(ls /usr/include/nlohmann 2> /dev/null | wc -l) files; cblas.h: $(test -e /usr/include/x86_64-linux-gnu/cblas.h && echo found || echo none))"
+     "/usr/include/nlohmann: $(find /usr/include/nlohmann -type f 2> /dev/null | wc -l) files; cblas.h: $(test -e /usr/include/x86_64-linux-gnu/cblas.h && echo found || echo none))"
 cd "$tree"
 GPU_SCRATCH="$scratch/gpu" DEB_EXTRACT=ar bash tests/gpu/device-run.sh "$out/device" 1500
 echo "$?" > "$scratch/device-rc"
