@@ -5,6 +5,10 @@
 #   make sanitize   build the test suite with ASan + UBSan (build-sanitize/) and run it
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and fuzz each one for
 #                   FUZZ_SECONDS seconds (docs/reliability.md)
+# GPU work (docs/cuda.md "Running on a bare GPU machine"):
+#   make gpu-bundle      collect the GPU-check build's dependencies into .gpu/bundle
+#   make gpu-rehearsal   rehearse tests/gpu/device-run.sh here, without a GPU (minutes; not in `make test`)
+#                        EMULATE="--only c --steps 1" also runs those checks under the CPU emulator
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
@@ -15,7 +19,7 @@ JOBS ?= $(shell nproc)
 # Tests that cannot run under the sanitizers, by CTest label; each label's reason is printed.
 SANITIZE_EXCLUDE = no_sanitize
 
-.PHONY: all deps configure build test demo docs sanitize fuzz clean
+.PHONY: all deps configure build test demo docs sanitize fuzz clean gpu-bundle gpu-rehearsal
 
 all: build
 
@@ -54,6 +58,12 @@ fuzz: deps
 	  > $(FUZZ_BUILD).configure.log 2>&1 || { cat $(FUZZ_BUILD).configure.log; exit 1; }
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target attnres_fuzz
 	@bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+gpu-bundle:
+	@bash scripts/gpu-bundle.sh
+
+gpu-rehearsal:
+	@EMULATE="$(EMULATE)" bash tests/gpu/rehearse.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \

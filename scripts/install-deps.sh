@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config make
+  ninja-build                  # the GPU-check build (tests/gpu/check.sh, device-run.sh) and its rehearsal
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev       # CBLAS GEMMs (the OpenMP build: one thread pool with the model's loops)
   nlohmann-json3-dev           # JSON: configs in safetensors headers, manifests, metrics

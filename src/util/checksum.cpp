@@ -1,5 +1,7 @@
 #include "util/checksum.hpp"
 
+// Header-only (no libxxhash to link, so the bare-GPU bundle carries just the header).
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstdio>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU checks of the CUDA backend (docs/cuda.md): builds attnres_gpu_check into build-gpu/ (CUDA on,
-# benchmarks off) when needed, then runs it under a time budget. Needs the CUDA toolkit, the Debian
-# packages of scripts/install-deps.sh and one NVIDIA GPU; no network. Prints one table and exits
+# GPU checks of the CUDA backend (docs/cuda.md): builds attnres_gpu_check into build-gpu/ (the
+# GPU-check build, ATTNRES_GPU_CHECK_ONLY) when needed, then runs it under a time budget. Needs the
+# CUDA toolkit, OpenBLAS, nlohmann-json and toml++ (scripts/install-deps.sh; on a machine without
+# them: tests/gpu/device-run.sh) and one NVIDIA GPU; no network. Prints one table and exits
 # non-zero when a check failed (performance targets only count with --strict).
 #
 #   tests/gpu/check.sh [attnres_gpu_check options: --only abcd --strict --no-m --quick --steps N]
@@ -23,13 +24,15 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 start=$(date +%s)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   mkdir -p "$build"
-  if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTNRES_CUDA=ON -DATTNRES_BUILD_BENCH=OFF \
-      > "$build/configure.log" 2>&1; then
+  generator=()
+  if command -v ninja > /dev/null; then generator=(-G Ninja); fi
+  if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNRES_CUDA=ON \
+      -DATTNRES_GPU_CHECK_ONLY=ON > "$build/configure.log" 2>&1; then
     cat "$build/configure.log"
     exit 1
   fi
 fi
-cmake --build "$build" --target attnres_gpu_check -j "$jobs" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
+cmake --build "$build" --target attnres_gpu_check -j "$jobs" 2>&1 | grep -Ev '^\[ *[0-9]+(/[0-9]+)?%?\]' || true
 test -x "$build/tests/gpu/attnres_gpu_check" || { echo "check.sh: build failed" >&2; exit 1; }
 echo "check.sh: built in $(( $(date +%s) - start )) s; running (budget ${budget} s)"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU emulation of the CUDA backend, for working on src/cuda without a GPU (a development tool:
-# not part of the build, CI or tests/gpu/check.sh).
+# not part of the default build, CI or tests/gpu/check.sh).
 #
 # The .cu files are rewritten (gen.py: kernel launches -> emu::launch, extern __shared__ ->
 # per-launch buffers) and compiled as C++ with include/: every block runs with one real thread
@@ -11,34 +11,17 @@
 # Slow: check (a) takes about 5 minutes on 2 cores.
 #
 #   tests/gpu/emu/run.sh BUILD_DIR [attnres_gpu_check options, e.g. --only a, --only bc --quick]
-# BUILD_DIR: a configured build whose CPU libraries and tests are built (make test / cmake --build);
-# the CUDA toolkit's headers must be installed (CUDA_HOME, default /usr/local/cuda).
+# BUILD_DIR: a build configured with the CUDA backend (ATTNRES_CUDA=AUTO finding nvcc, or ON; the
+# full build or the GPU-check build, any generator). Builds its target attnres_gpu_emu
+# (tests/gpu/emu/CMakeLists.txt; JOBS, default all cores), then runs it with OMP_NUM_THREADS=1
+# unless set.
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [check options]}" && pwd)"
 shift
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-out="$build/gpu-emu"
-mkdir -p "$out/gen" "$out/obj"
-link_txt="$build/tests/model/CMakeFiles/test_model.dir/link.txt"
-test -f "$link_txt" || { echo "run.sh: $link_txt not found: build the CPU tests in $build first" >&2; exit 1; }
-for f in ops depth_read attention; do python3 "$here/gen.py" "$root/src/cuda/$f.cu" "$out/gen/$f.cpp" > /dev/null; done
-flags=(-std=c++20 -O2 -fopenmp -I"$here/include" -I"$cuda/include" -I"$root/src" -I"$root/tests" -DATTNRES_WITH_CUDA=1
-       -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas)
-sources=("$out"/gen/*.cpp "$here/emu_runtime.cpp" "$here/emu_gemm.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/buffer.cpp"
-         "$root/src/cuda/cuda_model.cpp" "$root/src/cuda/cuda_model_passes.cpp" "$root/src/cuda/cuda_adamw.cpp"
-         "$root/src/cuda/collective.cpp" "$root/tests/gpu/check_main.cpp")
-objects=()
-for f in "${sources[@]}"; do
-  o="$out/obj/$(basename "$f" .cpp).o"
-  objects+=("$o")
-  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ "$here/include/emu_device.hpp" -nt "$o" ] || [ "$here/include/emu_mma.h" -nt "$o" ]; then
-    echo "compiling $(basename "$f")"
-    g++ "${flags[@]}" -c "$f" -o "$o"
-  fi
-done
-# The CPU libraries and system libraries of an existing test executable's link line.
-libs=$(sed -e 's/.* -o test_model //' "$link_txt")
-(cd "$build/tests/model" && g++ -fopenmp -o "$out/emu_check" "${objects[@]}" -Wl,--start-group $libs -Wl,--end-group)
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$out/emu_check" "$@"
+if ! cmake --build "$build" --target help 2> /dev/null | grep -q attnres_gpu_emu; then
+  echo "run.sh: $build has no attnres_gpu_emu target: configure it with the CUDA backend (and python3)" >&2
+  exit 1
+fi
+cmake --build "$build" --target attnres_gpu_emu -j "${JOBS:-$(nproc)}" 2>&1 | grep -Ev '^\[ *[0-9]+(/[0-9]+)?%?\]' || true
+test -x "$build/tests/gpu/emu/attnres_gpu_emu" || { echo "run.sh: the emulator build failed" >&2; exit 1; }
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$build/tests/gpu/emu/attnres_gpu_emu" "$@"
