@@ -61,7 +61,7 @@ std::string meta_line(const ExperimentSummary& s) {
   for (const auto seed : s.spec.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(seed);
   std::string ms;
   for (const auto m : s.spec.milestones) ms += (ms.empty() ? "" : ", ") + format_tokens(static_cast<double>(m));
-  return concat(s.spec.preset.empty() ? "" : "preset " + s.spec.preset + " · ", s.spec.arms.size(), " arms · seeds ",
+  return concat(experiment_brief(s).empty() ? "" : experiment_brief(s) + " · ", s.spec.arms.size(), " arms · seeds ",
                 seeds, " · ", format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run · milestones ", ms,
                 " · baseline ", s.spec.baseline, " · ", s.runs.size(), " of ", s.runs.size() + s.missing.size(),
                 " runs finished");

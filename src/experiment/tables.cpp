@@ -287,10 +287,16 @@ std::vector<Table> all_tables(const ExperimentSummary& s, bool detailed) {
   return tables;
 }
 
+std::string experiment_brief(const ExperimentSummary& s) {
+  if (s.spec.name.empty()) return s.spec.preset.empty() ? "" : "preset " + s.spec.preset;
+  return concat("protocol ", s.spec.name, " · ", model_value(s.spec.model, "n_layers"), " layers × ",
+                model_value(s.spec.model, "d_model"));
+}
+
 std::string format_summary_table(const ExperimentSummary& s) {
   std::string out = concat("Experiment ", s.dir, ": ", s.spec.arms.size(), " arms, ", s.spec.seeds.size(), " seeds, ",
                            format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run",
-                           s.spec.preset.empty() ? "" : ", preset " + s.spec.preset, "; baseline ", s.spec.baseline,
+                           experiment_brief(s).empty() ? "" : ", " + experiment_brief(s), "; baseline ", s.spec.baseline,
                            "\n");
   out += concat("Finished runs: ", s.runs.size(), " of ", s.runs.size() + s.missing.size());
   if (!s.missing.empty()) {

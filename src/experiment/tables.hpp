@@ -37,5 +37,8 @@ std::vector<Table> all_tables(const ExperimentSummary& summary, bool detailed);
 
 // The experiment line, the finished/missing runs and the headline tables as aligned plain text.
 std::string format_summary_table(const ExperimentSummary& summary);
+// What was trained, for a summary's first line: "protocol cpu · 12 layers × 64" for an experiment
+// from a protocol file (its model is the file's, over a base preset), "preset small" otherwise.
+std::string experiment_brief(const ExperimentSummary& summary);
 
 }  // namespace attnres::experiment

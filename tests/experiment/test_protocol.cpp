@@ -244,6 +244,8 @@ set = ["model.n_layers=1", "model.n_blocks=1"]
   EXPECT_EQ(group_named(summary.at("groups"), "shallow").at("kind"), "probe");
   EXPECT_NE(r.output.find("Probes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Controls 'controls'"), std::string::npos) << r.output;
+  // The headline names the protocol and its model, not the preset its unset keys came from.
+  EXPECT_NE(r.output.find("protocol mini · 2 layers × 32; baseline block"), std::string::npos) << r.output;
 
   // Rerunning skips every finished run; a changed protocol is refused.
   const auto stamp = fs::last_write_time(dir / "runs/shallow/rd/seed-2/result.json");
