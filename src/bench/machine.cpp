@@ -39,15 +39,6 @@ std::string getenv_or(const char* name, const char* fallback) {
   return v != nullptr ? v : fallback;
 }
 
-std::int64_t proc_status_bytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::string prefix = std::string(key) + ":";
-  while (std::getline(in, line))
-    if (line.rfind(prefix, 0) == 0) return std::atoll(line.c_str() + prefix.size()) * 1024;
-  return 0;
-}
-
 double process_cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);

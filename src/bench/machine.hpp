@@ -1,9 +1,11 @@
 // What a benchmark reports about the machine and its own process: CPU name, cores, load average,
-// the OpenBLAS core, resident memory (/proc/self/status) and CPU time.
+// the OpenBLAS core and CPU time (resident memory: util/memory.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "util/memory.hpp"  // proc_status_bytes, peak_rss_bytes
 
 namespace attnres::bench {
 
@@ -14,10 +16,6 @@ std::string openblas_core(); // openblas_get_corename(), or "unknown"
 
 // A variable of the environment, or `fallback` when it is unset.
 std::string getenv_or(const char* name, const char* fallback);
-
-// A value of /proc/self/status in bytes (VmRSS: now; VmHWM: peak of this process image, which,
-// unlike getrusage's ru_maxrss, does not inherit the parent's footprint across fork + exec).
-std::int64_t proc_status_bytes(const char* key);
 
 // CPU time of this process, all threads, in seconds.
 double process_cpu_seconds();

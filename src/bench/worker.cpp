@@ -100,7 +100,7 @@ json time_arm(const ModelConfig& config, const WorkerOptions& o, kernels::Matmul
               {"loss_first", trainer.loss_first},
               {"loss_last", trainer.loss_last},
               {"params", trainer.params()},
-              {"peak_rss_bytes", proc_status_bytes("VmHWM")},
+              {"peak_rss_bytes", peak_rss_bytes()},
               {"start_rss_bytes", rss_start}};
 }
 

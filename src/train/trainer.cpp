@@ -3,8 +3,6 @@
 // result file's schema (results/train_result.hpp).
 #include "train/trainer.hpp"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -19,15 +17,10 @@
 #include "train/train_log.hpp"
 #include "train/train_step.hpp"
 #include "util/error.hpp"
+#include "util/memory.hpp"
 #include "util/threads.hpp"
 
 namespace attnres {
-
-std::int64_t peak_rss_bytes() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
-}
 
 TrainConfig resolve_vocab(TrainConfig config, const std::string& data_dir) {
   const data::TokenDataset train = data::TokenDataset::open(data_dir, "train", {false, nullptr});

@@ -52,6 +52,4 @@ TrainResult train(const TrainConfig& config, const TrainRunOptions& options);
 // The config with model.vocab_size filled from the prepared data (checked against it).
 TrainConfig resolve_vocab(TrainConfig config, const std::string& data_dir);
 
-std::int64_t peak_rss_bytes();
-
 }  // namespace attnres

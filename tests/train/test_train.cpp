@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/cli_util.hpp"
@@ -19,6 +20,7 @@
 #include "model/safetensors.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
+#include "util/process.hpp"
 #include "util/rng.hpp"
 
 using namespace attnres;
@@ -115,6 +117,24 @@ TEST_F(TrainTest, ResumeAfterSigkillIsBitIdentical) {
   for (const auto& [name, t] : a.tensors) EXPECT_EQ(t.bytes, b.tensors.at(name).bytes) << name;
   EXPECT_EQ(losses(runs.path() / "full/metrics.jsonl"), losses(killed / "metrics.jsonl"));
   EXPECT_EQ(losses(killed / "metrics.jsonl").size(), 48u);
+}
+
+// A run's peak memory is its own, not its parent's: `experiment` starts each run from a worker
+// holding a model (getrusage's ru_maxrss kept the parent's footprint across fork + exec).
+TEST_F(TrainTest, PeakMemoryIsTheRunsOwnNotItsParents) {
+  TempDir runs("attnres_rss");
+  const std::vector<char> ballast(std::size_t{512} << 20, 1);  // 512 MiB, every page touched
+  ASSERT_EQ(ballast[ballast.size() / 2], 1);
+  ChildProcess child;
+  child.argv = {ATTNRES_BINARY};
+  std::istringstream args(kTiny + " --data " + data() + " --out " + runs.str("run") + " --set train.tokens=4096");
+  for (std::string a; args >> a;) child.argv.push_back(a);
+  child.argv.insert(child.argv.begin() + 1, "train");
+  child.capture_stdout = true;
+  ASSERT_EQ(run_child(child).status, 0);
+  const auto peak = nlohmann::json::parse(read_file(runs.path() / "run/train_result.json")).at("peak_rss_bytes");
+  EXPECT_GT(peak.get<std::int64_t>(), 0);
+  EXPECT_LT(peak.get<std::int64_t>(), std::int64_t{256} << 20) << "the parent's 512 MiB counted as the run's";
 }
 
 TEST_F(TrainTest, SigintSavesACheckpointAndExitsCleanly) {
