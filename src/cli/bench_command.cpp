@@ -85,16 +85,19 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--arms", a->arms, "comma-separated arms (prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)")
       ->capture_default_str();
   cmd->add_option("--seq", a->seqs, "comma-separated sequence lengths (default: the config's seq_len), e.g. 256,1024,4096");
-  cmd->add_option("--batch", o.batch, "sequences per step (default: --tokens-per-step / seq)");
+  cmd->add_option("--batch", o.batch, "sequences per step (default: --tokens-per-step / seq)")->check(at_least(1));
   cmd->add_option("--tokens-per-step", o.tokens_per_step,
-                  "tokens per step when --batch is not given (default: the config's batch_size x seq_len)");
+                  "tokens per step when --batch is not given (default: the config's batch_size x seq_len)")
+      ->check(at_least(1));
   cmd->add_option("--vocab", o.vocab, "vocabulary size when the config takes it from the data (vocab_size 0)")
-      ->capture_default_str();
-  cmd->add_option("--steps", o.steps, "timed steps per run")->capture_default_str();
-  cmd->add_option("--warmup", o.warmup, "untimed steps before them")->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(2));
+  cmd->add_option("--steps", o.steps, "timed steps per run")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--warmup", o.warmup, "untimed steps before them")->capture_default_str()->check(at_least(0));
   cmd->add_option("--rounds", o.rounds, "repeat every run this many times, interleaved; step times are pooled")
-      ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "threads for both implementations (0: all cores)");
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--threads", o.threads, "threads for both implementations (0: all cores)")->check(at_least(0));
   cmd->add_option("--seed", o.seed, "initialisation and token seed")->capture_default_str();
   add_device_option(cmd, o.device);
   cmd->add_option("--torch", o.torch, "auto | on | off: also time bench/torch_model.py (auto: when torch imports)")

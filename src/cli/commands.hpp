@@ -12,6 +12,12 @@
 
 namespace CLI {
 class App;
+class Option;
+class Validator;
+}  // namespace CLI
+
+namespace attnres {
+struct SafetensorsFile;
 }
 
 namespace attnres::cli {
@@ -33,6 +39,40 @@ void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& co
 TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
                               const std::vector<std::string>& settings);
 const std::atomic<bool>* install_stop_handlers();
+// The first stop signal received (SIGINT, SIGTERM), 0 if none.
+int stop_signal();
+
+// Thrown by a command that stopped early because of a signal, its work saved and resumable:
+// main exits with 128 + the signal (130 for Ctrl-C).
+struct Interrupted {
+  int signal;
+};
+
+// Option checks and names (options.cpp).
+// A CLI11 check "must be at least MIN (got X)"; CLI11 prefixes the option's name.
+CLI::Validator at_least(double min);
+// Levenshtein distance, and the name of `names` closest to `word` ("" if none is close).
+std::size_t edit_distance(const std::string& a, const std::string& b);
+std::string closest_name(const std::string& word, const std::vector<std::string>& names);
+// Refuses an unknown command or long option before parsing, naming it and suggesting the
+// closest valid one (CLI11 would only say "a subcommand is required" or list the extras).
+void check_command_line(const CLI::App& app, int argc, const char* const* argv);
+
+// --tokens N and --threads N of the commands that train: short for --set train.tokens=N and
+// --set train.threads=N (applied after the --set values).
+struct TrainKeyFlags {
+  std::int64_t tokens = 0;
+  int threads = 0;
+  CLI::Option* tokens_option = nullptr;
+  CLI::Option* threads_option = nullptr;
+};
+void add_train_key_flags(CLI::App* cmd, TrainKeyFlags& flags);
+std::vector<std::string> with_train_key_flags(std::vector<std::string> settings, const TrainKeyFlags& flags);
+
+// The weights of --checkpoint PATH (eval, sample, info): a weights file, a run directory (its
+// model.safetensors) or a training checkpoint (its run's model.safetensors). `path` becomes the
+// file read.
+SafetensorsFile read_model_weights(std::string& path);
 
 // --device cpu|cuda|cuda:N (train/backend.hpp).
 void add_device_option(CLI::App* cmd, std::string& device);

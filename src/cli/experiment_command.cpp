@@ -1,6 +1,7 @@
 // `attnres experiment`: the paired multi-seed comparison, then its summary.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -18,7 +19,7 @@ namespace {
 struct ExperimentArgs {
   std::string preset, config, data, out, arms = "block,rd", seeds = "1,2,3", worker;
   std::vector<std::string> settings;
-  std::int64_t tokens = 0;
+  TrainKeyFlags key_flags;
   std::string device = "cpu";
   std::string protocol;
   double effect = 0;  // 0: none (or the protocol's)
@@ -40,7 +41,8 @@ void register_experiment_command(CLI::App& app) {
   auto* arms = cmd->add_option("--arms", a->arms, "comma-separated: prenorm, full, block, rd, rd-tied, rd-average, "
                                                   "rd-frozen; the first is the baseline (default block,rd)");
   auto* seeds = cmd->add_option("--seeds", a->seeds, "comma-separated seeds (default 1,2,3)");
-  auto* tokens = cmd->add_option("--tokens", a->tokens, "training tokens per run (default: the preset's budget)");
+  add_train_key_flags(cmd, a->key_flags);
+  auto* tokens = a->key_flags.tokens_option;
   auto* data = cmd->add_option("--data", a->data, "prepared data directory (required without --protocol)");
   for (auto* opt : {arms, seeds, tokens, data}) opt->excludes(protocol);
   for (const char* name : {"--preset", "--config", "--set"}) cmd->get_option(name)->excludes(protocol);
@@ -65,16 +67,24 @@ void register_experiment_command(CLI::App& app) {
     } else {
       require(!a->data.empty(), "--data is required (or give --protocol FILE)");
       require(!a->out.empty(), "--out is required");
-      o.base = load_train_config(a->preset, a->config, a->settings);
-      if (a->tokens > 0) o.base.tokens = a->tokens;
+      // Every run sets these itself (its arm and seed): a --set of them would be silently overridden.
+      for (const std::string& setting : a->settings) {
+        std::string key = setting.substr(0, setting.find('='));
+        std::erase_if(key, [](char c) { return c == ' ' || c == '\t'; });
+        const auto& overridden = experiment::per_run_keys();
+        require(std::find(overridden.begin(), overridden.end(), key) == overridden.end(), "--set ", setting,
+                ": every run of an experiment sets ", key,
+                " itself from its arm and seed; choose them with --arms and --seeds");
+      }
+      o.base = load_train_config(a->preset, a->config, with_train_key_flags(a->settings, a->key_flags));
       o.preset = a->preset.empty() ? a->config : a->preset;
       o.arms = split_list(a->arms);
       for (const auto& s : split_list(a->seeds)) {
-        try {
-          o.seeds.push_back(std::stoull(s));
-        } catch (const std::exception&) {
-          fail("--seeds: '", s, "' is not a non-negative integer");
-        }
+        // Digits only: std::stoull would take "-1" as 2^64 - 1.
+        const bool digits = !s.empty() && s.size() <= 18 &&
+                            std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+        require(digits, "--seeds: '", s, "' is not a non-negative integer (below 10^18)");
+        o.seeds.push_back(std::stoull(s));
       }
       o.data_dir = a->data;
     }
@@ -98,6 +108,7 @@ void register_experiment_command(CLI::App& app) {
     if (!complete) {
       std::printf("experiment '%s' is not complete yet (stopped, or other workers still running); rerun to continue\n",
                   a->out.c_str());
+      if (stop_signal() != 0) throw Interrupted{stop_signal()};
       return;
     }
     const experiment::ExperimentSummary summary = experiment::summarize(a->out, summary_options);

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "util/error.hpp"
@@ -40,8 +42,31 @@ void configure_runtimes(char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on as configured
 }
 
+// `attnres --version`: what this binary is and what it was built with.
+std::string version_text() {
+  std::string text = "attnres " ATTNRES_GIT_HASH "\ncompiler: ";
+#if defined(__clang__)
+  text += "clang " __clang_version__;
+#elif defined(__GNUC__)
+  text += "gcc " __VERSION__;
+#else
+  text += "unknown";
+#endif
+  text += std::string("\nblas: ") + openblas_get_config();
+  text += "\ncuda: " ATTNRES_CUDA_BUILD;
+#ifdef ATTNRES_WITH_MPI
+  text += "\nmpi: on";
+#else
+  text += "\nmpi: off";
+#endif
+  return text;
+}
+
 }  // namespace
 
+// Exit codes (docs/training.md, "Exit codes"): 0 done; 1 a user error (a bad flag, config, file or
+// input; the message names it); 2 an internal error (a bug: please report it); 128 + N stopped by
+// signal N, work saved and resumable (130: Ctrl-C, 143: SIGTERM).
 int main(int argc, char** argv) {
   configure_runtimes(argv);
   CLI::App app{
@@ -50,6 +75,9 @@ int main(int argc, char** argv) {
       "Run 'attnres COMMAND --help' for the options of a command."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
+  app.set_version_flag("--version", version_text(), "Print the build's git hash, compiler, BLAS and CUDA/MPI support");
+  app.footer("Exit codes: 0 done, 1 user error (named in the message), 2 internal error,\n"
+             "130/143 stopped by SIGINT/SIGTERM with the work saved (rerun with --resume or the same command).");
 
   attnres::cli::register_prepare_command(app);
   attnres::cli::register_tokenizer_command(app);
@@ -61,11 +89,19 @@ int main(int argc, char** argv) {
   attnres::cli::register_bench_command(app);
 
   try {
+    attnres::cli::check_command_line(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (help and --version: the text, exit 0); any failure to parse is a
+    // user error.
+    return app.exit(e) == 0 ? 0 : 1;
+  } catch (const attnres::cli::Interrupted& stopped) {
+    return 128 + stopped.signal;
   } catch (const attnres::Error& e) {
     std::fprintf(stderr, "attnres: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attnres: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnres: internal error: %s\n", e.what());

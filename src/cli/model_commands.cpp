@@ -13,9 +13,13 @@ namespace attnres::cli {
 void register_model_commands(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Print a checkpoint's model config, parameter names, shapes and counts");
   auto path = std::make_shared<std::string>();
-  cmd->add_option("checkpoint", *path, "weights file (.safetensors)")->required();
+  cmd->add_option("--checkpoint,checkpoint", *path,
+                  "model.safetensors, a run directory, or its checkpoint.safetensors (as --checkpoint or the "
+                  "only argument)")
+      ->required();
   cmd->callback([path] {
-    const ModelConfig config = read_weights_config(*path);
+    std::string file_path = *path;
+    const ModelConfig config = weights_config(read_model_weights(file_path), file_path);
     const ParamLayout layout(config);
     std::printf("config: %s\n", nlohmann::json(config).dump().c_str());
     for (const auto& p : layout.params()) {

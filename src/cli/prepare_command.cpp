@@ -1,6 +1,7 @@
 // attnres prepare: corpus files -> train/val/test token shards + manifest.json.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_train.hpp"
+#include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/threads.hpp"
 
@@ -64,7 +66,21 @@ void run_prepare(const PrepareArgs& args) {
   options.fractions = args.fractions;
   options.shard_tokens = args.shard_tokens;
   options.progress = !args.quiet;
-  data::prepare_dataset(options, *tokenizer);
+  const data::PrepareSummary summary = data::prepare_dataset(options, *tokenizer);
+  // Splits are drawn per document, so a few long documents can leave one empty or too short:
+  // said now rather than when `train` or `experiment` refuses it.
+  const std::int64_t window = preset("tiny").seq_len + 1;
+  const char* const names[] = {"train", "val", "test"};
+  for (int s = 0; s < data::kNumSplits; ++s) {
+    if (summary.tokens[s] >= static_cast<std::uint64_t>(window)) continue;
+    std::fprintf(stderr,
+                 "prepare: warning: split '%s' holds %llu tokens (%llu documents), %s; splits are drawn per "
+                 "document: give more documents or larger --val-fraction/--test-fraction\n",
+                 names[s], static_cast<unsigned long long>(summary.tokens[s]),
+                 static_cast<unsigned long long>(summary.documents[s]),
+                 summary.tokens[s] == 0 ? "so train and experiment will refuse it"
+                                        : concat("fewer than one window of the tiny preset (", window, " tokens)").c_str());
+  }
 }
 
 }  // namespace
@@ -85,15 +101,17 @@ void register_prepare_command(CLI::App& app) {
   cmd->add_option("--val-fraction", args->fractions.val, "Fraction of documents for validation")
       ->capture_default_str();
   cmd->add_option("--test-fraction", args->fractions.test, "Fraction of documents for test")->capture_default_str();
-  cmd->add_option("--shard-tokens", args->shard_tokens, "Most tokens per shard file")->capture_default_str();
+  cmd->add_option("--shard-tokens", args->shard_tokens, "Most tokens per shard file")->capture_default_str()
+      ->check(at_least(1));
   cmd->add_option("--vocab-size", args->vocab_size, "Vocabulary of the trained sp tokenizer (without --tokenizer)")
       ->capture_default_str()
       ->excludes(tokenizer);
   cmd->add_option("--max-sentences", args->max_sentences,
                   "Most training lines for the sp tokenizer (a deterministic sample beyond)")
       ->capture_default_str()
+      ->check(at_least(1))
       ->excludes(tokenizer);
-  cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(at_least(0));
   cmd->add_flag("--quiet", args->quiet, "No progress output");
   cmd->callback([args] { run_prepare(*args); });
 }

@@ -92,8 +92,9 @@ void register_tokenizer_command(CLI::App& app) {
   t->add_option("--test-fraction", train->options.fractions.test, "Test fraction (as for prepare)")
       ->capture_default_str();
   t->add_option("--max-sentences", train->options.max_sentences, "Most training lines (a deterministic sample beyond)")
+      ->check(at_least(1))
       ->capture_default_str();
-  t->add_option("--threads", train->threads, "Threads (0 = all cores)")->capture_default_str();
+  t->add_option("--threads", train->threads, "Threads (0 = all cores)")->capture_default_str()->check(at_least(0));
   t->add_flag("--quiet", train->quiet, "No progress output");
   t->callback([train] { run_train(*train); });
 

@@ -34,7 +34,8 @@ namespace {
 // written through temporaries (util/atomic_file), so a checkpoint being written is simply not
 // renamed into place and the previous one stays whole. Only async-signal-safe calls here.
 std::atomic<bool> g_stop_requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
+std::atomic<int> g_stop_signal{0};  // the first signal, for the exit status (128 + it)
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 void say(const char* text, std::size_t size) {
   const ssize_t ignored = ::write(STDERR_FILENO, text, size);
@@ -47,6 +48,7 @@ extern "C" void request_stop(int signal) {
     say(kNow, sizeof kNow - 1);
     ::_exit(128 + signal);
   }
+  g_stop_signal.store(signal);
   static constexpr char kSoon[] = "\nattnres: stopping after this step and saving a checkpoint; signal again to stop now\n";
   say(kSoon, sizeof kSoon - 1);
 }
@@ -62,6 +64,8 @@ const std::atomic<bool>* install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
   return &g_stop_requested;
 }
+
+int stop_signal() { return g_stop_signal.load(); }
 
 TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
                               const std::vector<std::string>& settings) {
@@ -129,12 +133,49 @@ void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& co
       ->take_all();
 }
 
+void add_train_key_flags(CLI::App* cmd, TrainKeyFlags& flags) {
+  flags.tokens_option = cmd->add_option("--tokens", flags.tokens,
+                                        "training tokens per run, rounded down to whole steps of batch_size x "
+                                        "seq_len (short for --set train.tokens=N; default: the preset's)")
+                            ->check(at_least(1));
+  flags.threads_option =
+      cmd->add_option("--threads", flags.threads, "threads (short for --set train.threads=N; 0: all cores)")
+          ->check(at_least(0));
+}
+
+std::vector<std::string> with_train_key_flags(std::vector<std::string> settings, const TrainKeyFlags& flags) {
+  if (flags.tokens_option != nullptr && flags.tokens_option->count() > 0)
+    settings.push_back(concat("train.tokens=", flags.tokens));
+  if (flags.threads_option != nullptr && flags.threads_option->count() > 0)
+    settings.push_back(concat("train.threads=", flags.threads));
+  return settings;
+}
+
+SafetensorsFile read_model_weights(std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string given = path;
+  if (fs::is_directory(path)) {
+    path = (fs::path(path) / "model.safetensors").string();
+    require(fs::exists(path), "'", given, "' is a directory without model.safetensors (not a training run)");
+  }
+  SafetensorsFile file = read_safetensors(path);
+  if (file.metadata.count("state") == 0) return file;
+  // A training checkpoint (weights, AdamW moments, state): its run's weights file holds the same
+  // step's weights with the tokenizer's name.
+  const std::string weights = (fs::path(path).parent_path() / "model.safetensors").string();
+  require(fs::exists(weights), "'", path, "' is a training checkpoint and '", weights,
+          "' (its run's weights) is missing; pass the run's model.safetensors");
+  path = weights;
+  return read_safetensors(path);
+}
+
 namespace {
 
 struct TrainArgs {
   std::string preset, config, data, out;
   std::vector<std::string> settings;
   std::string label;
+  TrainKeyFlags key_flags;
   bool resume = false;
   std::int64_t stop_at_step = 0;
   std::string device = "cpu";
@@ -154,15 +195,24 @@ struct EvalArgs {
 std::unique_ptr<InferenceBackend> load_model(const std::string& device, const SafetensorsFile& file,
                                              const std::string& path, const ModelConfig& config, int batch,
                                              int seq) {
-  std::unique_ptr<InferenceBackend> model = make_inference_backend(device, config, batch, seq);
+  std::unique_ptr<InferenceBackend> model;
+  try {
+    model = make_inference_backend(device, config, batch, seq);
+  } catch (const std::bad_alloc&) {
+    fail("not enough memory for the activations of ", batch, " windows (--batch) of ", seq,
+         " tokens (--seq) of this model (", config.d_model, " wide, ", config.n_layers, " layers, vocabulary ",
+         config.vocab_size, "); lower --batch");
+  } catch (const std::length_error&) {
+    fail("--batch ", batch, " x --seq ", seq, " is too large for this model's buffers; lower --batch");
+  }
   model->load_weights(file, path);
   return model;
 }
 
-void run_eval(const EvalArgs& a) {
+void run_eval(EvalArgs a) {
   set_num_threads(a.threads);
   require(a.data.empty() != a.text.empty(), "give either --data DIR (with --split) or --text FILE...");
-  const SafetensorsFile file = read_safetensors(a.checkpoint);
+  const SafetensorsFile file = read_model_weights(a.checkpoint);
   const ModelConfig config = weights_config(file, a.checkpoint);
   const int seq = a.seq > 0 ? a.seq : config.max_seq_len;
   require(seq <= config.max_seq_len, "--seq ", seq, " exceeds the model's max_seq_len ", config.max_seq_len);
@@ -195,10 +245,12 @@ void run_eval(const EvalArgs& a) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
       for (auto id : tokenizer->encode(text)) ids.push_back(id);
-      bytes += double(text.size());
+      const std::int64_t tokens_before = tokens;
       // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
       for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
-        const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
+        if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
+        std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
+        if (a.max_tokens > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(a.max_tokens - tokens));
         const double mean =
             model->loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
         require(std::isfinite(mean), "the loss on '", path, "' (tokens ", start, "..", start + n, ") is ", mean,
@@ -206,6 +258,15 @@ void run_eval(const EvalArgs& a) {
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
       }
+      // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
+      const auto scored = static_cast<std::size_t>(tokens - tokens_before);
+      if (scored + 1 >= ids.size()) {
+        bytes += double(text.size());
+      } else {
+        ids.resize(scored + 1);
+        bytes += double(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
+      }
+      if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
     }
   }
   // An empty or non-finite score is an error, never a printed "nll nan".
@@ -257,10 +318,9 @@ std::int32_t sample_token(std::span<const float> logits, double temperature, int
   return scratch.back().second;
 }
 
-void run_sample(const SampleArgs& a) {
+void run_sample(SampleArgs a) {
   set_num_threads(a.threads);
-  require(a.temperature >= 0, "--temperature must be non-negative (0: greedy)");
-  const SafetensorsFile file = read_safetensors(a.checkpoint);
+  const SafetensorsFile file = read_model_weights(a.checkpoint);
   const ModelConfig config = weights_config(file, a.checkpoint);
   std::string spec = a.tokenizer;
   if (spec.empty()) {
@@ -305,6 +365,9 @@ void run_sample(const SampleArgs& a) {
 
 }  // namespace
 
+const char* const kCheckpointHelp =
+    "model.safetensors, a run directory, or its checkpoint.safetensors (the run's weights are used)";
+
 void register_train_commands(CLI::App& app) {
   auto targs = std::make_shared<TrainArgs>();
   auto* train_cmd = app.add_subcommand(
@@ -316,14 +379,17 @@ void register_train_commands(CLI::App& app) {
   train_cmd->add_flag("--resume", targs->resume, "continue the run in --out exactly where its checkpoint left it");
   train_cmd->add_option("--label", targs->label, "prefix for progress lines (used by 'attnres experiment')");
   add_device_option(train_cmd, targs->device);
+  add_train_key_flags(train_cmd, targs->key_flags);
   train_cmd->add_option("--stop-at-step", targs->stop_at_step,
                         "save a checkpoint and exit after this step (e.g. to fit a job's time slot); "
-                        "continue with --resume");
+                        "continue with --resume")
+      ->check(at_least(1));
   train_cmd->footer(
       "Data parallel: 'mpirun -np K attnres train ...' (or srun) splits every batch over K processes;\n"
       "rank 0 writes the run directory. See docs/distributed.md.");
   train_cmd->callback([targs] { run_as_job([&](dist::Communicator& comm) {
-    const TrainConfig config = load_train_config(targs->preset, targs->config, targs->settings);
+    const TrainConfig config =
+        load_train_config(targs->preset, targs->config, with_train_key_flags(targs->settings, targs->key_flags));
     TrainRunOptions options;
     options.data_dir = targs->data;
     options.out_dir = targs->out;
@@ -334,6 +400,7 @@ void register_train_commands(CLI::App& app) {
     options.device = targs->device;
     options.comm = &comm;
     const TrainResult r = train(config, options);
+    if (!r.finished && stop_signal() != 0) throw Interrupted{stop_signal()};
     if (!r.finished || !comm.is_root()) return;
     std::printf("finished %lld steps, %.0f tokens/s, peak memory %.1f MB%s\n", static_cast<long long>(r.steps),
                 r.tokens_per_sec, double(r.peak_rss_bytes) / 1e6,
@@ -347,14 +414,15 @@ void register_train_commands(CLI::App& app) {
 
   auto eargs = std::make_shared<EvalArgs>();
   auto* eval_cmd = app.add_subcommand("eval", "Mean NLL (nats/token), perplexity and bits per byte of a checkpoint");
-  eval_cmd->add_option("--checkpoint", eargs->checkpoint, "weights file (model.safetensors)")->required();
+  eval_cmd->add_option("--checkpoint", eargs->checkpoint, kCheckpointHelp)->required();
   eval_cmd->add_option("--data", eargs->data, "prepared data directory");
   eval_cmd->add_option("--split", eargs->split, "val | test (with --data)")->check(CLI::IsMember({"train", "val", "test"}));
   eval_cmd->add_option("--text", eargs->text, "text files, each one document")->take_all();
-  eval_cmd->add_option("--max-tokens", eargs->max_tokens, "score at most this many tokens of the split (0: all)");
-  eval_cmd->add_option("--batch", eargs->batch, "windows per forward pass")->check(CLI::PositiveNumber);
-  eval_cmd->add_option("--seq", eargs->seq, "window length (default: the model's max_seq_len)");
-  eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)");
+  eval_cmd->add_option("--max-tokens", eargs->max_tokens, "score at most this many tokens (0: all)")
+      ->check(at_least(0));
+  eval_cmd->add_option("--batch", eargs->batch, "windows per forward pass")->capture_default_str()->check(at_least(1));
+  eval_cmd->add_option("--seq", eargs->seq, "window length (default: the model's max_seq_len)")->check(at_least(1));
+  eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)")->check(at_least(0));
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
   add_device_option(eval_cmd, eargs->device);
   eval_cmd->callback([eargs] { run_eval(*eargs); });
@@ -362,14 +430,16 @@ void register_train_commands(CLI::App& app) {
   auto sargs = std::make_shared<SampleArgs>();
   auto* sample_cmd = app.add_subcommand(
       "sample", "Generate text from a checkpoint (KV cache: each new token costs one step of work)");
-  sample_cmd->add_option("--checkpoint", sargs->checkpoint, "weights file (model.safetensors)")->required();
+  sample_cmd->add_option("--checkpoint", sargs->checkpoint, kCheckpointHelp)->required();
   sample_cmd->add_option("--prompt", sargs->prompt, "text to continue")->required();
-  sample_cmd->add_option("--max-tokens", sargs->max_tokens, "tokens to generate")->capture_default_str();
-  sample_cmd->add_option("--temperature", sargs->temperature, "softmax temperature (0: greedy)")->capture_default_str();
-  sample_cmd->add_option("--top-k", sargs->top_k, "sample among the k most likely tokens (0: all)");
-  sample_cmd->add_option("--seed", sargs->seed, "random seed")->capture_default_str();
+  sample_cmd->add_option("--max-tokens", sargs->max_tokens, "tokens to generate")->capture_default_str()
+      ->check(at_least(1));
+  sample_cmd->add_option("--temperature", sargs->temperature, "softmax temperature (0: greedy)")->capture_default_str()
+      ->check(at_least(0));
+  sample_cmd->add_option("--top-k", sargs->top_k, "sample among the k most likely tokens (0: all)")->check(at_least(0));
+  sample_cmd->add_option("--seed", sargs->seed, "random seed")->capture_default_str()->check(at_least(0));
   sample_cmd->add_option("--tokenizer", sargs->tokenizer, "tokenizer spec (default: the one named in the checkpoint)");
-  sample_cmd->add_option("--threads", sargs->threads, "threads (0: all cores)");
+  sample_cmd->add_option("--threads", sargs->threads, "threads (0: all cores)")->check(at_least(0));
   sample_cmd->callback([sargs] { run_sample(*sargs); });
 }
 

@@ -1,6 +1,7 @@
 #include "experiment/runner.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -48,7 +49,7 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
 namespace {
 
 // Trains one run in a child process, so its speed and peak memory are its own.
-// Returns the child's exit status (0: finished or stopped cleanly).
+// Returns the child's exit status (0: finished; 128 + N: stopped by signal N, resumable).
 int train_in_child(const std::string& config_path, const std::string& data, const std::string& out, bool resume,
                    const std::string& label, int threads, const std::string& device) {
   ChildProcess child;
@@ -136,6 +137,12 @@ TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const
   config.seed = seed;       // identical shared initial weights across arms
   config.data_seed = seed;  // identical data order across arms
   return config;
+}
+
+const std::vector<std::string>& per_run_keys() {
+  static const std::vector<std::string> keys = {"model.residual", "model.value_route", "train.seed",
+                                                "train.data_seed"};
+  return keys;
 }
 
 bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
@@ -233,6 +240,13 @@ bool run_experiment(const ExperimentOptions& options) {
     spec.groups.push_back(std::move(gs));
     group_configs.push_back(gc);
   }
+  // Every split a run reads (train; val for milestones and routing; test after it) holds a window:
+  // checked now, not after the first run has trained.
+  int longest_seq = base.seq_len;
+  for (const TrainConfig& gc : group_configs) longest_seq = std::max(longest_seq, gc.seq_len);
+  for (const char* split : {"train", "val", "test"})
+    eval_windows(data::TokenDataset::open(o.data_dir, split, {false, nullptr}), longest_seq, 0);
+
   std::vector<PlannedRun> plan;
   for (std::uint64_t seed : o.seeds) {
     for (const std::string& arm : o.arms)
@@ -278,6 +292,7 @@ bool run_experiment(const ExperimentOptions& options) {
       write_text_atomically(config_path, to_toml(config));
       const bool resume = fs::exists(run_dir / "checkpoint.safetensors");
       const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, run.label, child_threads, device);
+      if (rc == 128 + SIGINT || rc == 128 + SIGTERM) return;  // stopped by a signal; resumable
       require(rc == 0, "training ", run.label, " failed (exit status ", rc, "); its log is above, its files in '",
               run_dir.string(), "'; rerun the same command to resume");
       const std::string train_result = results::train_result_path(run_dir.string());

@@ -55,6 +55,8 @@ struct ExperimentOptions {
 // The configuration of one run: the base with the group's settings and budget (group null: the
 // main arms), the arm's residual mode, and the seed for initialisation and data order.
 TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const std::string& arm, std::uint64_t seed);
+// The keys run_config sets for every run (arm and seed), so a setting of them would be ignored.
+const std::vector<std::string>& per_run_keys();
 
 // True when training `group` for its budget would reproduce the first steps of training `main`
 // exactly (the same configuration apart from budget, milestones and checkpoint interval, and the

@@ -16,13 +16,19 @@ EvalResult evaluate_split(InferenceBackend& model, const data::TokenDataset& spl
   return evaluate_split(loss, split, batch, seq, max_tokens, comm);
 }
 
+std::int64_t eval_windows(const data::TokenDataset& split, int seq, std::int64_t max_tokens) {
+  require(split.num_tokens() >= seq + 1, "split '", split.split(), "' of '", split.dir(), "' holds ",
+          split.num_tokens(), " tokens, too few for one window of ", seq + 1,
+          " (seq_len + 1); prepare more text, or give this split a larger fraction");
+  std::int64_t windows = data::BatchLoader(split, 1, seq, 0).num_windows();
+  if (max_tokens > 0) windows = std::min<std::int64_t>(windows, std::max<std::int64_t>(1, max_tokens / seq));
+  return windows;
+}
+
 EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split, int batch, int seq,
                           std::int64_t max_tokens, dist::Communicator* comm) {
   const data::BatchLoader order(split, 1, seq, 0);
-  std::int64_t windows = order.num_windows();
-  if (max_tokens > 0) windows = std::min<std::int64_t>(windows, std::max<std::int64_t>(1, max_tokens / seq));
-  require(windows >= 1, "split '", split.split(), "' of '", split.dir(), "' is too small for one window of ", seq + 1,
-          " tokens");
+  const std::int64_t windows = eval_windows(split, seq, max_tokens);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
   double total = 0;
   const int rank = comm != nullptr ? comm->rank() : 0;

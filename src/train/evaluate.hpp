@@ -22,6 +22,10 @@ struct EvalResult {
 EvalResult evaluate_split(InferenceBackend& model, const data::TokenDataset& split, int batch, int seq,
                           std::int64_t max_tokens, dist::Communicator* comm = nullptr);
 
+// The windows evaluate_split scores: up to max_tokens / seq of them (<= 0: all), at least one;
+// an error naming the split when it holds no window of seq + 1 tokens.
+std::int64_t eval_windows(const data::TokenDataset& split, int seq, std::int64_t max_tokens);
+
 // The same with any loss: `loss` returns the mean loss of [batch, seq+1] tokens.
 using BatchLoss = std::function<double(std::span<const std::int32_t> tokens, int batch, int seq)>;
 EvalResult evaluate_split(const BatchLoss& loss, const data::TokenDataset& split, int batch, int seq,

@@ -3,7 +3,10 @@
 // result file's schema (results/train_result.hpp).
 #include "train/trainer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <utility>
@@ -16,6 +19,7 @@
 #include "train/evaluate.hpp"
 #include "train/train_log.hpp"
 #include "train/train_step.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
 #include "util/threads.hpp"
@@ -95,6 +99,36 @@ TrainResult make_result(bool finished, const TrainState& state, const Speed& spe
   return r;
 }
 
+// --out must be a directory (or not exist yet, with a parent that can hold it).
+void check_run_directory(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (fs::exists(status)) {
+    require(fs::is_directory(status), "--out '", dir, "' exists and is not a directory");
+  } else {
+    fs::create_directories(dir, ec);
+    require(!ec, "cannot create the run directory '", dir, "': ", ec.message());
+  }
+  require(::access(dir.c_str(), W_OK) == 0, "the run directory '", dir, "' is not writable");
+}
+
+// `--resume` of a run that has its train_result.json: nothing to train, nothing written.
+TrainResult finished_run(const RunFiles& files, const TrainConfig& config, dist::Communicator& comm) {
+  TrainResult r;
+  r.finished = true;
+  r.weights_path = files.weights;
+  if (!comm.is_root()) return r;
+  const TrainConfig recorded = parse_toml_config(read_text_file(files.config), files.config);
+  const std::vector<ConfigDifference> differences = config_differences(train_config_keys(), recorded, config);
+  require(differences.empty(), "'", files.dir, "' holds a finished run with a different configuration: ",
+          describe_differences(differences, "run", "requested"));
+  static_cast<results::TrainResult&>(r) = results::read_train_result(files.result);
+  std::fprintf(stderr, "'%s' is already finished (%lld steps); nothing to do: its files are unchanged\n",
+               files.dir.c_str(), static_cast<long long>(r.steps));
+  return r;
+}
+
 }  // namespace
 
 TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
@@ -106,12 +140,19 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   const Geometry geo = make_geometry(config, comm);
   const RunFiles files(opt.out_dir);
   const std::string config_toml = to_toml(config);
+  if (comm.is_root()) check_run_directory(files.dir);
+  // A finished run is not trained again: its result stays as it was.
+  if (comm.any(comm.is_root() && opt.resume && std::filesystem::exists(files.result)))
+    return finished_run(files, config, comm);
   TrainLog log(files.metrics, comm.is_root(), opt.progress, opt.label);
 
   const data::TokenDataset train_data = data::TokenDataset::open(opt.data_dir, "train");
   const data::TokenDataset val_data = data::TokenDataset::open(opt.data_dir, "val");
   require(train_data.tokenizer_hash() == val_data.tokenizer_hash(), "'", opt.data_dir,
           "': train and val splits disagree on the tokenizer");
+  // Before step 1: every split this run reads holds a window (evaluations come mid-run).
+  eval_windows(train_data, config.seq_len, 0);
+  const std::int64_t val_windows = eval_windows(val_data, config.seq_len, config.eval_tokens);
 
   const std::unique_ptr<TrainBackend> backend =
       make_train_backend(opt.device, config, geo.micro_batch, geo.local_micro, comm);
@@ -124,6 +165,13 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     log.message(concat("resuming '", files.dir, "' at step ", state.step, "/", total_steps));
   }
   run_start_messages(log, config, geo, *backend, comm);
+  if (config.tokens != total_steps * config.tokens_per_step())
+    log.message(concat("note: train.tokens ", config.tokens, " is rounded down to whole steps: ", total_steps,
+                       " x ", config.tokens_per_step(), " = ", total_steps * config.tokens_per_step(), " tokens"));
+  if (val_windows * config.seq_len != config.eval_tokens)
+    log.message(concat("note: train.eval_tokens ", config.eval_tokens, ": each evaluation scores ", val_windows,
+                       " windows of ", config.seq_len, " = ", val_windows * config.seq_len, " tokens",
+                       val_windows < config.eval_tokens / config.seq_len ? " (all the val split holds)" : ""));
 
   TrainStep step(config, geo, *backend, loader, comm, files.dir, files.checkpoint);
   Milestones milestones(config.milestone_steps(), state.step);

@@ -141,7 +141,7 @@ TEST_F(TrainTest, SigintSavesACheckpointAndExitsCleanly) {
   TempDir runs("attnres_sigint");
   const fs::path out = runs.path() / "run";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
-  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(rc, 130);  // interrupted, resumable
   EXPECT_TRUE(fs::exists(out / "checkpoint.safetensors"));
   EXPECT_FALSE(fs::exists(out / "train_result.json"));
   const CliResult again = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string());
@@ -156,7 +156,7 @@ TEST_F(TrainTest, NonFiniteLossStopsWithTheLastGoodCheckpoint) {
   TempDir runs("attnres_nan");
   const fs::path out = runs.path() / "run";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
-  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(rc, 130);
   // Poison the weights in the checkpoint: finite (a NaN would be refused at load), but so large
   // that the next step's loss overflows.
   const std::string ckpt = (out / "checkpoint.safetensors").string();

@@ -1,0 +1,125 @@
+// What every command's options share: range checks that name the flag, and the check of a
+// command line's command and option names against the app (with a suggestion for a misspelling).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "util/error.hpp"
+
+namespace attnres::cli {
+
+CLI::Validator at_least(double min) {
+  const std::string bound = concat(min);
+  return CLI::Validator(
+      [min, bound](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double value = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          return "must be a number of at least " + bound + " (got '" + text + "')";
+        }
+        if (used != text.size() || !std::isfinite(value)) return "must be a number of at least " + bound + " (got '" + text + "')";
+        if (value < min) return "must be at least " + bound + " (got " + text + ")";
+        return "";
+      },
+      ">= " + bound, "at_least");
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest_name(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  std::size_t best_distance = 0;
+  for (const std::string& name : names) {
+    const std::size_t d = edit_distance(word, name);
+    if (best.empty() || d < best_distance) {
+      best = name;
+      best_distance = d;
+    }
+  }
+  // Close enough to be a misspelling: a third of the word's letters, at least two.
+  return best_distance <= std::max<std::size_t>(2, word.size() / 3) ? best : std::string();
+}
+
+namespace {
+
+std::vector<std::string> command_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) out.push_back(sub->get_name());
+  return out;
+}
+
+std::vector<std::string> long_option_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::Option* opt : app.get_options())
+    for (const std::string& name : opt->get_lnames()) out.push_back("--" + name);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+[[noreturn]] void unknown(const std::string& what, const std::string& word, const std::string& where,
+                          const std::vector<std::string>& valid) {
+  const std::string guess = closest_name(word, valid);
+  if (!guess.empty()) fail("unknown ", what, " '", word, "'", where, "; did you mean '", guess, "'?");
+  fail("unknown ", what, " '", word, "'", where, " (expected one of: ", joined(valid), ")");
+}
+
+}  // namespace
+
+void check_command_line(const CLI::App& app, int argc, const char* const* argv) {
+  const CLI::App* current = &app;
+  std::string path = "attnres";
+  bool positional_seen = false;  // a command's own positional arguments end the command names
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return;  // the rest are values
+    if (arg.rfind("--", 0) == 0) {
+      const std::string name = arg.substr(0, arg.find('='));
+      if (current->get_option_no_throw(name) != nullptr || name == "--help-all" || name == "--version") continue;
+      unknown("option", name, current == &app ? "" : " for '" + path + "'", long_option_names(*current));
+    }
+    if (arg.size() > 1 && arg[0] == '-') continue;  // a short flag or a negative number: CLI11 decides
+    if (positional_seen) continue;
+    const std::vector<std::string> commands = command_names(*current);
+    if (std::find(commands.begin(), commands.end(), arg) != commands.end()) {
+      current = current->get_subcommand(arg);
+      path += " " + arg;
+      continue;
+    }
+    // A value of the option before it, or a positional argument of the command.
+    const std::string previous = i > 1 ? argv[i - 1] : "";
+    const bool option_value = previous.rfind("--", 0) == 0 && previous.find('=') == std::string::npos;
+    if (option_value) continue;
+    const std::vector<const CLI::Option*> options = current->get_options();
+    const bool takes_positionals =
+        std::any_of(options.begin(), options.end(), [](const CLI::Option* o) { return o->get_positional(); });
+    if (!commands.empty() && !takes_positionals)
+      unknown("command", arg, current == &app ? "" : " for '" + path + "'", commands);
+    positional_seen = true;
+  }
+}
+
+}  // namespace attnres::cli

@@ -1,0 +1,247 @@
+// The command line as a newcomer meets it (issue #19): one exit-code scheme, unknown names with a
+// suggestion, --version, range checks naming the flag, the same flags across commands, checks
+// before work starts, and checkpoints given in any of their forms.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/cli_util.hpp"
+
+using namespace attnres::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 8 steps of 4 x 32 tokens of a model small enough for tests.
+const std::string kTiny =
+    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
+    "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=1024 "
+    "--set train.eval_tokens=256 --set train.checkpoint_every=4 --set train.threads=1";
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void expect_user_error(const std::string& args, const std::vector<std::string>& parts) {
+  const CliResult r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+  for (const auto& p : parts) EXPECT_TRUE(contains(r.output, p)) << args << "\nwanted: " << p << "\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "internal error")) << args << "\n" << r.output;
+}
+
+// Synthetic data and one finished tiny run on it, shared by the tests of this file.
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("attnres_cli_test");
+    prepare_synthetic_data(dir_->path());
+    const CliResult r = run_cli("train " + kTiny + " --data " + data() + " --out " + run());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string data() { return dir_->str("data"); }
+  static std::string run() { return dir_->str("run"); }
+  static TempDir* dir_;
+};
+TempDir* CliTest::dir_ = nullptr;
+
+}  // namespace
+
+TEST(Cli, UnknownCommandsAreNamedWithTheClosestOne) {
+  expect_user_error("trian --data x --out y", {"unknown command 'trian'", "did you mean 'train'?"});
+  expect_user_error("frobnicate", {"unknown command 'frobnicate'", "experiment", "prepare"});
+  expect_user_error("tokenizer encdoe --tokenizer bytes x", {"unknown command 'encdoe'", "'encode'"});
+  const CliResult none = run_cli("");
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+}
+
+TEST(Cli, UnknownOptionsAreNamedWithTheClosestOne) {
+  // Named before the "required option missing" that CLI11 would report first.
+  expect_user_error("train --tokns 100", {"unknown option '--tokns' for 'attnres train'", "did you mean '--tokens'?"});
+  expect_user_error("eval --checkpoint x --bacth 3", {"'--bacth'", "did you mean '--batch'?"});
+  expect_user_error("sample --checkpoint x --prompt hi --zzzzzzzz", {"unknown option '--zzzzzzzz'", "--top-k"});
+  expect_user_error("--verison", {"unknown option '--verison'", "'--version'"});
+}
+
+TEST(Cli, VersionNamesTheBuild) {
+  const CliResult r = run_cli("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"attnres ", "compiler: ", "blas: ", "cuda: ", "mpi: "})
+    EXPECT_TRUE(contains(r.output, part)) << part << "\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "attnres unknown")) << "no git hash captured:\n" << r.output;
+}
+
+TEST(Cli, ExitCodes) {
+  EXPECT_EQ(run_cli("--help").exit_code, 0);
+  EXPECT_EQ(run_cli("train --help").exit_code, 0);
+  // CLI11's own parse errors (a missing required option, a bad value) are user errors: 1.
+  expect_user_error("train --data x", {"--out is required"});
+  expect_user_error("eval --checkpoint x --batch many", {"--batch"});
+  expect_user_error("eval --checkpoint /nonexistent/model.safetensors --text /dev/null", {"/nonexistent"});
+}
+
+TEST(Cli, NumericFlagsAreRangeCheckedNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"eval --checkpoint x --text y --batch 0", "--batch"},
+      {"eval --checkpoint x --text y --seq 0", "--seq"},
+      {"eval --checkpoint x --text y --max-tokens -1", "--max-tokens"},
+      {"eval --checkpoint x --text y --threads -2", "--threads"},
+      {"sample --checkpoint x --prompt hi --top-k -3", "--top-k"},
+      {"sample --checkpoint x --prompt hi --max-tokens 0", "--max-tokens"},
+      {"sample --checkpoint x --prompt hi --temperature -1", "--temperature"},
+      {"train --preset tiny --data x --out y --stop-at-step -3", "--stop-at-step"},
+      {"train --preset tiny --data x --out y --tokens 0", "--tokens"},
+      {"train --preset tiny --data x --out y --threads -1", "--threads"},
+      {"prepare --input x --out y --threads -1", "--threads"},
+      {"experiment --preset tiny --data x --out y --tokens -100", "--tokens"},
+      {"bench --preset tiny --steps 0", "--steps"},
+  };
+  for (const auto& [args, flag] : cases) expect_user_error(args, {flag, "must be at least"});
+  // The message is short (CLI11's PositiveNumber printed a 300-digit bound).
+  const CliResult r = run_cli("eval --checkpoint x --text y --batch 0");
+  EXPECT_LT(r.output.size(), 200u) << r.output;
+}
+
+TEST_F(CliTest, TrainTakesTokensAndThreads) {
+  TempDir runs("attnres_cli_flags");
+  const CliResult r = run_cli("train " + kTiny + " --tokens 512 --threads 2 --data " + data() + " --out " +
+                              runs.str("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string config = read_file(runs.path() / "run" / "config.toml");
+  EXPECT_TRUE(contains(config, "tokens = 512")) << config;
+  EXPECT_TRUE(contains(config, "threads = 2")) << config;
+  EXPECT_TRUE(contains(r.output, "finished 4 steps")) << r.output;
+}
+
+TEST_F(CliTest, CheckpointsInAnyForm) {
+  const std::string weights = run() + "/model.safetensors";
+  const std::string text = dir_->str("doc.txt");
+  std::ofstream(text) << "the depth attention of the residual block. the query and the key.\n";
+  const CliResult reference = run_cli("eval --checkpoint " + weights + " --text " + text + " --json");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  for (const std::string& form : {run(), run() + "/checkpoint.safetensors"}) {
+    const CliResult r = run_cli("eval --checkpoint " + form + " --text " + text + " --json");
+    EXPECT_EQ(r.exit_code, 0) << form << "\n" << r.output;
+    EXPECT_EQ(r.output, reference.output) << form;
+    const CliResult s = run_cli("sample --checkpoint " + form + " --prompt the --max-tokens 5");
+    EXPECT_EQ(s.exit_code, 0) << form << "\n" << s.output;
+    EXPECT_EQ(run_cli("info " + form).exit_code, 0) << form;
+  }
+  const CliResult positional = run_cli("info " + weights);
+  const CliResult flag = run_cli("info --checkpoint " + weights);
+  EXPECT_EQ(positional.exit_code, 0) << positional.output;
+  EXPECT_EQ(flag.output, positional.output);
+  EXPECT_TRUE(contains(flag.output, "parameters: ")) << flag.output;
+  expect_user_error("eval --checkpoint " + data() + " --text " + text, {data(), "without model.safetensors"});
+}
+
+TEST_F(CliTest, EvalHonoursMaxTokensOnText) {
+  const std::string text = dir_->str("long.txt");
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 50; ++i) out << "the depth attention of the residual block routes the value. ";
+  }
+  const CliResult r = run_cli("eval --checkpoint " + run() + " --text " + text + " --max-tokens 100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["tokens"].get<long long>(), 100);
+  EXPECT_EQ(j["bytes"].get<double>(), 100.0);  // bytes tokenizer: one byte per token
+}
+
+TEST_F(CliTest, ResumingAFinishedRunChangesNothing) {
+  const fs::path result = fs::path(run()) / "train_result.json";
+  const std::string before = read_file(result);
+  const std::string metrics = read_file(fs::path(run()) / "metrics.jsonl");
+  const CliResult r = run_cli("train " + kTiny + " --data " + data() + " --out " + run() + " --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "already finished")) << r.output;
+  EXPECT_EQ(read_file(result), before);
+  EXPECT_EQ(read_file(fs::path(run()) / "metrics.jsonl"), metrics);
+  // Another configuration is still refused.
+  expect_user_error("train " + kTiny + " --set train.lr=1e-4 --data " + data() + " --out " + run() + " --resume",
+                    {"different configuration", "train.lr"});
+}
+
+TEST_F(CliTest, BadOutputDirectoriesArePlainErrors) {
+  TempDir runs("attnres_cli_out");
+  const std::string file = runs.str("a_file");
+  std::ofstream(file) << "x";
+  const std::string train = "train " + kTiny + " --data " + data() + " --out ";
+  expect_user_error(train + file, {file, "not a directory"});
+  expect_user_error(train + file + "/run", {"cannot create the run directory", file + "/run"});
+}
+
+TEST_F(CliTest, AllocationFailuresNameTheSize) {
+  // About 10^7 x 32 tokens of activations: far beyond any machine's memory, refused at once.
+  expect_user_error("eval --checkpoint " + run() + " --data " + data() + " --batch 10000000 --seq 32",
+                    {"not enough memory", "10000000 windows (--batch)", "32 tokens (--seq)"});
+}
+
+TEST_F(CliTest, SplitsAreCheckedBeforeStepOne) {
+  // A window longer than the whole val split (but not the train split): refused before training.
+  const auto manifest = nlohmann::json::parse(read_file(fs::path(data()) / "manifest.json"));
+  const long long val = manifest["splits"]["val"]["tokens"].get<long long>();
+  ASSERT_GT(manifest["splits"]["train"]["tokens"].get<long long>(), 2 * val);
+  TempDir runs("attnres_cli_split");
+  const std::string seq = std::to_string(val);
+  const CliResult r = run_cli("train " + kTiny + " --set train.seq_len=" + seq + " --set train.batch_size=1 --set train.tokens=" +
+                              seq + " --set train.eval_tokens=" + std::to_string(val + 1) + " --data " + data() +
+                              " --out " + runs.str("run"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "split 'val'")) << r.output;
+  EXPECT_TRUE(contains(r.output, "too few for one window")) << r.output;
+  EXPECT_FALSE(fs::exists(runs.path() / "run" / "checkpoint.safetensors"));
+}
+
+TEST_F(CliTest, SilentAdjustmentsAreNoticed) {
+  TempDir runs("attnres_cli_notice");
+  // 1000 tokens: 7 steps of 128; eval_tokens 300: 9 windows of 32.
+  const CliResult r = run_cli("train " + kTiny + " --set train.tokens=1000 --set train.eval_tokens=300 --data " +
+                              data() + " --out " + runs.str("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "note: train.tokens 1000 is rounded down to whole steps: 7 x 128 = 896")) << r.output;
+  EXPECT_TRUE(contains(r.output, "note: train.eval_tokens 300: each evaluation scores 9 windows of 32 = 288"))
+      << r.output;
+}
+
+TEST_F(CliTest, ExperimentProtocolErrorsComeBeforeTheFirstRun) {
+  TempDir runs("attnres_cli_experiment");
+  const std::string base = "experiment " + kTiny + " --arms block,rd --data " + data() + " --out ";
+  expect_user_error(base + runs.str("a") + " --seeds 1,1", {"seed 1 is listed twice"});
+  expect_user_error(base + runs.str("b") + " --seeds -1", {"--seeds: '-1'"});
+  expect_user_error(base + runs.str("c") + " --seeds 1 --tokens 0", {"--tokens"});
+  expect_user_error(base + runs.str("d") + " --seeds 1 --set model.residual=prenorm", {"model.residual", "--arms"});
+  expect_user_error(base + runs.str("e") + " --seeds 1 --set train.seed=9", {"train.seed", "--seeds"});
+  for (const char* name : {"a", "b", "c", "d", "e"}) EXPECT_FALSE(fs::exists(runs.path() / name / "runs")) << name;
+}
+
+TEST_F(CliTest, ExperimentChecksEverySplitBeforeTheFirstRun) {
+  TempDir runs("attnres_cli_nosplit");
+  // The synthetic corpus again, with no test documents.
+  const CliResult prepared = run_cli("prepare --input " + dir_->str("corpus") +
+                                     " --tokenizer bytes --val-fraction 0.2 --test-fraction 0 --quiet --out " +
+                                     runs.str("data"));
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  expect_user_error("experiment " + kTiny + " --arms block,rd --seeds 1 --data " + runs.str("data") + " --out " +
+                        runs.str("e"),
+                    {"split 'test'", "empty"});
+  EXPECT_FALSE(fs::exists(runs.path() / "e" / "runs"));
+}
+
+TEST(Cli, PrepareWarnsOfEmptyOrShortSplits) {
+  TempDir dir("attnres_cli_one_file");
+  const std::string text = dir.str("one.txt");
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 200; ++i) out << "one long document of the depth attention. ";
+  }
+  const CliResult r = run_cli("prepare --input " + text + " --tokenizer bytes --quiet --out " + dir.str("data"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // One document lands in one split; the other two are empty and named.
+  int warned = 0;
+  for (const char* split : {"'train' holds 0", "'val' holds 0", "'test' holds 0"}) warned += contains(r.output, split);
+  EXPECT_EQ(warned, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "train and experiment will refuse it")) << r.output;
+}
