@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "data/corpus.hpp"
@@ -305,7 +306,9 @@ TEST(DataPrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
   write_file(tmp / "c.jsonl", jsonl);
   const CliResult r = run_cli("prepare --quiet --vocab-size 320 --input " + quote(tmp / "c.jsonl") + " --out " + quote(tmp / "out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.err, "");
+  // --quiet leaves only warnings (this corpus' validation split is shorter than a window).
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("prepare: warning: ", 0), 0u) << line;
   const TokenDataset data = TokenDataset::open(tmp / "out", "train");
   EXPECT_EQ(data.tokenizer_spec(), "sp:" + (tmp / "out/tokenizer.model"));
   EXPECT_EQ(data.vocab_size(), 320);

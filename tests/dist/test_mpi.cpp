@@ -25,6 +25,11 @@ const std::string kModel =
     "--set model.n_blocks=2 --set model.residual=rd --set train.seq_len=32 --set train.batch_size=4 "
     "--set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
 const std::string kTen = kModel + " --set train.tokens=1280";
+// The same model for `experiment`, which sets model.residual from each run's arm.
+const std::string kExperimentModel =
+    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
+    "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 "
+    "--set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
 
 std::string mpirun(int ranks) {
   return std::string(ATTNRES_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
@@ -172,7 +177,7 @@ TEST_F(MpiTest, AKilledRankEndsTheJobAndLeavesAResumableCheckpoint) {
 
 TEST_F(MpiTest, ExperimentOverTwoRanksMatchesOneProcess) {
   TempDir runs("attnres_mpi_experiment");
-  const std::string args = kModel + " --set train.tokens=1024 --arms block,rd --seeds 1,2 --data " + data();
+  const std::string args = kExperimentModel + " --set train.tokens=1024 --arms block,rd --seeds 1,2 --data " + data();
   const CliResult one = run_cli("experiment " + args + " --out " + runs.str("one"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const CliResult two = mpi_cli(2, "experiment " + args + " --out " + runs.str("two"));

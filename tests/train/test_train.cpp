@@ -37,6 +37,14 @@ const std::string kTiny =
     "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=6144 "
     "--set train.eval_tokens=512 --set train.checkpoint_every=4 --set train.threads=2 --set model.residual=rd";
 
+// An experiment sets model.residual from each run's arm (and refuses it in --set).
+std::string without_residual(std::string args) {
+  const std::string setting = " --set model.residual=rd";
+  const auto at = args.find(setting);
+  if (at != std::string::npos) args.erase(at, setting.size());
+  return args;
+}
+
 // Synthetic documents prepared with the bytes tokenizer (tests/common/cli_util.hpp).
 class TrainTest : public ::testing::Test {
  protected:
@@ -253,7 +261,7 @@ TEST_F(TrainTest, EvalSampleAndMismatchedInputs) {
 
 TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   TempDir runs("attnres_experiment");
-  const std::string cmd = "experiment " + kTiny + " --set train.tokens=2048 --arms block,rd --seeds 1,2 --data " +
+  const std::string cmd = "experiment " + without_residual(kTiny) + " --set train.tokens=2048 --arms block,rd --seeds 1,2 --data " +
                           data() + " --out " + runs.str("exp");
   CliResult r = run_cli(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -270,11 +278,11 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   r = run_cli(cmd);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(fs::last_write_time(runs.path() / "exp/runs/rd/seed-2/result.json"), stamp);
-  r = run_cli("experiment " + kTiny + " --arms block,rd,rd-frozen --seeds 1,2 --data " + data() + " --out " +
+  r = run_cli("experiment " + without_residual(kTiny) + " --arms block,rd,rd-frozen --seeds 1,2 --data " + data() + " --out " +
               runs.str("exp"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different experiment"), std::string::npos) << r.output;
-  r = run_cli("experiment " + kTiny + " --arms block,rd-wide --seeds 1 --data " + data() + " --out " + runs.str("e2"));
+  r = run_cli("experiment " + without_residual(kTiny) + " --arms block,rd-wide --seeds 1 --data " + data() + " --out " + runs.str("e2"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("rd-wide"), std::string::npos) << r.output;
 }
