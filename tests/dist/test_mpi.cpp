@@ -20,16 +20,13 @@ namespace fs = std::filesystem;
 namespace {
 
 // 10 steps of 4 x 32 tokens; one thread per process, so runs compare bit for bit.
-const std::string kModel =
-    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
-    "--set model.n_blocks=2 --set model.residual=rd --set train.seq_len=32 --set train.batch_size=4 "
-    "--set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
-const std::string kTen = kModel + " --set train.tokens=1280";
-// The same model for `experiment`, which sets model.residual from each run's arm.
+// kExperimentModel for `experiment`, which sets model.residual from each run's arm.
 const std::string kExperimentModel =
     "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
     "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 "
     "--set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
+const std::string kModel = kExperimentModel + " --set model.residual=rd";
+const std::string kTen = kModel + " --set train.tokens=1280";
 
 std::string mpirun(int ranks) {
   return std::string(ATTNRES_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
