@@ -163,43 +163,63 @@ class Run:
         return next((v for t, v in self.milestones if t == tokens), None)
 
 
+def _read_comparison(f: "_Json", j: dict, prefix: str) -> dict:
+    """arms, baseline, tokens and milestones of the main comparison or of one group, checked."""
+    key = (lambda k: f"{prefix}.{k}") if prefix else (lambda k: k)
+    arms = f.field(j, prefix, "arms", "array")
+    for i, a in enumerate(arms):
+        if not isinstance(a, str) or not a:
+            f.bad(key(f"arms[{i}]"), "must be a non-empty string")
+        if arms.index(a) != i:
+            f.bad(key(f"arms[{i}]"), f"repeats arm '{a}'")
+    if not arms:
+        f.bad(key("arms"), "must not be empty")
+    baseline = f.field(j, prefix, "baseline", "string")
+    if baseline not in arms:
+        f.bad(key("baseline"), "'" + baseline + "' is not one of 'arms'")
+    tokens = f.field(j, prefix, "tokens", "integer")
+    if tokens <= 0:
+        f.bad(key("tokens"), "must be positive")
+    milestones = [f.integer(m, key(f"milestones[{i}]")) for i, m in enumerate(f.field(j, prefix, "milestones", "array"))]
+    for i, m in enumerate(milestones):
+        if m <= 0:
+            f.bad(key(f"milestones[{i}]"), "must be positive")
+        if i and m <= milestones[i - 1]:
+            f.bad(key(f"milestones[{i}]"), "must be larger than the one before")
+    if not milestones:
+        f.bad(key("milestones"), "must not be empty")
+    return dict(j, arms=arms, baseline=baseline, tokens=tokens, milestones=milestones)
+
+
 def _read_spec(path: str) -> dict:
+    """experiment.json: version 1 (command-line experiments) or 2 (protocol files: a name and
+    further comparisons, "groups", beside the main arms: docs/experiments.md)."""
     if not os.path.exists(path):
         raise ExperimentError(f"{path}: not found (is this an experiment directory?)")
     f = _Json(path)
     j = f.root
     version = f.field(j, "", "version", "integer")
-    if version != 1:
-        f.bad("version", f"is {version}; this reader reads version 1")
-    arms = f.field(j, "", "arms", "array")
-    for i, a in enumerate(arms):
-        if not isinstance(a, str) or not a:
-            f.bad(f"arms[{i}]", "must be a non-empty string")
-        if arms.index(a) != i:
-            f.bad(f"arms[{i}]", f"repeats arm '{a}'")
-    if not arms:
-        f.bad("arms", "must not be empty")
-    baseline = f.field(j, "", "baseline", "string")
-    if baseline not in arms:
-        f.bad("baseline", f"'{baseline}' is not one of 'arms'")
+    if version not in (1, 2):
+        f.bad("version", f"is {version}; this reader reads versions 1 and 2")
+    spec = _read_comparison(f, j, "")
     seeds = [f.integer(s, f"seeds[{i}]") for i, s in enumerate(f.field(j, "", "seeds", "array"))]
     for i, s in enumerate(seeds):
         if seeds.index(s) != i:
             f.bad(f"seeds[{i}]", f"repeats seed {s}")
     if not seeds:
         f.bad("seeds", "must not be empty")
-    tokens = f.field(j, "", "tokens", "integer")
-    if tokens <= 0:
-        f.bad("tokens", "must be positive")
-    milestones = [f.integer(m, f"milestones[{i}]") for i, m in enumerate(f.field(j, "", "milestones", "array"))]
-    for i, m in enumerate(milestones):
-        if m <= 0:
-            f.bad(f"milestones[{i}]", "must be positive")
-        if i and m <= milestones[i - 1]:
-            f.bad(f"milestones[{i}]", "must be larger than the one before")
-    if not milestones:
-        f.bad("milestones", "must not be empty")
-    return dict(j, arms=arms, baseline=baseline, seeds=seeds, tokens=tokens, milestones=milestones)
+    groups = []
+    for i, g in enumerate(j.get("groups") or []):
+        prefix = f"groups[{i}]"
+        name = f.field(g, prefix, "name", "string")
+        if not name or "/" in name or name == "main" or name in spec["arms"] or any(x["name"] == name for x in groups):
+            f.bad(prefix + ".name", f"'{name}' is not a usable group name (empty, 'main', an arm's, or repeated)")
+        kind = f.field(g, prefix, "kind", "string")
+        if kind not in ("controls", "probe"):
+            f.bad(prefix + ".kind", f"is '{kind}'; expected 'controls' or 'probe'")
+        groups.append(dict(_read_comparison(f, g, prefix), name=name, kind=kind,
+                           baseline_from_main=bool(g.get("baseline_from_main", False))))
+    return dict(spec, version=version, seeds=seeds, groups=groups)
 
 
 def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
@@ -267,8 +287,9 @@ def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
                peak_rss_bytes=f.field(j, "", "peak_rss_bytes", "non_negative"), curve=curve, routing=routing, raw=j)
 
 
-def run_result_path(directory: str, arm: str, seed: int) -> str:
-    return os.path.join(directory, "runs", arm, f"seed-{seed}", "result.json")
+def run_result_path(directory: str, arm: str, seed: int, group: str = "") -> str:
+    """Where a run's result.json lies: runs/<arm>/seed-<seed>/, or runs/<group>/<arm>/seed-<seed>/."""
+    return os.path.join(directory, "runs", *([group] if group else []), arm, f"seed-{seed}", "result.json")
 
 
 class Experiment:
@@ -278,27 +299,48 @@ class Experiment:
     def __init__(self, directory: str):
         if not os.path.isdir(directory):
             raise ExperimentError(f"experiment directory '{directory}' does not exist")
+        spec = _read_spec(os.path.join(directory, "experiment.json"))
+        summary_path = os.path.join(directory, "summary.json")
+        summary = _Json(summary_path).root if os.path.exists(summary_path) else None
+        self._load(directory, spec, spec["seeds"], "", summary, None)
+        # Further comparisons of a protocol experiment (controls at their own budget, probes), each
+        # an Experiment of its own: same records and frames, its runs under runs/<group>/.
+        self.groups: Dict[str, "Experiment"] = {}
+        for g in spec["groups"]:
+            group = Experiment.__new__(Experiment)
+            group_summary = next((x for x in (summary or {}).get("groups") or [] if x.get("name") == g["name"]), None)
+            group._load(directory, g, spec["seeds"], g["name"], group_summary, self if g["baseline_from_main"] else None)
+            group.groups = {}
+            self.groups[g["name"]] = group
+
+    def _load(self, directory: str, spec: dict, seeds: List[int], group: str, summary: Optional[dict],
+              main: Optional["Experiment"]) -> None:
         self.path = directory
-        self.spec = _read_spec(os.path.join(directory, "experiment.json"))
-        self.arms: List[str] = self.spec["arms"]
-        self.baseline: str = self.spec["baseline"]
-        self.seeds: List[int] = self.spec["seeds"]
-        self.tokens: int = self.spec["tokens"]
-        self.milestones: List[int] = self.spec["milestones"]
+        self.spec = spec
+        self.name: str = group or spec.get("name", "")
+        self.kind: str = spec.get("kind", "main")
+        self.arms: List[str] = spec["arms"]
+        self.baseline: str = spec["baseline"]
+        self.seeds: List[int] = seeds
+        self.tokens: int = spec["tokens"]
+        self.milestones: List[int] = spec["milestones"]
         self.runs: List[Run] = []
         self.missing: List[Tuple[str, int]] = []
         for arm in self.arms:
             for seed in self.seeds:
-                p = run_result_path(directory, arm, seed)
+                if main is not None and arm == self.baseline:  # the main baseline's runs, read at these milestones
+                    p = run_result_path(directory, arm, seed)
+                else:
+                    p = run_result_path(directory, arm, seed, group)
                 if os.path.exists(p):
-                    self.runs.append(_read_run(p, self.spec, arm, seed))
+                    self.runs.append(_read_run(p, spec, arm, seed))
                 else:
                     self.missing.append((arm, seed))
-        summary = os.path.join(directory, "summary.json")
-        self.summary: Optional[dict] = _Json(summary).root if os.path.exists(summary) else None
+        self.summary: Optional[dict] = summary
 
     def __repr__(self) -> str:
-        return (f"Experiment('{self.path}': arms {self.arms}, baseline {self.baseline}, seeds {self.seeds}, "
+        where = f"'{self.path}'" + (f" group '{self.name}'" if self.kind != "main" else "")
+        return (f"Experiment({where}: arms {self.arms}, baseline {self.baseline}, seeds {self.seeds}, "
                 f"{len(self.runs)} finished, {len(self.missing)} missing)")
 
     def run(self, arm: str, seed: int) -> Run:
@@ -399,5 +441,5 @@ class Experiment:
 
 def read_experiment(directory: str) -> Experiment:
     """Reads an `attnres experiment` directory (experiment.json, runs/<arm>/seed-<seed>/result.json and,
-    if present, summary.json)."""
+    if present, summary.json). A protocol experiment's controls and probes are in .groups, by name."""
     return Experiment(directory)

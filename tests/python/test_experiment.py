@@ -188,3 +188,41 @@ class FixtureTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StudyTest(unittest.TestCase):
+    """docs/results/cpu: the committed CPU study (experiment.json version 2 from studies/cpu.toml,
+    with its controls and depth probe as groups), read from the repository alone."""
+
+    def setUp(self):
+        self.dir = os.path.join(support.SOURCE_DIR, "docs", "results", "cpu")
+        self.exp = attnres.read_experiment(self.dir)
+
+    def test_main_arms_and_groups(self):
+        exp = self.exp
+        self.assertEqual((exp.name, exp.kind, exp.arms, exp.baseline, exp.seeds, exp.missing),
+                         ("cpu", "main", ["block", "prenorm", "rd"], "block", [1, 2, 3, 4, 5], []))
+        self.assertEqual(sorted(exp.groups), ["controls", "depth-4"])
+        controls, probe = exp.groups["controls"], exp.groups["depth-4"]
+        self.assertEqual((controls.kind, controls.arms, controls.missing, len(controls.runs)),
+                         ("controls", ["block", "rd-tied", "rd-average", "rd-frozen"], [], 20))
+        self.assertEqual((probe.kind, probe.arms, len(probe.runs)), ("probe", ["block", "rd"], 10))
+        self.assertLessEqual(abs(controls.tokens - exp.tokens / 4), 2048)  # a quarter of the budget, in whole steps
+        # Group runs are the group's own (runs/<group>/<arm>/): the controls' block is retrained.
+        self.assertTrue(all("/runs/controls/" in r.path for r in controls.runs))
+        self.assertNotEqual(controls.run("block", 1).test_nll, exp.run("block", 1).test_nll)
+
+    def test_group_records_match_the_summary(self):
+        controls = self.exp.groups["controls"]
+        # rd-tied reproduces block bit for bit: every paired difference is exactly zero.
+        tied = [d["delta_nll"] for d in controls.records("deltas") if d["arm"] == "rd-tied"]
+        self.assertEqual(len(tied), 5 * (len(controls.milestones) + 1))
+        self.assertTrue(all(d == 0.0 for d in tied))
+        group = next(g for g in self.exp.summary["groups"] if g["name"] == "controls")
+        final = {a["arm"]: a for a in group["validation"][-1]["arms"]}
+        for p in controls.records("paired"):
+            if p["split"] == "val" and p["tokens"] == controls.milestones[-1]:
+                self.assertEqual(p["mean"], final[p["arm"]]["paired"]["mean"])
+                mine = [d["delta_nll"] for d in controls.records("deltas")
+                        if d["arm"] == p["arm"] and d["split"] == "val" and d["tokens"] == p["tokens"]]
+                self.assertAlmostEqual(statistics.mean(mine), p["mean"], places=12)
