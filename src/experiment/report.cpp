@@ -57,11 +57,12 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
 }
 
 std::string meta_line(const ExperimentSummary& s) {
+  const std::string brief = experiment_brief(s);
   std::string seeds;
   for (const auto seed : s.spec.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(seed);
   std::string ms;
   for (const auto m : s.spec.milestones) ms += (ms.empty() ? "" : ", ") + format_tokens(static_cast<double>(m));
-  return concat(experiment_brief(s).empty() ? "" : experiment_brief(s) + " · ", s.spec.arms.size(), " arms · seeds ",
+  return concat(brief.empty() ? "" : brief + " · ", s.spec.arms.size(), " arms · seeds ",
                 seeds, " · ", format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run · milestones ", ms,
                 " · baseline ", s.spec.baseline, " · ", s.runs.size(), " of ", s.runs.size() + s.missing.size(),
                 " runs finished");

@@ -294,9 +294,10 @@ std::string experiment_brief(const ExperimentSummary& s) {
 }
 
 std::string format_summary_table(const ExperimentSummary& s) {
+  const std::string brief = experiment_brief(s);
   std::string out = concat("Experiment ", s.dir, ": ", s.spec.arms.size(), " arms, ", s.spec.seeds.size(), " seeds, ",
                            format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run",
-                           experiment_brief(s).empty() ? "" : ", " + experiment_brief(s), "; baseline ", s.spec.baseline,
+                           brief.empty() ? "" : ", " + brief, "; baseline ", s.spec.baseline,
                            "\n");
   out += concat("Finished runs: ", s.runs.size(), " of ", s.runs.size() + s.missing.size());
   if (!s.missing.empty()) {
