@@ -11,8 +11,9 @@ import dataclasses
 import json
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
+VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
 
 
 class ConfigError(ValueError):
@@ -35,6 +36,13 @@ class ModelConfig:
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_seq_len: int = 256
+    dwa_dilation: int = 1  # denseformer (baselines-spec §1)
+    dwa_period: int = 1
+    dwa_weight_decay: bool = True
+    value_residual: bool = False  # ResFormer value residual (baselines-spec §5), any mode
+    vres_mode: str = "fixed"
+    vres_lambda1: float = 0.5
+    vres_lambda2: float = 0.5
 
     @property
     def head_dim(self) -> int:
@@ -47,7 +55,7 @@ class ModelConfig:
     @property
     def effective_blocks(self) -> int:
         """Blocks the depth reads use: one per sublayer for `full`, one for `prenorm`."""
-        if self.residual == "prenorm":
+        if self.residual in ("prenorm", "denseformer"):
             return 1
         if self.residual == "full":
             return self.n_sublayers
@@ -59,7 +67,7 @@ class ModelConfig:
 
     @property
     def uses_depth_reads(self) -> bool:
-        return self.residual != "prenorm"
+        return self.residual not in ("prenorm", "denseformer")
 
     @property
     def has_value_query(self) -> bool:
@@ -79,6 +87,9 @@ class ModelConfig:
                 f"unknown residual mode '{self.residual}' (expected {', '.join(RESIDUALS)})")
         require(self.value_route in VALUE_ROUTES,
                 f"unknown value route '{self.value_route}' (expected {', '.join(VALUE_ROUTES)})")
+        require(self.vres_mode in VRES_MODES,
+                f"unknown value '{self.vres_mode}' of vres_mode (expected {', '.join(VRES_MODES)})")
+        require(self.dwa_dilation >= 1 and self.dwa_period >= 1, "dwa_dilation and dwa_period must be at least 1")
         require(self.vocab_size >= 2, f"vocab_size must be at least 2 (got {self.vocab_size})")
         require(self.d_model >= 2, f"d_model must be at least 2 (got {self.d_model})")
         require(self.n_layers >= 1, f"n_layers must be at least 1 (got {self.n_layers})")

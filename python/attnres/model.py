@@ -372,6 +372,9 @@ MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": 
 
 
 def residual_mode(config: ModelConfig) -> ResidualMode:
+    if config.value_residual:
+        raise ValueError("value_residual has no PyTorch implementation in this package yet "
+                         "(tests/reference/attnres_ref.py has one)")
     try:
         return MODES[config.residual](config)
     except KeyError:

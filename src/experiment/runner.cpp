@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "data/loader.hpp"
@@ -25,25 +26,37 @@ namespace attnres::experiment {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& arm_names() {
-  static const std::vector<std::string> names = {"prenorm", "full", "block", "rd", "rd-tied", "rd-average", "rd-frozen"};
+  static const std::vector<std::string> names = {"prenorm",   "full",       "block",     "rd",
+                                                 "rd-tied",   "rd-average", "rd-frozen", "denseformer",
+                                                 "denseformer-4x5"};
   return names;
 }
 
 ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
-  if (arm == "prenorm") m.residual = ResidualMode::prenorm;
-  else if (arm == "full") m.residual = ResidualMode::full;
-  else if (arm == "block") m.residual = ResidualMode::block;
-  else if (arm.rfind("rd", 0) == 0) {
-    m.residual = ResidualMode::rd;
-    if (arm == "rd") m.value_route = ValueRoute::decoupled;
-    else if (arm == "rd-tied") m.value_route = ValueRoute::tied;
-    else if (arm == "rd-average") m.value_route = ValueRoute::average;
-    else if (arm == "rd-frozen") m.value_route = ValueRoute::frozen;
-    else fail("unknown arm '", arm, "' (expected prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)");
-  } else {
-    fail("unknown arm '", arm, "' (expected prenorm, full, block, rd, rd-tied, rd-average, rd-frozen)");
+  // "+vres" on any arm adds ResFormer's value residual (with the config's vres_* settings).
+  constexpr std::string_view kVres = "+vres";
+  std::string base = arm;
+  if (base.size() > kVres.size() && base.ends_with(kVres)) {
+    base.resize(base.size() - kVres.size());
+    m.value_residual = true;
   }
+  if (base == "prenorm") m.residual = ResidualMode::prenorm;
+  else if (base == "full") m.residual = ResidualMode::full;
+  else if (base == "block") m.residual = ResidualMode::block;
+  else if (base == "rd") m.residual = ResidualMode::rd, m.value_route = ValueRoute::decoupled;
+  else if (base == "rd-tied") m.residual = ResidualMode::rd, m.value_route = ValueRoute::tied;
+  else if (base == "rd-average") m.residual = ResidualMode::rd, m.value_route = ValueRoute::average;
+  else if (base == "rd-frozen") m.residual = ResidualMode::rd, m.value_route = ValueRoute::frozen;
+  else if (base == "denseformer") m.residual = ResidualMode::denseformer, m.dwa_dilation = 1, m.dwa_period = 1;
+  else if (base == "denseformer-4x5") m.residual = ResidualMode::denseformer, m.dwa_dilation = 4, m.dwa_period = 5;
+  else fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")");
   return m;
+}
+
+std::string arm_names_text() {
+  std::string list;
+  for (const auto& n : arm_names()) list += (list.empty() ? "" : ", ") + n;
+  return list + "; each optionally with the suffix +vres (value_residual)";
 }
 
 namespace {

@@ -12,9 +12,12 @@
 
 namespace attnres::experiment {
 
-// An arm name (prenorm, full, block, rd, rd-tied, rd-average, rd-frozen) applied to a model.
+// An arm name (arm_names(): prenorm, full, block, rd, rd-tied, rd-average, rd-frozen, denseformer
+// (1 x 1), denseformer-4x5; any of them with "+vres": value_residual on) applied to a model.
 ModelConfig apply_arm(ModelConfig model, const std::string& arm);
 const std::vector<std::string>& arm_names();
+// The arm names for help texts and messages.
+std::string arm_names_text();
 
 // A further comparison beside the main arms, trained with the same seeds (from a protocol file):
 // controls at an earlier budget, or a probe with some settings changed (e.g. another depth).

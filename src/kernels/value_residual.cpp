@@ -8,6 +8,16 @@
 
 namespace attnres::kernels {
 
+std::string to_string(VresMode mode) {
+  switch (mode) {
+    case VresMode::fixed: return "fixed";
+    case VresMode::learned_convex: return "learned_convex";
+    case VresMode::learned_pair: return "learned_pair";
+    case VresMode::constant: return "constant";
+  }
+  return "?";
+}
+
 int vres_parameter_count(VresMode mode) {
   switch (mode) {
     case VresMode::learned_convex: return 1;

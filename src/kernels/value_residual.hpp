@@ -5,12 +5,16 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace attnres::kernels {
 
 // How (lambda1, lambda2) come about (vres_mode): fixed 0.5/0.5, one learned scalar p with
 // (p, 1 - p), two learned scalars, or two configured constants.
 enum class VresMode { fixed, learned_convex, learned_pair, constant };
+inline constexpr std::array kVresModes = {VresMode::fixed, VresMode::learned_convex, VresMode::learned_pair,
+                                          VresMode::constant};
+std::string to_string(VresMode mode);
 
 // Learned scalars per layer: 0, 1 or 2.
 int vres_parameter_count(VresMode mode);

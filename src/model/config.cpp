@@ -14,6 +14,7 @@ std::string to_string(ResidualMode mode) {
     case ResidualMode::full: return "full";
     case ResidualMode::block: return "block";
     case ResidualMode::rd: return "rd";
+    case ResidualMode::denseformer: return "denseformer";
   }
   return "?";
 }
@@ -31,7 +32,7 @@ std::string to_string(ValueRoute route) {
 ResidualMode parse_residual_mode(const std::string& text) {
   for (auto m : kResidualModes)
     if (to_string(m) == text) return m;
-  fail("unknown residual mode '", text, "' (expected prenorm, full, block or rd)");
+  fail("unknown residual mode '", text, "' (expected prenorm, full, block, rd or denseformer)");
 }
 
 ValueRoute parse_value_route(const std::string& text) {
@@ -64,13 +65,30 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("rope_theta", &M::rope_theta, "> 0", "RoPE base"),
           config_field("max_seq_len", &M::max_seq_len, ">= 1",
                        "RoPE table length and sampling context (train.seq_len raises it to itself)"),
+          config_field("dwa_dilation", &M::dwa_dilation, ">= 1",
+                       "denseformer: each DWA reads every dwa_dilation-th block output (k of k x p)"),
+          config_field("dwa_period", &M::dwa_period, ">= 1",
+                       "denseformer: a DWA follows every dwa_period-th block (p of k x p)"),
+          config_field("dwa_weight_decay", &M::dwa_weight_decay, "",
+                       "denseformer: the DWA weights are weight-decayed, as in the official code"),
+          config_field("value_residual", &M::value_residual, "",
+                       "ResFormer value residual, in any mode: attention layers after the first use "
+                       "V' = lambda1 V_1 + lambda2 V_n"),
+          config_choice("vres_mode", &M::vres_mode, kernels::kVresModes,
+                        "value_residual: fixed 0.5/0.5, learned_convex (lambda, 1 - lambda), learned_pair or "
+                        "constant (vres_lambda1, vres_lambda2)"),
+          config_field("vres_lambda1", &M::vres_lambda1, "",
+                       "value_residual: lambda1 (constant), or its initial value (learned)"),
+          config_field("vres_lambda2", &M::vres_lambda2, "",
+                       "value_residual: lambda2 (constant), or its initial value (learned_pair)"),
       });
   return keys;
 }
 
 int ModelConfig::effective_blocks() const {
   switch (residual) {
-    case ResidualMode::prenorm: return 1;
+    case ResidualMode::prenorm:
+    case ResidualMode::denseformer: return 1;
     case ResidualMode::full: return n_sublayers();
     default: return n_blocks;
   }

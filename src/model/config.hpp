@@ -5,14 +5,15 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "kernels/value_residual.hpp"
 #include "util/config_key.hpp"
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd };
+enum class ResidualMode { prenorm, full, block, rd, denseformer };
 enum class ValueRoute { decoupled, tied, average, frozen };
 inline constexpr std::array kResidualModes = {ResidualMode::prenorm, ResidualMode::full, ResidualMode::block,
-                                              ResidualMode::rd};
+                                              ResidualMode::rd, ResidualMode::denseformer};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
 
@@ -34,13 +35,26 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
   int max_seq_len = 256;
+  // DenseFormer (baselines-spec §1): a DWA after every dwa_period-th block, reading every
+  // dwa_dilation-th block output (the paper's full model: 1 x 1).
+  int dwa_dilation = 1;
+  int dwa_period = 1;
+  bool dwa_weight_decay = true;  // the official code decays the DWA weights
+  // ResFormer's value residual (baselines-spec §5), in any mode: attention layers after the first
+  // use V' = lambda1 V_1 + lambda2 V_n.
+  bool value_residual = false;
+  kernels::VresMode vres_mode = kernels::VresMode::fixed;
+  double vres_lambda1 = 0.5;  // constant: the lambdas; learned: their initial values
+  double vres_lambda2 = 0.5;
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
   // Blocks actually used by the depth reads (full: one per sublayer; prenorm: none).
   int effective_blocks() const;
   int sublayers_per_block() const { return n_sublayers() / effective_blocks(); }
-  bool uses_depth_reads() const { return residual != ResidualMode::prenorm; }
+  bool uses_depth_reads() const { return residual != ResidualMode::prenorm && residual != ResidualMode::denseformer; }
+  // Learned value-residual scalars per attention layer after the first (0 when none).
+  int vres_parameters() const { return value_residual ? kernels::vres_parameter_count(vres_mode) : 0; }
   bool has_value_query() const {
     return residual == ResidualMode::rd &&
            (value_route == ValueRoute::decoupled || value_route == ValueRoute::average);

@@ -106,6 +106,17 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
   if (topo_.any_separate_value()) b.xv = take(bt * d);
+  b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
+  b.ddwa_out.assign(b.dwa_out.size(), nullptr);
+  int dwa_sources = 1;
+  for (const DwaPlan& p : topo_.dwas()) {
+    b.dwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
+    if (with_grad_) b.ddwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
+    dwa_sources = std::max(dwa_sources, static_cast<int>(p.sources.size()));
+  }
+  const bool vres = config_.value_residual && config_.n_layers > 1;
+  if (vres) b.vmix = take(bt * d);
+  if (vres && with_grad_) b.dv1 = take(bt * d);
   const int half = config_.head_dim() / 2;
   b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
   b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
@@ -114,7 +125,9 @@ void Model<Real>::carve(Real* base, std::int64_t& used) {
     b.demb = take(bt * d);
     for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
     for (Real** p : {&b.dgate, &b.dup, &b.dact}) *p = take(bt * H);
-    b.reduce = take(std::max(k::rmsnorm_scratch_size(bt, config_.d_model), k::depth_read_scratch_size(bt, config_.d_model)));
+    b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model),
+                              k::depth_read_scratch_size(bt, config_.d_model), k::dwa_scratch_size(bt, dwa_sources),
+                              k::value_residual_scratch_size(bt)}));
   }
 }
 
@@ -144,12 +157,14 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 template <class Real>
 const Real* Model<Real>::residual(int index) const {
   if (index == kNoStream) return nullptr;
+  if (topo_.is_dwa_stream(index)) return buf_.dwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
   return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
 }
 
 template <class Real>
 Real* Model<Real>::dresidual(int index) {
   if (index == kNoStream) return nullptr;
+  if (topo_.is_dwa_stream(index)) return buf_.ddwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
   return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
 }
 
@@ -203,6 +218,35 @@ void Model<Real>::run_read_backward(int j, const Real* dout, const Real* dxv, co
 }
 
 template <class Real>
+std::optional<k::ValueResidual<Real>> Model<Real>::value_residual(int layer) const {
+  if (!config_.value_residual || layer == 0) return std::nullopt;
+  const auto lambdas =
+      k::vres_lambdas<Real>(config_.vres_mode, w_.layers[static_cast<std::size_t>(layer)].vres_lambda,
+                            static_cast<Real>(config_.vres_lambda1), static_cast<Real>(config_.vres_lambda2));
+  k::ValueResidual<Real> vr;
+  vr.v1 = buf_.sub[0].v;
+  vr.vn = buf_.sub[static_cast<std::size_t>(2 * layer)].v;
+  vr.n_tok = n_tok_;
+  vr.d = config_.d_model;
+  vr.lambda1 = lambdas[0];
+  vr.lambda2 = lambdas[1];
+  return vr;
+}
+
+template <class Real>
+k::Dwa<Real> Model<Real>::dwa(const DwaPlan& plan, const Real** sources) const {
+  for (std::size_t s = 0; s < plan.sources.size(); ++s) sources[s] = residual(plan.sources[s]);
+  const auto index = static_cast<std::size_t>(&plan - topo_.dwas().data());
+  k::Dwa<Real> dwa;
+  dwa.sources = sources;
+  dwa.n_sources = static_cast<int>(plan.sources.size());
+  dwa.n_tok = n_tok_;
+  dwa.d = config_.d_model;
+  dwa.alpha = w_.dwa_alpha[index];
+  return dwa;
+}
+
+template <class Real>
 void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
@@ -229,17 +273,22 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
       k::linear_forward(s.v, separate ? buf_.xv : s.x, lw.wv, n, d, d, false, precision_);
       k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
       k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+      const Real* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
+      if (const auto vr = value_residual(layer_of(j))) {
+        k::value_residual_forward(*vr, buf_.vmix);
+        v = buf_.vmix;
+      }
       if (cache != nullptr) {
         Real* kc = cache->keys(layer_of(j));
         Real* vc = cache->values(layer_of(j));
         for (std::int64_t b = 0; b < batch; ++b) {
           const std::int64_t dst = (b * cache->max_seq + pos0) * d, src = b * seq * d;
           k::copy(kc + dst, s.k + src, std::int64_t(seq) * d);
-          k::copy(vc + dst, s.v + src, std::int64_t(seq) * d);
+          k::copy(vc + dst, v + src, std::int64_t(seq) * d);
         }
         k::attention_forward(s.att, s.lse, s.q, kc, vc, shape);
       } else {
-        k::attention_forward(s.att, s.lse, s.q, s.k, s.v, shape);
+        k::attention_forward(s.att, s.lse, s.q, s.k, v, shape);
       }
       k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr, precision_);
     } else {
@@ -247,6 +296,10 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
       k::linear_forward(s.up, s.x, lw.w_up, n, d, H, false, precision_);
       k::swiglu_forward(s.act, s.gate, s.up, n * H);
       k::linear_forward(s.out, s.act, lw.w_down, n, H, d, base != nullptr, precision_);
+      if (const DwaPlan* plan = topo_.dwa_ending_at(j)) {
+        const Real* sources[k::kMaxSources];
+        k::dwa_forward(dwa(*plan, sources), buf_.dwa_out[static_cast<std::size_t>(plan->block)]);
+      }
     }
   }
   if (reads) run_read(topo_.final_read(), buf_.h_final, nullptr, buf_.rms_final, buf_.logits_final);
@@ -278,12 +331,32 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
     LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
     const bool attn = is_attention(j);
     const bool separate = reads && topo_.read(j).separate_value;
+    if (const DwaPlan* plan = topo_.dwa_ending_at(j)) {
+      // The DWA's output gradient is complete (its readers lie in later blocks); scattering it
+      // completes s.dout, the gradient of this block's output, as every DWA reading it is later.
+      const Real* sources[k::kMaxSources];
+      Real* dsources[k::kMaxSources];
+      for (std::size_t i = 0; i < plan->sources.size(); ++i) dsources[i] = dresidual(plan->sources[i]);
+      const auto index = static_cast<std::size_t>(plan - topo_.dwas().data());
+      k::dwa_backward(dwa(*plan, sources), dresidual(plan->output), dsources, g_.dwa_alpha[index], b.reduce);
+    }
     // s.dout is complete: every later user of this partial sum has been visited.
     if (Real* dbase = dresidual(topo_.write_base(j))) k::add_into(dbase, s.dout, n * d);
     if (attn) {
       k::linear_backward_weight(lg.wo, s.dout, s.att, n, d, d, precision_);
       k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d, false, precision_);
-      k::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, shape);
+      const auto vr = value_residual(layer_of(j));
+      if (vr) k::value_residual_forward(*vr, b.vmix);  // V' again, bit for bit
+      k::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, vr ? b.vmix : s.v, s.att, s.lse, shape);
+      if (vr) {
+        // dv becomes the raw V's gradient; V_1's share waits in dv1 for the first layer.
+        Real dlambda[2] = {0, 0};
+        const bool learned = config_.vres_parameters() > 0;
+        k::value_residual_backward(*vr, b.dv, b.dv, b.dv1, learned ? dlambda : nullptr, b.reduce);
+        if (learned) k::vres_parameter_gradients(config_.vres_mode, dlambda[0], dlambda[1], lg.vres_lambda);
+      } else if (j == 0 && b.dv1 != nullptr) {
+        k::add_into(b.dv, b.dv1, n * d);
+      }
       k::rope_backward(b.dq, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
       k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
       k::linear_backward_weight(lg.wq, b.dq, s.x, n, d, d, precision_);
@@ -337,6 +410,9 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   std::fill(grads_.begin(), grads_.end(), Real(0));
   k::zero(buf_.demb, n * d);
   for (Sublayer& s : buf_.sub) k::zero(s.dout, n * d);
+  for (Real* g : buf_.ddwa_out)
+    if (g != nullptr) k::zero(g, n * d);
+  if (buf_.dv1 != nullptr) k::zero(buf_.dv1, n * d);
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),

@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "kernels/dwa.hpp"
 #include "kernels/precision.hpp"
+#include "kernels/value_residual.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
 #include "model/topology.hpp"
@@ -108,6 +111,12 @@ class Model {
     // norm is fused into the read), and the backward recomputes it, so it is not kept per layer
     // and RD needs no more activation memory than Block.
     Real* xv = nullptr;
+    // DenseFormer: each DWA's output Y_i and its gradient, by block (null where none).
+    std::vector<Real*> dwa_out, ddwa_out;
+    // Value residual: the mixed values V' of the current attention layer (recomputed in the
+    // backward from V_1 and the layer's raw V, which are kept), and dL/dV_1 summed over layers.
+    Real* vmix = nullptr;
+    Real* dv1 = nullptr;
     // Gradient scratch shared by all sublayers.
     Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
     Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
@@ -132,6 +141,9 @@ class Model {
   // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
   // value-route input again (for Wv's gradient).
   void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
+  // Value residual of attention layer `layer` (null when it has none): V' from V_1 and its raw V.
+  std::optional<kernels::ValueResidual<Real>> value_residual(int layer) const;
+  kernels::Dwa<Real> dwa(const DwaPlan& plan, const Real** sources) const;
 
   ModelConfig config_;
   ParamLayout layout_;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/dwa.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -21,6 +22,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wv.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wo.weight", {d, d}, ParamKind::matrix, std_out);
+    if (i >= 1 && c.vres_parameters() > 0) {  // the first attention layer keeps its own values
+      std::vector<double> lambdas = {c.vres_lambda1, c.vres_lambda2};
+      lambdas.resize(static_cast<std::size_t>(c.vres_parameters()));
+      add_fixed(p + "attn.vres_lambda", std::move(lambdas), false);
+    }
     add(p + "mlp_norm.weight", {d}, ParamKind::norm_weight);
     add(p + "mlp.w_gate.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_up.weight", {h, d}, ParamKind::matrix, std_matrix);
@@ -31,6 +37,15 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
       if (c.has_value_query()) add(p + "attn_res.value_query", {d}, ParamKind::query);
       add(p + "mlp_res.query", {d}, ParamKind::query);
       add(p + "mlp_res.key_norm.weight", {d}, ParamKind::norm_weight);
+    }
+  }
+  if (c.residual == ResidualMode::denseformer) {
+    for (int i = 1; i <= c.n_layers; ++i) {
+      const auto n = kernels::dwa_sources(i, c.dwa_dilation, c.dwa_period).size();
+      if (n == 0) continue;
+      std::vector<double> identity(n, 0.0);  // the block's own output, last: plain pre-norm at init
+      identity.back() = 1.0;
+      add_fixed("dwa." + std::to_string(i) + ".alpha", std::move(identity), c.dwa_weight_decay);
     }
   }
   if (reads) {
@@ -50,8 +65,15 @@ void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKi
   info.offset = total_;
   info.kind = kind;
   info.init_std = init_std;
+  info.decay = kind == ParamKind::matrix;
   total_ += info.numel;
   params_.push_back(std::move(info));
+}
+
+void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay) {
+  add(std::move(name), {static_cast<std::int64_t>(values.size())}, ParamKind::fixed);
+  params_.back().init_values = std::move(values);
+  params_.back().decay = decay;
 }
 
 const ParamInfo* ParamLayout::find(const std::string& name) const {
@@ -82,6 +104,9 @@ void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> 
         break;
       case ParamKind::query:
         for (std::int64_t i = 0; i < p.numel; ++i) out[i] = Real(0);
+        break;
+      case ParamKind::fixed:
+        for (std::int64_t i = 0; i < p.numel; ++i) out[i] = static_cast<Real>(p.init_values[static_cast<std::size_t>(i)]);
         break;
     }
   }

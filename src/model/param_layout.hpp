@@ -15,6 +15,8 @@ enum class ParamKind {
   matrix,       // N(0, std); weight-decayed
   norm_weight,  // ones (RMSNorm weights and depth-read key-norm weights); no decay
   query,        // zeros (pseudo-queries, spec §2); no decay
+  fixed,        // the layout's own init_values, no RNG (DenseFormer's identity DWA weights, the
+                // value-residual lambdas: baselines-spec §6.1); decay as the mode's policy says
 };
 
 struct ParamInfo {
@@ -23,9 +25,11 @@ struct ParamInfo {
   std::int64_t offset = 0;
   std::int64_t numel = 0;
   ParamKind kind = ParamKind::matrix;
-  double init_std = 0;  // matrices only
+  double init_std = 0;              // matrices only
+  std::vector<double> init_values;  // fixed only: numel values
+  bool decay = false;               // weight-decayed (matrices; fixed ones by their mode's policy)
 
-  bool weight_decay() const { return kind == ParamKind::matrix; }
+  bool weight_decay() const { return decay; }
 };
 
 class ParamLayout {
@@ -39,6 +43,7 @@ class ParamLayout {
 
  private:
   void add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
+  void add_fixed(std::string name, std::vector<double> values, bool decay);
 
   std::vector<ParamInfo> params_;
   std::int64_t total_ = 0;

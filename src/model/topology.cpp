@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/dwa.hpp"
+
 namespace attnres {
 
 std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
@@ -41,11 +43,38 @@ std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
 Topology::Topology(const ModelConfig& config)
     : n_sublayers_(config.n_sublayers()),
       sublayers_per_block_(config.uses_depth_reads() ? config.sublayers_per_block() : 1),
-      plans_(make_read_plans(config)) {
+      plans_(make_read_plans(config)),
+      dwa_of_block_(static_cast<std::size_t>(config.n_layers + 1), -1) {
+  if (config.residual == ResidualMode::denseformer) {
+    for (int i = 1; i <= config.n_layers; ++i) {
+      const std::vector<int> src = kernels::dwa_sources(i, config.dwa_dilation, config.dwa_period);
+      if (src.empty()) continue;
+      DwaPlan p;
+      p.block = i;
+      for (int x : src) p.sources.push_back(x == 0 ? kEmbedding : 2 * x - 1);
+      p.output = dwa_stream(i);
+      dwa_of_block_[static_cast<std::size_t>(i)] = static_cast<int>(dwas_.size());
+      dwas_.push_back(std::move(p));
+    }
+  }
   for (const ReadPlan& p : plans_) {
     max_sources_ = std::max(max_sources_, static_cast<int>(p.sources.size()));
     any_separate_value_ = any_separate_value_ || p.separate_value;
   }
+}
+
+int Topology::input(int j) const {
+  if (j == 0) return kEmbedding;
+  if (!is_attention(j) && j != n_sublayers_) return j - 1;
+  const int block = j / 2;  // blocks completed before sublayer j
+  const int dwa = dwa_of_block_[static_cast<std::size_t>(block)];
+  return dwa >= 0 ? dwas_[static_cast<std::size_t>(dwa)].output : j - 1;
+}
+
+const DwaPlan* Topology::dwa_ending_at(int j) const {
+  if (is_attention(j)) return nullptr;
+  const int dwa = dwa_of_block_[static_cast<std::size_t>(j / 2 + 1)];
+  return dwa >= 0 ? &dwas_[static_cast<std::size_t>(dwa)] : nullptr;
 }
 
 int Topology::write_base(int j) const {

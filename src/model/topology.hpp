@@ -4,7 +4,8 @@
 // indices below to their own host or device buffers.
 //
 // Residual-stream buffers are named by index: kEmbedding for the token embedding, j >= 0 for the
-// output of sublayer j (its partial sum after the write-back), kNoStream for no buffer. Sublayers
+// output of sublayer j (its partial sum after the write-back), n_sublayers + i - 1 for the output
+// Y_i of the DenseFormer DWA after block i (1-based; Topology::dwa_stream), kNoStream for no buffer. Sublayers
 // are numbered 0 .. 2*n_layers-1 (even: attention, odd: MLP); read j is sublayer j's depth read
 // and read n_sublayers (Topology::final_read) the final one, before the final norm.
 #pragma once
@@ -35,6 +36,15 @@ struct ReadPlan {
 // The depth-read plans of a configuration: one per sublayer, then the final read (none in prenorm).
 std::vector<ReadPlan> make_read_plans(const ModelConfig& config);
 
+// One DenseFormer DWA (baselines-spec §1.1): after block `block` (1-based), Y = sum_j alpha_j X_j
+// over `sources` (stream indices of block outputs X_j: kEmbedding for X_0, sublayer 2j-1's output
+// for X_j), written to stream `output`; its weights are the parameter dwa.{block}.alpha.
+struct DwaPlan {
+  int block = 0;
+  std::vector<int> sources;
+  int output = kNoStream;
+};
+
 class Topology {
  public:
   explicit Topology(const ModelConfig& config);
@@ -47,8 +57,15 @@ class Topology {
   const std::vector<ReadPlan>& reads() const { return plans_; }
   const ReadPlan& read(int r) const { return plans_.at(static_cast<std::size_t>(r)); }
 
-  // Without depth reads: the stream entering sublayer j (j == n_sublayers: the final norm's input).
-  int input(int j) const { return j == 0 ? kEmbedding : j - 1; }
+  // Without depth reads: the stream entering sublayer j (j == n_sublayers: the final norm's input):
+  // the previous sublayer's output, or, in front of a block that follows a DWA, the DWA's output.
+  int input(int j) const;
+  // DenseFormer's DWAs in block order (empty in other modes), and the one after the block that
+  // sublayer j ends (null when j is an attention sublayer or its block has none).
+  const std::vector<DwaPlan>& dwas() const { return dwas_; }
+  const DwaPlan* dwa_ending_at(int j) const;
+  int dwa_stream(int block) const { return n_sublayers_ + block - 1; }
+  bool is_dwa_stream(int index) const { return index >= n_sublayers_; }
   // The buffer sublayer j's output is added to: the stream entering it (prenorm), or the partial
   // sum of the current block (AttnRes), which the first sublayer of a block starts afresh
   // (kNoStream).
@@ -62,6 +79,8 @@ class Topology {
   int n_sublayers_;
   int sublayers_per_block_;
   std::vector<ReadPlan> plans_;
+  std::vector<DwaPlan> dwas_;
+  std::vector<int> dwa_of_block_;  // index into dwas_ per block 0..n_layers, or -1
   int max_sources_ = 1;
   bool any_separate_value_ = false;
 };

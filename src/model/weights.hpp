@@ -26,6 +26,7 @@ struct LayerWeights {
   Real* attn_value_query = nullptr;
   Real* mlp_query = nullptr;
   Real* mlp_key_norm = nullptr;
+  Real* vres_lambda = nullptr;  // value_residual with learned lambdas, layers >= 1
 };
 
 template <class Real>
@@ -36,6 +37,7 @@ struct ModelWeights {
   Real* final_key_norm = nullptr;
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
+  std::vector<Real*> dwa_alpha;  // denseformer: one per Topology::dwas() entry
 };
 
 template <class Real>
@@ -63,12 +65,15 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
     l.attn_value_query = get(p + "attn_res.value_query");
     l.mlp_query = get(p + "mlp_res.query");
     l.mlp_key_norm = get(p + "mlp_res.key_norm.weight");
+    l.vres_lambda = get(p + "attn.vres_lambda");
     w.layers.push_back(l);
   }
   w.final_query = get("final_res.query");
   w.final_key_norm = get("final_res.key_norm.weight");
   w.final_norm = get("final_norm.weight");
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
+  for (int i = 1; i <= config.n_layers; ++i)
+    if (Real* alpha = get("dwa." + std::to_string(i) + ".alpha")) w.dwa_alpha.push_back(alpha);
   return w;
 }
 

@@ -174,14 +174,28 @@ void check_cuda_device(int device) {
           " GPU(s) visible");
 }
 
+namespace {
+
+// The CUDA kernels cover prenorm, full, block and rd; the baseline modes run on the CPU only.
+void require_cuda_support(const ModelConfig& config) {
+  require(config.residual != ResidualMode::denseformer, "--device cuda: residual mode '",
+          to_string(config.residual), "' has no CUDA implementation; use --device cpu");
+  require(!config.value_residual,
+          "--device cuda: model.value_residual has no CUDA implementation; use --device cpu");
+}
+
+}  // namespace
+
 // The constructors take a GPU that passed check_cuda_device (backend.cpp).
 std::unique_ptr<InferenceBackend> make_cuda_inference_backend(int device, const ModelConfig& config, int max_batch,
                                                               int max_seq, kernels::MatmulPrecision precision) {
+  require_cuda_support(config);
   return std::make_unique<CudaInferenceBackend>(device, config, max_batch, max_seq, precision);
 }
 
 std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
                                                       int local_micro, dist::Communicator& comm) {
+  require_cuda_support(config.model);
   return std::make_unique<CudaTrainBackend>(device, config, micro_batch, local_micro, comm);
 }
 

@@ -14,17 +14,48 @@ namespace attnres::testing {
 struct Variant {
   std::string name;
   ResidualMode residual;
-  ValueRoute route;
+  ValueRoute route = ValueRoute::decoupled;
+  int dwa_dilation = 1, dwa_period = 1;  // denseformer
+  bool value_residual = false;
+  kernels::VresMode vres_mode = kernels::VresMode::fixed;
+
+  // The variant's settings on a base configuration.
+  ModelConfig apply(ModelConfig c) const {
+    c.residual = residual;
+    c.value_route = route;
+    c.dwa_dilation = dwa_dilation;
+    c.dwa_period = dwa_period;
+    c.value_residual = value_residual;
+    c.vres_mode = vres_mode;
+    return c;
+  }
+  // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
+  bool on_cuda() const { return residual != ResidualMode::denseformer && !value_residual; }
 };
 
 inline std::vector<Variant> all_variants() {
-  return {{"prenorm", ResidualMode::prenorm, ValueRoute::decoupled},
-          {"full", ResidualMode::full, ValueRoute::decoupled},
-          {"block", ResidualMode::block, ValueRoute::decoupled},
+  using kernels::VresMode;
+  return {{"prenorm", ResidualMode::prenorm},
+          {"full", ResidualMode::full},
+          {"block", ResidualMode::block},
           {"rd", ResidualMode::rd, ValueRoute::decoupled},
           {"rd_tied", ResidualMode::rd, ValueRoute::tied},
           {"rd_average", ResidualMode::rd, ValueRoute::average},
-          {"rd_frozen", ResidualMode::rd, ValueRoute::frozen}};
+          {"rd_frozen", ResidualMode::rd, ValueRoute::frozen},
+          {"denseformer", ResidualMode::denseformer},
+          {"denseformer_2x2", ResidualMode::denseformer, ValueRoute::decoupled, 2, 2},
+          {"prenorm_vres", ResidualMode::prenorm, ValueRoute::decoupled, 1, 1, true, VresMode::fixed},
+          {"rd_vres_convex", ResidualMode::rd, ValueRoute::decoupled, 1, 1, true, VresMode::learned_convex},
+          {"denseformer_vres_pair", ResidualMode::denseformer, ValueRoute::decoupled, 1, 1, true,
+           VresMode::learned_pair}};
+}
+
+// The variants the CUDA backend runs.
+inline std::vector<Variant> cuda_variants() {
+  std::vector<Variant> v;
+  for (const Variant& x : all_variants())
+    if (x.on_cuda()) v.push_back(x);
+  return v;
 }
 
 inline ModelConfig tiny_config(ResidualMode residual, ValueRoute route = ValueRoute::decoupled, int n_layers = 2,
@@ -40,6 +71,10 @@ inline ModelConfig tiny_config(ResidualMode residual, ValueRoute route = ValueRo
   c.value_route = route;
   c.max_seq_len = 8;
   return c;
+}
+
+inline ModelConfig tiny_config(const Variant& v, int n_layers = 2, int n_blocks = 2) {
+  return v.apply(tiny_config(v.residual, v.route, n_layers, n_blocks));
 }
 
 // Initialises by seed, then perturbs every parameter so no gradient is trivially zero:
@@ -62,6 +97,9 @@ void randomize_weights(Model<Real>& model, std::uint64_t seed, WeightScales scal
         case ParamKind::matrix: x[i] = static_cast<Real>(scales.matrix * z); break;
         case ParamKind::norm_weight: x[i] = static_cast<Real>(1.0 + scales.norm * z); break;
         case ParamKind::query: x[i] = static_cast<Real>(scales.query * z); break;
+        case ParamKind::fixed:  // DWA weights, value-residual lambdas: around their init
+          x[i] = static_cast<Real>(p.init_values[static_cast<std::size_t>(i)] + scales.query * z);
+          break;
       }
     }
   }

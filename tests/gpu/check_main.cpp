@@ -129,11 +129,7 @@ float bf16_round(float x) {
   return f;
 }
 
-ModelConfig variant_config(ModelConfig c, const Variant& v) {
-  c.residual = v.residual;
-  c.value_route = v.route;
-  return c;
-}
+ModelConfig variant_config(ModelConfig c, const Variant& v) { return v.apply(c); }
 
 // Random weights (every parameter perturbed, as in tests/common/model_util.hpp), rounded to fp32.
 std::vector<float> random_weights(const ModelConfig& c, std::uint64_t seed, testing::WeightScales scales) {
@@ -226,7 +222,7 @@ void check_parity() {
   base.mlp_hidden = 96;
   base.n_blocks = 4;
   base.max_seq_len = 48;
-  for (const Variant& v : testing::all_variants()) {
+  for (const Variant& v : testing::cuda_variants()) {
     try {
       parity_case(v.name, variant_config(base, v), 3, 45, 11);
     } catch (const std::exception& e) {
@@ -375,7 +371,7 @@ void check_bf16() {
   base.mlp_hidden = 320;
   base.n_blocks = 2;
   base.max_seq_len = 100;
-  for (const Variant& v : testing::all_variants()) {
+  for (const Variant& v : testing::cuda_variants()) {
     try {
       bf16_case(v.name, variant_config(base, v), 2, 100, 21);
     } catch (const std::exception& e) {
@@ -429,7 +425,7 @@ void check_training(int steps) {
   const double lr = 3e-3, clip = 1.0;
   AdamWConfig ac;
   ac.weight_decay = 0.1;
-  for (const Variant& v : testing::all_variants()) {
+  for (const Variant& v : testing::cuda_variants()) {
     try {
       const ModelConfig c = variant_config(base, v);
       Model<float> cpu(c, B, T, true);

@@ -12,7 +12,7 @@ class Decode : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Decode, CachedStepsMatchTheFullPass) {
   const Variant v = GetParam();
-  const ModelConfig c = tiny_config(v.residual, v.route);
+  const ModelConfig c = tiny_config(v);
   const int B = 2, T = 7;
   Model<double> model(c, B, T, false);
   randomize_weights(model, 8);

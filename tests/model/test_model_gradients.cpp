@@ -39,12 +39,12 @@ class ModelGradients : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(ModelGradients, MatchFiniteDifferences) {
   const Variant v = GetParam();
-  check_model_gradients(tiny_config(v.residual, v.route));
+  check_model_gradients(tiny_config(v));
 }
 
 TEST_P(ModelGradients, MatchFiniteDifferencesUntiedHead) {
   const Variant v = GetParam();
-  ModelConfig c = tiny_config(v.residual, v.route);
+  ModelConfig c = tiny_config(v);
   c.tie_embeddings = false;
   check_model_gradients(c);
 }

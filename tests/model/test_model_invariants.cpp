@@ -230,3 +230,133 @@ TEST(Invariants, BadConfigsAreRejected) {
   EXPECT_THROW(c.validate(), Error);
   EXPECT_THROW(parse_residual_mode("blocks"), Error);
 }
+
+// ------------------------------------------------------------------ baselines (baselines-spec §6.1)
+
+namespace {
+
+// Logits, loss and every shared parameter's gradient of `a` and `b` equal bit for bit (same
+// weights where the names agree).
+void expect_same_function(Model<float>& a, Model<float>& b, const std::string& what) {
+  const auto tokens = random_tokens(B, T, a.config().vocab_size, 9);
+  std::vector<std::int32_t> inputs;
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < T; ++t) inputs.push_back(tokens[r * (T + 1) + t]);
+  std::vector<float> la(B * T * a.config().vocab_size), lb(la.size());
+  a.logits(inputs, B, T, la);
+  b.logits(inputs, B, T, lb);
+  EXPECT_TRUE(bitwise_equal(la, lb)) << what << ": logits";
+  EXPECT_EQ(a.forward_backward(tokens, B, T), b.forward_backward(tokens, B, T)) << what;
+  for (const auto& p : a.layout().params()) {
+    if (b.layout().find(p.name) != nullptr) {
+      EXPECT_TRUE(bitwise_equal(grad_of(a, p.name), grad_of(b, p.name))) << what << ": " << p.name;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Invariants, DenseFormerAtIdentityInitEqualsPrenormBitForBit) {
+  for (auto [k, p] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{4, 5}}) {
+    ModelConfig pre = tiny_config(ResidualMode::prenorm, ValueRoute::decoupled, 4);
+    ModelConfig dense = pre;
+    dense.residual = ResidualMode::denseformer;
+    dense.dwa_dilation = k;
+    dense.dwa_period = p;
+    Model<float> a(pre, B, T, true), b(dense, B, T, true);
+    randomize_weights(a, 3);
+    init_params<float>(b.layout(), 3, b.params());  // the DWAs at identity
+    copy_shared_weights(a, b);
+    expect_same_function(a, b, "denseformer " + std::to_string(k) + "x" + std::to_string(p));
+    // The DWA weights do get a gradient (except where there is a single source).
+    double mag = 0;
+    for (const auto& info : b.layout().params())
+      if (info.name.rfind("dwa.", 0) == 0)
+        for (float g : grad_of(b, info.name)) mag = std::max(mag, double(std::abs(g)));
+    if (k == 1 || p == 2) {
+      EXPECT_GT(mag, 0.0);
+    }
+  }
+}
+
+TEST(Invariants, ValueResidualWithZeroMixEqualsTheModeWithout) {
+  using kernels::VresMode;
+  for (ResidualMode mode : {ResidualMode::prenorm, ResidualMode::block, ResidualMode::rd, ResidualMode::denseformer}) {
+    for (VresMode vm : {VresMode::constant, VresMode::learned_pair, VresMode::learned_convex}) {
+      ModelConfig plain = tiny_config(mode, ValueRoute::decoupled, 3, 3);
+      ModelConfig vres = plain;
+      vres.value_residual = true;
+      vres.vres_mode = vm;
+      vres.vres_lambda1 = 0.0;
+      vres.vres_lambda2 = 1.0;  // convex: lambda2 = 1 - lambda1 = 1 too
+      Model<float> a(plain, B, T, true), b(vres, B, T, true);
+      randomize_weights(a, 4);
+      init_params<float>(b.layout(), 4, b.params());  // lambdas at (0, 1)
+      copy_shared_weights(a, b);
+      expect_same_function(a, b, to_string(mode) + " + value_residual " + kernels::to_string(vm));
+    }
+  }
+}
+
+TEST(Invariants, BaselineParameterCountsMatchTheSpec) {
+  // baselines-spec §6.3 at the S (16 x 576) and M (24 x 832) presets, extra over prenorm.
+  for (auto [layers, d, dense11, dense45] : {std::tuple{16, 576, 152, 9}, std::tuple{24, 832, 324, 15}}) {
+    ModelConfig pre;
+    pre.vocab_size = 1000;
+    pre.d_model = d;
+    pre.n_layers = layers;
+    pre.n_heads = d / 64;
+    pre.mlp_hidden = 16;
+    pre.residual = ResidualMode::prenorm;
+    const std::int64_t base = ParamLayout(pre).total();
+    ModelConfig c = pre;
+    c.residual = ResidualMode::denseformer;
+    EXPECT_EQ(ParamLayout(c).total() - base, dense11);
+    EXPECT_EQ(dense11, layers * (layers + 3) / 2);
+    c.dwa_dilation = 4;
+    c.dwa_period = 5;
+    EXPECT_EQ(ParamLayout(c).total() - base, dense45);
+    EXPECT_EQ(ParamLayout(c).total() - base, kernels::dwa_parameter_count(layers, 4, 5));
+    ModelConfig v = pre;
+    v.value_residual = true;
+    EXPECT_EQ(ParamLayout(v).total(), base);  // fixed: no parameters
+    v.vres_mode = kernels::VresMode::learned_convex;
+    EXPECT_EQ(ParamLayout(v).total() - base, layers - 1);
+    v.vres_mode = kernels::VresMode::learned_pair;
+    EXPECT_EQ(ParamLayout(v).total() - base, 2 * (layers - 1));
+  }
+}
+
+TEST(Invariants, BaselineParametersInitByNameAndFollowTheDecayPolicy) {
+  ModelConfig c = tiny_config(ResidualMode::denseformer, ValueRoute::decoupled, 3);
+  c.value_residual = true;
+  c.vres_mode = kernels::VresMode::learned_pair;
+  c.vres_lambda1 = 0.25;
+  c.vres_lambda2 = 0.75;
+  const ParamLayout layout(c);
+  std::vector<float> a(layout.total());
+  init_params<float>(layout, 1, std::span<float>(a));
+  auto values = [&](const std::string& name) {
+    const ParamInfo& p = layout.at(name);
+    return std::vector<float>(a.begin() + p.offset, a.begin() + p.offset + p.numel);
+  };
+  EXPECT_EQ(values("dwa.1.alpha"), (std::vector<float>{0, 1}));
+  EXPECT_EQ(values("dwa.3.alpha"), (std::vector<float>{0, 0, 0, 1}));
+  EXPECT_EQ(values("layers.2.attn.vres_lambda"), (std::vector<float>{0.25f, 0.75f}));
+  EXPECT_EQ(layout.find("layers.0.attn.vres_lambda"), nullptr);  // the first layer keeps its own V
+  EXPECT_TRUE(layout.at("dwa.2.alpha").weight_decay());         // the official code's policy
+  EXPECT_FALSE(layout.at("layers.1.attn.vres_lambda").weight_decay());
+  c.dwa_weight_decay = false;
+  EXPECT_FALSE(ParamLayout(c).at("dwa.2.alpha").weight_decay());
+  // Shared tensors draw the same values as in prenorm: the new parameters consume no RNG.
+  ModelConfig pre = tiny_config(ResidualMode::prenorm, ValueRoute::decoupled, 3);
+  const ParamLayout pl(pre);
+  std::vector<float> b(pl.total());
+  init_params<float>(pl, 1, std::span<float>(b));
+  for (const auto& p : pl.params()) {
+    const ParamInfo& q = layout.at(p.name);
+    EXPECT_EQ(std::memcmp(b.data() + p.offset, a.data() + q.offset, sizeof(float) * p.numel), 0) << p.name;
+  }
+  c.dwa_dilation = 0;
+  EXPECT_THROW(c.validate(), Error);
+}

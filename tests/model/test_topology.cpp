@@ -169,3 +169,38 @@ TEST(Topology, ReadParamsAndInputNormsNameTheRightTensors) {
     EXPECT_EQ(input_norm(w, t.n_sublayers(), t.n_sublayers()), at("final_norm.weight"));
   }
 }
+
+TEST(Topology, DenseFormerFeedsEachBlockItsDwaOutput) {
+  // 4 layers, 2 x 2: DWAs after blocks 2 (X_0, X_2) and 4 (X_0, X_2, X_4); blocks 1 and 3 pass
+  // their output on. X_i is sublayer 2i-1's output; Y_i is stream n_sublayers + i - 1.
+  ModelConfig c = tiny_config(ResidualMode::denseformer, ValueRoute::decoupled, 4);
+  c.dwa_dilation = 2;
+  c.dwa_period = 2;
+  const Topology t(c);
+  EXPECT_FALSE(t.has_reads());
+  ASSERT_EQ(t.dwas().size(), 2u);
+  EXPECT_EQ(t.dwas()[0].block, 2);
+  EXPECT_EQ(t.dwas()[0].sources, (std::vector<int>{E, 3}));
+  EXPECT_EQ(t.dwas()[0].output, 9);
+  EXPECT_EQ(t.dwas()[1].block, 4);
+  EXPECT_EQ(t.dwas()[1].sources, (std::vector<int>{E, 3, 7}));
+  EXPECT_EQ(t.dwas()[1].output, 11);
+  EXPECT_TRUE(t.is_dwa_stream(9));
+  EXPECT_FALSE(t.is_dwa_stream(7));
+  std::vector<int> inputs;
+  for (int j = 0; j <= 8; ++j) inputs.push_back(t.input(j));
+  EXPECT_EQ(inputs, (std::vector<int>{E, 0, 1, 2, 9, 4, 5, 6, 11}));
+  EXPECT_EQ(write_bases(t), (std::vector<int>{E, 0, 1, 2, 9, 4, 5, 6}));
+  std::vector<int> ending;
+  for (int j = 0; j < 8; ++j) ending.push_back(t.dwa_ending_at(j) ? t.dwa_ending_at(j)->block : 0);
+  EXPECT_EQ(ending, (std::vector<int>{0, 0, 0, 2, 0, 0, 0, 4}));
+  // 1 x 1: a DWA after every block, over all earlier outputs.
+  c.dwa_dilation = c.dwa_period = 1;
+  const Topology full(c);
+  ASSERT_EQ(full.dwas().size(), 4u);
+  EXPECT_EQ(full.dwas()[2].sources, (std::vector<int>{E, 1, 3, 5}));
+  EXPECT_EQ(full.input(2), 8);
+  // Other modes have none.
+  EXPECT_TRUE(Topology(tiny_config(ResidualMode::prenorm)).dwas().empty());
+  EXPECT_TRUE(Topology(tiny_config(ResidualMode::block)).dwas().empty());
+}

@@ -4,7 +4,10 @@
 Test oracle: clarity over speed. Every gradient comes from torch autograd; all math is float64 on CPU.
 
 Residual modes: "prenorm" (standard pre-norm Transformer), "full" (Full AttnRes, n_blocks = 2*n_layers),
-"block" (Block AttnRes), "rd" (RD-AttnRes; value_route = decoupled | tied | average | frozen).
+"block" (Block AttnRes), "rd" (RD-AttnRes; value_route = decoupled | tied | average | frozen), "denseformer"
+(DenseFormer, /work/shared/docs/baselines-spec.md §1: a DWA after every dwa_period-th block over every
+dwa_dilation-th block output). Option value_residual (ResFormer, baselines-spec §5, any mode): attention layers
+after the first use V' = lambda1 V_1 + lambda2 V_n; vres_mode = fixed | learned_convex | learned_pair | constant.
 
 Command line (used by the C++ tests):
   /usr/bin/python3 tests/reference/attnres_ref.py --weights W.safetensors --tokens TOK.safetensors
@@ -30,8 +33,10 @@ Optimiser (one update s = 0..N-1; lr_max = --lr):
     total = sqrt(sum over all parameters and elements of g^2); coef = clip / (total + 1e-6)
     if coef < 1: g = g * coef
   AdamW (torch.optim.AdamW, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, t = s + 1, m = v = 0 at t = 0):
-    p = p * (1 - lr * wd)          only for 2-D parameters (all weight matrices incl. tok_emb, lm_head);
-                                   never for norm weights, key-norm weights or pseudo-queries
+    p = p * (1 - lr * wd)          only for 2-D parameters (all weight matrices incl. tok_emb, lm_head) and
+                                   DenseFormer's dwa.*.alpha when dwa_weight_decay (the official code's
+                                   policy); never for norm weights, key-norm weights, pseudo-queries or
+                                   the value-residual lambdas
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g * g
     p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
@@ -52,8 +57,10 @@ torch.use_deterministic_algorithms(True)
 torch.backends.cuda.matmul.allow_tf32 = False  # irrelevant on CPU; keep the reference exact anywhere
 torch.backends.cudnn.allow_tf32 = False
 
-RESIDUALS = ("prenorm", "full", "block", "rd")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
+VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
+VRES_PARAMS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}
 
 # ----------------------------------------------------------------------------------------------------------
 # safetensors (minimal reader/writer: json + numpy)
@@ -130,7 +137,15 @@ def parse_config(c):
         "value_route": str(c.get("value_route", "decoupled")), "tie_embeddings": _as_bool(c["tie_embeddings"]),
         "norm_eps": float(c["norm_eps"]), "rope_theta": float(c["rope_theta"]),
         "max_seq_len": int(c["max_seq_len"]) if "max_seq_len" in c else None,
+        "dwa_dilation": int(c.get("dwa_dilation", 1)), "dwa_period": int(c.get("dwa_period", 1)),
+        "dwa_weight_decay": _as_bool(c.get("dwa_weight_decay", True)),
+        "value_residual": _as_bool(c.get("value_residual", False)), "vres_mode": str(c.get("vres_mode", "fixed")),
+        "vres_lambda1": float(c.get("vres_lambda1", 0.5)), "vres_lambda2": float(c.get("vres_lambda2", 0.5)),
     }
+    if cfg["vres_mode"] not in VRES_MODES:
+        raise ValueError(f"unknown vres_mode {cfg['vres_mode']!r}; expected one of {VRES_MODES}")
+    if cfg["dwa_dilation"] < 1 or cfg["dwa_period"] < 1:
+        raise ValueError("dwa_dilation and dwa_period must be >= 1")
     if cfg["residual"] not in RESIDUALS:
         raise ValueError(f"unknown residual {cfg['residual']!r}; expected one of {RESIDUALS}")
     if cfg["value_route"] not in VALUE_ROUTES:
@@ -153,13 +168,16 @@ def parse_config(c):
 def param_shapes(cfg):
     """The exact parameter set {name: shape} for a config."""
     V, d, F = cfg["vocab_size"], cfg["d_model"], cfg["mlp_hidden"]
-    depth = cfg["residual"] != "prenorm"
+    depth = cfg["residual"] not in ("prenorm", "denseformer")
+    n_vres = VRES_PARAMS[cfg["vres_mode"]] if cfg["value_residual"] else 0
     s = {"tok_emb.weight": (V, d)}
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
         s[p + "attn_norm.weight"] = (d,)
         for w in ("wq", "wk", "wv", "wo"):
             s[p + f"attn.{w}.weight"] = (d, d)
+        if i >= 1 and n_vres > 0:
+            s[p + "attn.vres_lambda"] = (n_vres,)
         s[p + "mlp_norm.weight"] = (d,)
         s[p + "mlp.w_gate.weight"] = (F, d)
         s[p + "mlp.w_up.weight"] = (F, d)
@@ -171,6 +189,11 @@ def param_shapes(cfg):
                 s[p + "attn_res.value_query"] = (d,)
             s[p + "mlp_res.query"] = (d,)
             s[p + "mlp_res.key_norm.weight"] = (d,)
+    if cfg["residual"] == "denseformer":
+        for i in range(1, cfg["n_layers"] + 1):
+            n = len(dwa_sources(i, cfg["dwa_dilation"], cfg["dwa_period"]))
+            if n > 0:
+                s[f"dwa.{i}.alpha"] = (n,)
     if depth:
         s["final_res.query"] = (d,)
         s["final_res.key_norm.weight"] = (d,)
@@ -239,7 +262,19 @@ def rope(x, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def attention(P, p, cfg, x_qk, x_v):
+def vres_lambdas(cfg, P, p):
+    """(lambda1, lambda2) of one attention layer after the first (baselines-spec §5.1)."""
+    mode = cfg["vres_mode"]
+    if mode == "fixed":
+        return 0.5, 0.5
+    if mode == "constant":
+        return cfg["vres_lambda1"], cfg["vres_lambda2"]
+    lam = P[p + "attn.vres_lambda"]
+    return (lam[0], 1.0 - lam[0]) if mode == "learned_convex" else (lam[0], lam[1])
+
+
+def attention(P, p, cfg, x_qk, x_v, values=None):
+    """values: with value_residual, a dict that keeps the first layer's projected values ("v1")."""
     B, T, d = x_qk.shape
     H = cfg["n_heads"]
     hd = d // H
@@ -249,7 +284,14 @@ def attention(P, p, cfg, x_qk, x_v):
 
     q = rope(heads(x_qk @ P[p + "attn.wq.weight"].T), cfg["rope_theta"])
     k = rope(heads(x_qk @ P[p + "attn.wk.weight"].T), cfg["rope_theta"])
-    v = heads(x_v @ P[p + "attn.wv.weight"].T)
+    v_raw = x_v @ P[p + "attn.wv.weight"].T
+    if values is not None:
+        if "v1" not in values:
+            values["v1"] = v_raw
+        else:
+            l1, l2 = vres_lambdas(cfg, P, p)
+            v_raw = value_residual(values["v1"], v_raw, l1, l2)
+    v = heads(v_raw)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     s = s.masked_fill(~causal, float("-inf"))
@@ -264,8 +306,8 @@ def mlp(P, p, x):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# baseline residual-mixing ops (shared/docs/baselines-spec.md), per token over any leading dims; not yet
-# part of forward(). Matrices are [out, in] as in the C++ kernels and the checkpoints.
+# baseline residual-mixing ops (shared/docs/baselines-spec.md), per token over any leading dims; forward()
+# uses dwa and value_residual (the others are not yet model modes). Matrices are [out, in] as in the C++ kernels and the checkpoints.
 # ----------------------------------------------------------------------------------------------------------
 def dwa_sources(block, dilation, period):
     """DenseFormer k x p schedule (spec §1.1): block i (1-based) has a DWA iff i % p == 0, reading X_j for
@@ -372,14 +414,21 @@ def forward(cfg, P, inputs, record=None):
         raise ValueError(f"sequence length {T} > max_seq_len {cfg['max_seq_len']}")
     emb = P["tok_emb.weight"][inputs]  # [B, T, d]
     L = 2 * cfg["n_layers"]
+    values = {} if cfg["value_residual"] else None
 
-    if cfg["residual"] == "prenorm":
+    if cfg["residual"] in ("prenorm", "denseformer"):
         x = emb
+        outputs = [emb]  # DenseFormer: the block outputs X_0 (the embedding) .. X_i
         for k in range(cfg["n_layers"]):
             p = f"layers.{k}."
             a = rms_norm(x, P[p + "attn_norm.weight"], eps)
-            x = x + attention(P, p, cfg, a, a)
+            x = x + attention(P, p, cfg, a, a, values)
             x = x + mlp(P, p, rms_norm(x, P[p + "mlp_norm.weight"], eps))
+            if cfg["residual"] == "denseformer":
+                outputs.append(x)
+                src = dwa_sources(k + 1, cfg["dwa_dilation"], cfg["dwa_period"])
+                if src:  # Y_i = sum_j alpha_j X_j feeds the next block; otherwise X_i passes on
+                    x = dwa([outputs[j] for j in src], P[f"dwa.{k + 1}.alpha"])
     else:  # full / block / rd
         S = L // cfg["n_blocks"]  # sublayers per block (1 for full)
         blocks, partial = [emb], None  # blocks = [b_0, ..., b_{n-1}]; partial = b_n^{i-1} (None when i = 1)
@@ -416,7 +465,7 @@ def forward(cfg, P, inputs, record=None):
                     raise ValueError(route)
                 if record is not None and route != "tied":
                     record.append((p + "attn_res.value", al_v))
-                out = attention(P, p, cfg, x_qk, x_v)
+                out = attention(P, p, cfg, x_qk, x_v, values)
             partial = out if partial is None else partial + out  # write-back b_n^i = b_n^{i-1} + f_j
         blocks.append(partial)  # b_N
         x, al = depth_read(blocks, P["final_res.query"], P["final_res.key_norm.weight"], eps)
@@ -457,6 +506,11 @@ def lr_at(s, lr_max, warmup=0, total_steps=1, min_lr_ratio=0.0, schedule="cosine
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
+def decayed(cfg, name, p):
+    """Weight decay: matrices, and DenseFormer's DWA weights when dwa_weight_decay (module docstring)."""
+    return p.dim() == 2 or (name.startswith("dwa.") and cfg["dwa_weight_decay"])
+
+
 def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0, min_lr_ratio=0.0,
                 schedule="cosine", decay_fraction=0.2, total_steps=None, beta1=0.9, beta2=0.95, eps=1e-8):
     """Runs `steps` AdamW updates on the same batch. Returns (losses [steps], new params dict)."""
@@ -482,7 +536,7 @@ def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0,
         with torch.no_grad():
             for n, p in P.items():
                 g = grads[n]
-                if p.dim() == 2:
+                if decayed(cfg, n, p):
                     p.mul_(1.0 - lr_s * weight_decay)
                 m[n] = beta1 * m[n] + (1.0 - beta1) * g
                 v[n] = beta2 * v[n] + (1.0 - beta2) * g * g

@@ -37,9 +37,8 @@ ModelConfig reference_config(const Variant& v, bool tied_head) {
   c.n_layers = 4;
   c.n_heads = 4;
   c.mlp_hidden = 48;
-  c.residual = v.residual;
   c.n_blocks = 4;  // blocks of two sublayers
-  c.value_route = v.route;
+  c = v.apply(c);
   c.tie_embeddings = tied_head;
   c.max_seq_len = 16;
   return c;

@@ -98,6 +98,37 @@ def test_zero_query_invariant():
         assert rel(logits(cfg_of("block", **base), Pq, toks), ref) > 1e-3
 
 
+def test_baseline_invariants():
+    """baselines-spec §6.1: DenseFormer at identity = prenorm exactly; value_residual at (0, 1) = without it."""
+    toks = tokens_of()
+    pre = cfg_of("prenorm")
+    P = R.random_params(pre, seed=5, std=0.3)
+    ref = logits(pre, P, toks)
+    for k, p in ((1, 1), (2, 2), (4, 5)):
+        c = cfg_of("denseformer", dwa_dilation=k, dwa_period=p)
+        Pd = dict(P)
+        for name, shape in R.param_shapes(c).items():
+            if name.startswith("dwa."):
+                Pd[name] = torch.zeros(shape)
+                Pd[name][-1] = 1.0
+        assert torch.equal(logits(c, Pd, toks), ref), f"denseformer {k}x{p} at identity != prenorm"
+        if k == 1:  # not vacuous: other weights change the function
+            Pd["dwa.2.alpha"] = torch.tensor([0.3, -0.2, 0.9])
+            assert rel(logits(c, Pd, toks), ref) > 1e-3
+    for mode in ("prenorm", "block", "rd", "denseformer"):
+        plain = cfg_of(mode)
+        Pm = R.random_params(plain, seed=6, std=0.3, query_std=0.5)
+        want = logits(plain, Pm, toks)
+        c = cfg_of(mode, value_residual=True, vres_mode="constant", vres_lambda1=0.0, vres_lambda2=1.0)
+        assert torch.equal(logits(c, Pm, toks), want), f"{mode}: value_residual (0, 1) != without"
+        fixed = cfg_of(mode, value_residual=True)
+        assert rel(logits(fixed, Pm, toks), want) > 1e-3, f"{mode}: value_residual has no effect"
+    assert len([n for n in R.param_shapes(cfg_of("denseformer")) if n.startswith("dwa.")]) == 4
+    assert sum(R.param_shapes(cfg_of("denseformer"))[f"dwa.{i}.alpha"][0] for i in range(1, 5)) == 4 * 7 // 2
+    pair = R.param_shapes(cfg_of("prenorm", value_residual=True, vres_mode="learned_pair"))
+    assert [n for n in pair if "vres" in n] == [f"layers.{i}.attn.vres_lambda" for i in (1, 2, 3)]
+
+
 def test_rd_controls_match_block():
     toks = tokens_of(2)
     blk = cfg_of("block")

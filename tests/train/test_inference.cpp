@@ -40,7 +40,7 @@ class InferenceBackendTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
   const Variant v = GetParam();
-  const ModelConfig c = tiny_config(v.residual, v.route);
+  const ModelConfig c = tiny_config(v);
   const int B = 2, T = 6;
   TempDir dir("attnres_inference_" + v.name);
   const fs::path path = dir.path() / "model.safetensors";
