@@ -153,8 +153,9 @@ TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const
 }
 
 const std::vector<std::string>& per_run_keys() {
-  static const std::vector<std::string> keys = {"model.residual", "model.value_route", "train.seed",
-                                                "train.data_seed"};
+  // (model.value_residual is not among them: "+vres" turns it on, but no arm turns it off.)
+  static const std::vector<std::string> keys = {"model.residual", "model.value_route", "model.dwa_dilation",
+                                                "model.dwa_period", "train.seed",        "train.data_seed"};
   return keys;
 }
 
