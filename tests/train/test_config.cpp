@@ -263,11 +263,19 @@ TEST(ConfigKeys, DifferencesNameEveryDifferingKeyWithBothValues) {
 }
 
 TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
-  // The format of the checkpoint metadata `config`, as before the key table.
+  // The format of the checkpoint metadata `config`: every key of the table (the baselines' keys
+  // since #13). A config written before them (the keys of 2026-11) reads back with their defaults.
+  const std::string before_baselines =
+      R"({"d_model":64,"max_seq_len":256,"mlp_hidden":320,"n_blocks":2,"n_heads":2,"n_layers":2,)"
+      R"("norm_eps":1e-06,"residual":"block","rope_theta":10000.0,"tie_embeddings":true,)"
+      R"("value_route":"decoupled","vocab_size":257})";
   EXPECT_EQ(nlohmann::json(ModelConfig{}).dump(),
-            R"({"d_model":64,"max_seq_len":256,"mlp_hidden":320,"n_blocks":2,"n_heads":2,"n_layers":2,)"
-            R"("norm_eps":1e-06,"residual":"block","rope_theta":10000.0,"tie_embeddings":true,)"
-            R"("value_route":"decoupled","vocab_size":257})");
+            R"({"d_model":64,"dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"max_seq_len":256,)"
+            R"("mlp_hidden":320,"n_blocks":2,"n_heads":2,"n_layers":2,"norm_eps":1e-06,"residual":"block",)"
+            R"("rope_theta":10000.0,"tie_embeddings":true,"value_residual":false,"value_route":"decoupled",)"
+            R"("vocab_size":257,"vres_lambda1":0.5,"vres_lambda2":0.5,"vres_mode":"fixed"})");
+  EXPECT_EQ(nlohmann::json(model_config_from_json(nlohmann::json::parse(before_baselines), "old")).dump(),
+            nlohmann::json(ModelConfig{}).dump());
   const ModelConfig base;
   for (const auto& k : model_config_keys()) {
     // The first change of this key alone that is still a valid model.
