@@ -2,7 +2,8 @@
 """The PyTorch side of `attnres bench`: runs attnres.bench_worker (python/attnres/bench_worker.py, the
 package's AttnResModel timed as attnres times its own step) from the source tree, without installing
 the package. Arguments and output are bench_worker's: --model-json JSON --batch B --seq T [--steps N]
-[--warmup W] [--threads N] [--seed S] [--precision fp32|bf16] [--stock], or --probe.
+[--warmup W] [--threads N] [--seed S] [--precision fp32|bf16] [--stock], or --probe, or
+--matmul-rate --shapes MxNxK,... [--dtype bf16|fp32] [--reps N] [--threads N].
 """
 import os
 import sys

@@ -14,11 +14,17 @@ way the benchmark times its own step (bench/torch_model.py runs this from python
     default active waiting its idle OpenMP threads spin on the cores the OpenBLAS threads need,
     which made a step 2-3x slower on the loaded 2-core benchmark machine (docs/performance.md).
     This module sets it before importing torch, so import it before anything imports torch.
+  * --matmul-rate: no model; the rate of torch.matmul on bf16 (or fp32) tensors, C = A B^T as a
+    Linear computes it, best of --reps calls after one warm-up, on each --shapes MxNxK. `attnres
+    bench` takes the better of this and its own bf16 GEMM as the reference rate for the MFU of
+    bf16 runs (docs/performance.md).
 
 Usage:
   python3 -m attnres.bench_worker --model-json JSON --batch B --seq T [--steps N] [--warmup W]
       [--threads N] [--seed S] [--precision fp32|bf16] [--stock]
   python3 -m attnres.bench_worker --probe [--stock]
+  python3 -m attnres.bench_worker --matmul-rate --shapes 2048x2048x2048,4096x1280x256 [--dtype bf16|fp32]
+      [--reps N] [--threads N] [--stock]
 Prints one JSON line on stdout (step times in ms, peak memory from VmHWM, OpenBLAS core name).
 """
 import argparse
@@ -65,15 +71,58 @@ def vm_kb(key):
     return 0
 
 
+def set_threads(threads):
+    """torch's intra-op threads and, when torch's BLAS is OpenBLAS, its thread count too."""
+    torch.set_num_threads(threads)
+    blas = openblas()
+    if blas is not None:
+        blas.openblas_set_num_threads(threads)
+    return blas
+
+
+def parse_shape(text):
+    """'MxNxK' -> (m, n, k), each positive."""
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--shapes: '{text}' is not MxNxK with positive integers")
+    return tuple(int(p) for p in parts)
+
+
+def matmul_rate(m, n, k, dtype, reps):
+    """GFLOP/s of torch.matmul(A, B.t()) with A [m, k], B [n, k] of `dtype`: best of `reps` calls
+    after one untimed warm-up (a Linear's forward, as F.linear runs it under autocast)."""
+    g = torch.Generator().manual_seed(7)
+    a = (torch.rand(m, k, generator=g) - 0.5).to(dtype)
+    b = (torch.rand(n, k, generator=g) - 0.5).to(dtype)
+    best = float("inf")
+    with torch.no_grad():
+        for r in range(reps + 1):
+            t0 = time.perf_counter()
+            torch.matmul(a, b.t())
+            seconds = time.perf_counter() - t0
+            if r > 0:
+                best = min(best, seconds)
+    return 2.0 * m * n * k / best / 1e9
+
+
+def run_matmul_rates(args):
+    set_threads(args.threads)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    rates = []
+    for m, n, k in args.shapes:
+        rates.append({"m": m, "n": n, "k": k, "gflops": matmul_rate(m, n, k, dtype, args.reps)})
+    print(json.dumps({"impl": "torch", "torch_version": torch.__version__, "dtype": args.dtype,
+                      "op": f"torch.matmul on {args.dtype} tensors, A B^T", "threads": torch.get_num_threads(),
+                      "mkldnn": torch.backends.mkldnn.is_available(), "reps": args.reps, "matmul": rates}),
+          flush=True)
+
+
 def run(args):
     cfg = ModelConfig.from_json(args.model_json, where="--model-json")
     if args.seq > cfg.max_seq_len:
         cfg = cfg.replace(max_seq_len=args.seq)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    blas = openblas()
-    if blas is not None:
-        blas.openblas_set_num_threads(args.threads)
+    blas = set_threads(args.threads)
     rss_start = vm_kb("VmRSS") * 1024
 
     model = AttnResModel(cfg, seed=args.seed)
@@ -121,6 +170,12 @@ def run(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--probe", action="store_true", help="print torch's version and OpenBLAS core, then exit")
+    ap.add_argument("--matmul-rate", action="store_true",
+                    help="print the GFLOP/s of torch.matmul on --shapes (no model), then exit")
+    ap.add_argument("--shapes", default="2048x2048x2048",
+                    help="with --matmul-rate: comma-separated MxNxK, C[m,n] = A[m,k] B[n,k]^T")
+    ap.add_argument("--dtype", choices=PRECISIONS, default="bf16", help="with --matmul-rate: the tensors' type")
+    ap.add_argument("--reps", type=int, default=3, help="with --matmul-rate: timed calls per shape (best counts)")
     ap.add_argument("--model-json", help="the model config as JSON (as in a checkpoint's metadata)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=256)
@@ -138,8 +193,17 @@ def main(argv=None):
         blas = openblas()
         core = blas.openblas_get_corename().decode() if blas is not None else "unknown"
         print(json.dumps({"torch_version": torch.__version__, "openblas_core": core,
-                          "precisions": list(PRECISIONS),
+                          "precisions": list(PRECISIONS), "mkldnn": torch.backends.mkldnn.is_available(),
                           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}), flush=True)
+        return 0
+    if args.matmul_rate:
+        try:
+            args.shapes = [parse_shape(s) for s in args.shapes.split(",")]
+        except ValueError as e:
+            ap.error(str(e))
+        if args.reps < 1 or args.threads < 1:
+            ap.error("--reps and --threads must be positive")
+        run_matmul_rates(args)
         return 0
     if not args.model_json:
         ap.error("--model-json is required")

@@ -354,6 +354,20 @@ class BenchWorkerTest(unittest.TestCase):
                                               attnres.param_layout(ModelConfig.from_json(cfg))))
             self.assertLess(abs(r["loss_first"] - np.log(64)), 0.1)  # near-uniform at initialisation
 
+    def test_matmul_rate(self):
+        """--matmul-rate: the bf16 (or fp32) torch.matmul rate `attnres bench` compares its reference with."""
+        r = self.worker("--matmul-rate", "--shapes", "64x48x32,16x16x16", "--reps", "1", "--threads", "1")
+        self.assertEqual((r["impl"], r["dtype"], r["threads"]), ("torch", "bf16", 1))
+        self.assertEqual([(x["m"], x["n"], x["k"]) for x in r["matmul"]], [(64, 48, 32), (16, 16, 16)])
+        for x in r["matmul"]:
+            self.assertGreater(x["gflops"], 0)
+        self.assertEqual(self.worker("--matmul-rate", "--shapes", "8x8x8", "--dtype", "fp32", "--reps", "1",
+                                     "--threads", "1")["dtype"], "fp32")
+        bad = subprocess.run([sys.executable, os.path.join(support.SOURCE_DIR, "bench", "torch_model.py"),
+                              "--matmul-rate", "--shapes", "8x8"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--shapes: '8x8' is not MxNxK", bad.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
