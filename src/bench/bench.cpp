@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kTorchScript = "bench/torch_model.py";
+constexpr int kBf16ReferenceReps = 3;  // timed calls per shape of the bf16 reference, each side
 
 // What the run measures, validated before any work.
 struct Plan {
@@ -32,6 +33,7 @@ struct Plan {
   std::vector<int> seqs;
   std::int64_t tokens_per_step = 0;
   int threads = 0;
+  std::string torch_precision;  // fp32 | bf16: --torch-precision, auto resolved to attnres' precision
 
   int batch_for(const Options& o, int seq) const {
     return o.batch > 0 ? o.batch : static_cast<int>(std::max<std::int64_t>(1, tokens_per_step / seq));
@@ -48,6 +50,9 @@ Plan make_plan(const Options& o) {
   require(o.rounds >= 1, "--rounds must be at least 1");
   require(o.threads >= 0, "--threads must be non-negative (0: all cores)");
   require(o.torch == "auto" || o.torch == "on" || o.torch == "off", "--torch must be auto, on or off");
+  require(o.torch_precision == "auto" || o.torch_precision == "fp32" || o.torch_precision == "bf16",
+          "--torch-precision must be auto, fp32 or bf16 (got '", o.torch_precision, "')");
+  p.torch_precision = o.torch_precision == "auto" ? kernels::to_string(p.base.precision) : o.torch_precision;
   require(!o.arms.empty() || o.gemm_only, "--arms must name at least one arm");
   for (const auto& arm : o.arms) experiment::apply_arm(p.base.model, arm);  // validates the names
   p.seqs = o.seqs;
@@ -103,12 +108,16 @@ struct TorchSide {
   bool on = false;
   std::string script;
   json info;
+  std::string why_off;  // when not on
 };
 
 // The PyTorch side: probed once; --torch auto skips it (saying why) when it cannot run.
 TorchSide probe_torch(const Options& o) {
   TorchSide t;
-  if (o.torch == "off" || o.gemm_only) return t;
+  if (o.torch == "off" || o.gemm_only) {
+    t.why_off = o.gemm_only ? "--gemm-only" : "--torch off";
+    return t;
+  }
   std::string why;
   if (o.device != "cpu") why = "bench/torch_model.py runs on the CPU only (--device " + o.device + ")";
   else if ((t.script = find_torch_script(o.torch_script)).empty())
@@ -124,6 +133,7 @@ TorchSide probe_torch(const Options& o) {
   }
   require(t.on || o.torch == "auto", "--torch on: ", why);
   if (!t.on) std::fprintf(stderr, "bench: skipping the PyTorch comparison: %s\n", why.c_str());
+  t.why_off = why;
   return t;
 }
 
@@ -159,7 +169,8 @@ void time_arms(const Options& o, const Plan& p, const TorchSide& torch, Measurem
           std::vector<std::string> argv = impl == "attnres"
                                               ? attnres_worker_args(o, p, model, nullptr)
                                               : std::vector<std::string>{o.python, torch.script, "--model-json",
-                                                                         json(model).dump()};
+                                                                         json(model).dump(), "--precision",
+                                                                         p.torch_precision};
           const std::vector<std::string> common = common_args(o, p, seq, batch);
           argv.insert(argv.end(), common.begin(), common.end());
           std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, o.rounds,
@@ -196,13 +207,40 @@ json time_pairs(const Options& o, const Plan& p) {
   return paired;
 }
 
-void print_start(const Plan& p, const std::string& load_start) {
+void print_start(const Plan& p, const std::string& load_start, const TorchSide& torch) {
   const std::string precision = kernels::to_string(p.base.precision);
   std::fprintf(stderr, "bench: %s, %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE=%s), load average %s\n",
                cpu_model().c_str(), p.threads, openblas_core().c_str(),
                getenv_or("OPENBLAS_CORETYPE", "unset").c_str(), load_start.c_str());
-  std::fprintf(stderr, "bench: attnres matmul precision %s%s\n", precision.c_str(),
+  std::fprintf(stderr, "bench: matmul precision attnres %s%s", precision.c_str(),
                p.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
+  if (torch.on)
+    std::fprintf(stderr, ", torch %s%s", p.torch_precision.c_str(),
+                 p.torch_precision == precision ? "" : " (different precisions)");
+  std::fprintf(stderr, "\n");
+}
+
+// The bf16 reference's candidates: attnres' bf16 GEMM and, when torch runs, torch's bf16 matmul
+// (bench_worker --matmul-rate), each on bf16_reference_shapes().
+std::vector<GemmRate> measure_bf16_candidates(const Options& o, const Plan& p, const TorchSide& torch,
+                                              std::int64_t tokens) {
+  const auto shapes = bf16_reference_shapes(p.base.model, tokens);
+  std::vector<GemmRate> rates = measure_bf16_rates(shapes, kBf16ReferenceReps);
+  if (torch.on) {
+    std::string list;
+    for (const auto& [m, n, k] : shapes) list += (list.empty() ? "" : ",") + shape_text(m, n, k);
+    const json r = run_worker_process({o.python, torch.script, "--matmul-rate", "--shapes", list, "--dtype", "bf16",
+                                       "--threads", std::to_string(p.threads), "--reps",
+                                       std::to_string(kBf16ReferenceReps)},
+                                      "torch --matmul-rate");
+    for (const json& x : r.at("matmul"))
+      rates.push_back({"torch", "torch.matmul bf16", x.at("m").get<std::int64_t>(), x.at("n").get<std::int64_t>(),
+                       x.at("k").get<std::int64_t>(), x.at("gflops").get<double>()});
+  }
+  for (const GemmRate& g : rates)
+    std::fprintf(stderr, "bench:   %-7s %-40s %14s %7.1f GFLOP/s\n", g.impl.c_str(), g.op.c_str(), g.shape().c_str(),
+                 g.gflops);
+  return rates;
 }
 
 }  // namespace
@@ -222,16 +260,27 @@ void run(const Options& o) {
   r.rounds = o.rounds;
   r.threads = p.threads;
   r.load_start = load_average();
-  print_start(p, r.load_start);
   const TorchSide torch = probe_torch(o);
+  print_start(p, r.load_start, torch);
   r.torch_on = torch.on;
   r.torch_info = torch.info;
+  r.torch_precision = p.torch_precision;
+  r.torch_precision_flag = o.torch_precision;
+  // MFU of a bf16 step is against a bf16 rate: measured when either side runs bf16.
+  const bool bf16_steps =
+      p.base.precision == kernels::MatmulPrecision::bf16 || (torch.on && p.torch_precision == "bf16");
 
   std::fprintf(stderr, "bench: measuring the sgemm reference rate...\n");
   const std::int64_t gemm_tokens = std::int64_t(p.batch_for(o, p.seqs.front())) * p.seqs.front();
   r.gemm = measure_sgemm_reference(p.base.model, gemm_tokens);
   std::fprintf(stderr, "bench: sgemm 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s\n", r.gemm.square,
                r.gemm.model_shape.c_str(), r.gemm.model);
+  std::vector<GemmRate> bf16_rates;
+  if (bf16_steps) {
+    std::fprintf(stderr, "bench: measuring the bf16 reference rate (best of %d calls per shape)...\n",
+                 kBf16ReferenceReps);
+    bf16_rates = measure_bf16_candidates(o, p, torch, gemm_tokens);
+  }
   if (o.gemm_only) {
     std::fprintf(stderr, "bench: the model's Linear GEMMs, fp32 sgemm and bf16...\n");
     r.shapes = measure_linear_shapes(p.base.model, gemm_tokens, 3);
@@ -245,7 +294,15 @@ void run(const Options& o) {
                  again.model_shape.c_str(), again.model);
     r.gemm.square = std::max(r.gemm.square, again.square);
     r.gemm.model = std::max(r.gemm.model, again.model);
+    if (bf16_steps) {
+      std::fprintf(stderr, "bench: the bf16 reference again:\n");
+      keep_better(bf16_rates, measure_bf16_candidates(o, p, torch, gemm_tokens));
+    }
   }
+  r.fp32_reference = fp32_rate_reference(r.gemm);
+  if (bf16_steps)
+    r.bf16_reference = best_rate_reference(
+        "bf16", bf16_rates, torch.on ? "" : "torch not run (" + torch.why_off + "): attnres' bf16 GEMM only");
 
   const json out = results_json(r);
   if (!o.json_file.empty()) {

@@ -1,7 +1,9 @@
 // `attnres bench`: full training steps (forward, backward, clipping, AdamW) per arm, each arm in
 // its own worker process (bench/worker.hpp), against the PyTorch eager implementation of the same
-// model (bench/torch_model.py), with model FLOP utilisation (bench/flops.hpp) against the OpenBLAS
-// sgemm rate measured in the same run (bench/gemm_rates.hpp). See docs/performance.md.
+// model (bench/torch_model.py) in the same matmul precision unless told otherwise, with model FLOP
+// utilisation (bench/flops.hpp) against a GEMM rate of the step's precision measured in the same
+// run (bench/gemm_rates.hpp: fp32 the OpenBLAS sgemm, bf16 the best bf16 GEMM of either side).
+// See docs/performance.md.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ struct Options {
   std::string device = "cpu";  // the attnres side's TrainBackend device
   std::string precision;       // attnres' Linear GEMMs: fp32 | bf16; empty: the config's train.precision
   std::string torch = "auto";  // auto | on | off
+  std::string torch_precision = "auto";  // auto (attnres' precision) | fp32 | bf16 (torch.autocast)
   std::string python = "/usr/bin/python3";
   std::string torch_script;  // empty: found from the binary
   bool json_out = false;

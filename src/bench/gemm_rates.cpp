@@ -12,6 +12,8 @@ namespace attnres::bench {
 
 namespace {
 
+constexpr std::int64_t kSgemmSquare = 1024;  // the fp32 reference's cube
+
 double gemm_rate(bool bf16, const ShapeRate& s, int reps) {
   const std::int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
   std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
@@ -53,9 +55,9 @@ double sgemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
 
 GemmRates measure_sgemm_reference(const ModelConfig& c, std::int64_t tokens) {
   GemmRates g;
-  g.square = sgemm_gflops(1024, 1024, 1024, 5);
+  g.square = sgemm_gflops(kSgemmSquare, kSgemmSquare, kSgemmSquare, 5);
   g.model = sgemm_gflops(tokens, c.mlp_hidden, c.d_model, 3);
-  g.model_shape = std::to_string(tokens) + "x" + std::to_string(c.mlp_hidden) + "x" + std::to_string(c.d_model);
+  g.model_shape = shape_text(tokens, c.mlp_hidden, c.d_model);
   return g;
 }
 
@@ -78,6 +80,46 @@ std::vector<ShapeRate> measure_linear_shapes(const ModelConfig& c, std::int64_t 
   for (auto& s : out) {
     s.fp32 = gemm_rate(false, s, reps);
     s.bf16 = gemm_rate(true, s, reps);
+  }
+  return out;
+}
+
+std::string shape_text(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+}
+
+std::string GemmRate::shape() const { return shape_text(m, n, k); }
+
+RateReference fp32_rate_reference(const GemmRates& sgemm) {
+  return {"fp32", {{"attnres", "cblas_sgemm", kSgemmSquare, kSgemmSquare, kSgemmSquare, sgemm.square}}, 0, ""};
+}
+
+RateReference best_rate_reference(const std::string& precision, std::vector<GemmRate> candidates, std::string note) {
+  RateReference r{precision, std::move(candidates), 0, std::move(note)};
+  for (std::size_t i = 1; i < r.candidates.size(); ++i)
+    if (r.candidates[i].gflops > r.candidates[r.chosen].gflops) r.chosen = i;
+  return r;
+}
+
+void keep_better(std::vector<GemmRate>& into, const std::vector<GemmRate>& again) {
+  for (const GemmRate& a : again) {
+    auto same = std::find_if(into.begin(), into.end(), [&](const GemmRate& g) {
+      return g.impl == a.impl && g.op == a.op && g.m == a.m && g.n == a.n && g.k == a.k;
+    });
+    if (same == into.end()) into.push_back(a);
+    else same->gflops = std::max(same->gflops, a.gflops);
+  }
+}
+
+std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& c, std::int64_t tokens) {
+  return {{2048, 2048, 2048}, {tokens, c.mlp_hidden, c.d_model}};
+}
+
+std::vector<GemmRate> measure_bf16_rates(const std::vector<std::array<std::int64_t, 3>>& shapes, int reps) {
+  std::vector<GemmRate> out;
+  for (const auto& [m, n, k] : shapes) {
+    const ShapeRate forward{"", "forward", m, n, k, false, true};  // C = A B^T, as a Linear's forward
+    out.push_back({"attnres", "kernels::gemm_bf16: " + bf16_backend(), m, n, k, gemm_rate(true, forward, reps)});
   }
   return out;
 }

@@ -38,6 +38,7 @@ void Cell::absorb(const json& r) {
   params = r.value("params", std::int64_t(0));
   loss_first = r.value("loss_first", 0.0);
   core = r.value("openblas_core", std::string("unknown"));
+  precision = r.at("precision").get<std::string>();
   threads = r.value("threads", 0);
 }
 

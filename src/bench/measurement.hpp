@@ -24,6 +24,7 @@ struct Cell {  // one (implementation, arm, seq) measurement, pooled over rounds
   std::int64_t peak_rss = 0, start_rss = 0, params = 0;
   double loss_first = 0;
   std::string core;
+  std::string precision;  // the matmul precision the worker ran: fp32 | bf16
   int threads = 0;
 
   double median_ms() const { return median(step_ms); }

@@ -5,6 +5,7 @@
 
 #include "bench/flops.hpp"
 #include "bench/machine.hpp"
+#include "util/error.hpp"
 
 namespace attnres::bench {
 
@@ -20,10 +21,37 @@ json flops_json(const FlopCount& f) {
           {"total", f.total()}};
 }
 
+// The reference a step of `precision` states its MFU against.
+const RateReference& reference_for(const Results& r, const std::string& precision) {
+  if (precision != "bf16") return r.fp32_reference;
+  require(r.bf16_reference.has_value(), "bench: a bf16 run without a bf16 reference rate (internal error)");
+  return *r.bf16_reference;
+}
+
+json rate_json(const GemmRate& g) {
+  return {{"impl", g.impl}, {"op", g.op}, {"shape", g.shape()}, {"gflops", g.gflops}};
+}
+
+json reference_json(const RateReference& ref) {
+  json j = rate_json(ref.rate());
+  j["precision"] = ref.precision;
+  j["candidates"] = json::array();
+  for (const GemmRate& g : ref.candidates) j["candidates"].push_back(rate_json(g));
+  if (!ref.note.empty()) j["note"] = ref.note;
+  return j;
+}
+
+// "attnres bf16 / torch fp32 — different precisions", or "attnres bf16 / torch bf16".
+std::string precision_pair(const std::string& ours, const std::string& theirs) {
+  return "attnres " + ours + " / torch " + theirs + (ours == theirs ? "" : " — different precisions");
+}
+
 json run_json(const Results& r, const Cell& c) {
   const FlopCount f = training_flops_per_token(arm_config(r.base, c.arm, c.seq), c.seq);
   const double tps = c.tokens_per_sec();
+  const RateReference& ref = reference_for(r, c.precision);
   return {{"impl", c.impl},
+          {"precision", c.precision},
           {"arm", c.arm},
           {"seq", c.seq},
           {"batch", c.batch},
@@ -43,6 +71,8 @@ json run_json(const Results& r, const Cell& c) {
           {"openblas_core", c.core},
           {"flops_per_token", flops_json(f)},
           {"model_gflops", f.total() * tps / 1e9},
+          {"mfu", f.total() * tps / 1e9 / ref.rate().gflops},
+          {"mfu_reference", ref.precision},  // the key of the rate in "mfu_reference"
           {"mfu_vs_sgemm_1024", f.total() * tps / 1e9 / r.gemm.square}};
 }
 
@@ -55,10 +85,14 @@ json vs_torch_json(const Results& r) {
       const Cell* theirs = r.measurement.find("torch", arm, seq);
       if (ours == nullptr || theirs == nullptr) continue;
       const double speedup = ours->tokens_per_sec() / theirs->tokens_per_sec();
+      const bool same = ours->precision == theirs->precision;  // the target is for like against like
       out.push_back({{"arm", arm},
                      {"seq", seq},
+                     {"attnres_precision", ours->precision},
+                     {"torch_precision", theirs->precision},
+                     {"same_precision", same},
                      {"speedup", speedup},
-                     {"meets_target", speedup >= kTargetSpeedup},
+                     {"meets_target", same && speedup >= kTargetSpeedup},
                      {"peak_rss_ratio", double(ours->peak_rss) / double(theirs->peak_rss)}});
     }
   return out;
@@ -101,11 +135,28 @@ void print_header(const Results& r, const json& out) {
   const std::string precision = kernels::to_string(r.base.precision);
   std::printf("\nmatmul precision: attnres %s%s", precision.c_str(),
               r.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
-  if (r.torch_on) std::printf(", torch fp32");
+  if (r.torch_on)
+    std::printf(", torch %s (%s; --torch-precision %s)%s", r.torch_precision.c_str(),
+                r.torch_precision == "bf16" ? "torch.autocast(\"cpu\", dtype=torch.bfloat16)" : "no autocast",
+                r.torch_precision_flag.c_str(), r.torch_precision == precision ? "" : " — different precisions");
   std::printf("\nOMP_WAIT_POLICY: attnres %s", getenv_or("OMP_WAIT_POLICY", "unset").c_str());
   if (r.torch_on) std::printf(", torch %s", r.torch_info.value("omp_wait_policy", "?").c_str());
   std::printf("\nsgemm reference: 1024^3 %.1f GFLOP/s, %s %.1f GFLOP/s (best of a few, before and after the runs)\n",
               r.gemm.square, r.gemm.model_shape.c_str(), r.gemm.model);
+  if (r.bf16_reference) {
+    const RateReference& ref = *r.bf16_reference;
+    std::printf("bf16 reference: %.1f GFLOP/s, %s %s on %s, the best of (GFLOP/s, before and after the runs):\n",
+                ref.rate().gflops, ref.rate().impl.c_str(), ref.rate().op.c_str(), ref.rate().shape().c_str());
+    for (const GemmRate& g : ref.candidates)
+      std::printf("  %-7s %-40s %14s %7.1f\n", g.impl.c_str(), g.op.c_str(), g.shape().c_str(), g.gflops);
+    if (!ref.note.empty()) std::printf("  (%s)\n", ref.note.c_str());
+  }
+  std::printf("MFU reference: fp32 steps: sgemm 1024^3 (%.1f GFLOP/s)", r.fp32_reference.rate().gflops);
+  if (r.bf16_reference)
+    std::printf("; bf16 steps: %s %s on %s (%.1f GFLOP/s)", r.bf16_reference->rate().impl.c_str(),
+                r.bf16_reference->rate().op.c_str(), r.bf16_reference->rate().shape().c_str(),
+                r.bf16_reference->rate().gflops);
+  std::printf("\n");
 }
 
 void print_shapes(const std::vector<ShapeRate>& shapes) {
@@ -113,7 +164,7 @@ void print_shapes(const std::vector<ShapeRate>& shapes) {
   std::printf("%-12s %-8s %18s %6s %12s %12s %8s\n", "layer", "pass", "m x n x k", "op", "fp32 GFLOP/s",
               "bf16 GFLOP/s", "ratio");
   for (const ShapeRate& s : shapes) {
-    const std::string dims = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const std::string dims = shape_text(s.m, s.n, s.k);
     std::printf("%-12s %-8s %18s %6s %12.1f %12.1f %7.2fx\n", s.layer.c_str(), s.pass.c_str(), dims.c_str(),
                 s.ta ? "AT B" : s.tb ? "A BT" : "A B", s.fp32, s.bf16, s.bf16 / s.fp32);
   }
@@ -122,28 +173,33 @@ void print_shapes(const std::vector<ShapeRate>& shapes) {
 void print_runs(const Results& r, const json& runs) {
   std::printf("timing: median over %d steps x %d round(s) after %d warm-up steps, each run in its own process\n\n",
               r.steps, r.rounds, r.warmup);
-  std::printf("%-8s %-10s %6s %4s %9s %9s %6s %10s %9s %8s %8s %7s\n", "impl", "arm", "seq", "B", "step ms",
-              "min ms", "cores", "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
+  std::printf("%-8s %-5s %-10s %6s %4s %9s %9s %6s %10s %9s %8s %8s %7s\n", "impl", "prec", "arm", "seq", "B",
+              "step ms", "min ms", "cores", "tokens/s", "peak MB", "start MB", "GFLOP/s", "MFU");
   for (const auto& run : runs)
-    std::printf("%-8s %-10s %6d %4d %9.0f %9.0f %6.2f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
-                run["impl"].get<std::string>().c_str(), run["arm"].get<std::string>().c_str(), run["seq"].get<int>(),
+    std::printf("%-8s %-5s %-10s %6d %4d %9.0f %9.0f %6.2f %10.0f %9.0f %8.0f %8.1f %6.1f%%\n",
+                run["impl"].get<std::string>().c_str(), run["precision"].get<std::string>().c_str(),
+                run["arm"].get<std::string>().c_str(), run["seq"].get<int>(),
                 run["batch"].get<int>(), run["step_ms_median"].get<double>(), run["step_ms_min"].get<double>(),
                 run["cores_used"].get<double>(), run["tokens_per_sec"].get<double>(),
                 double(run["peak_rss_bytes"].get<std::int64_t>()) / 1e6,
                 double(run["start_rss_bytes"].get<std::int64_t>()) / 1e6, run["model_gflops"].get<double>(),
-                100 * run["mfu_vs_sgemm_1024"].get<double>());
-  std::printf("(step ms: median wall-clock time per step, min ms: the fastest step; cores: median CPU time / wall\n"
-              " time per step, below the thread count when other processes took the cores; tokens/s, GFLOP/s and\n"
-              " MFU use the median; peak MB: VmHWM of the worker;\n"
-              " start MB: its resident memory before building the model; MFU: model FLOPs/s over the sgemm rate)\n");
+                100 * run["mfu"].get<double>());
+  std::printf("(prec: the run's matmul precision; step ms: median wall-clock time per step, min ms: the fastest\n"
+              " step; cores: median CPU time / wall time per step, below the thread count when other processes\n"
+              " took the cores; tokens/s, GFLOP/s and MFU use the median; peak MB: VmHWM of the worker; start MB:\n"
+              " its resident memory before building the model; MFU: model FLOPs/s over the MFU reference of the\n"
+              " run's precision, above)\n");
 }
 
 void print_ratios(const json& out) {
   if (!out["attnres_vs_torch"].empty()) {
-    std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd):\n");
+    std::printf("\nattnres vs torch (tokens/s ratio; target >= 3x for block and rd, in the same precision):\n");
     for (const auto& r : out["attnres_vs_torch"])
-      std::printf("  %-10s T=%-5d %5.2fx   peak memory %.2fx of torch's\n", r["arm"].get<std::string>().c_str(),
-                  r["seq"].get<int>(), r["speedup"].get<double>(), r["peak_rss_ratio"].get<double>());
+      std::printf("  %-10s T=%-5d %5.2fx  %s   peak memory %.2fx of torch's\n", r["arm"].get<std::string>().c_str(),
+                  r["seq"].get<int>(), r["speedup"].get<double>(),
+                  precision_pair(r["attnres_precision"].get<std::string>(), r["torch_precision"].get<std::string>())
+                      .c_str(),
+                  r["peak_rss_ratio"].get<double>());
   }
   if (!out["rd_vs_block"].empty()) {
     std::printf("\nrd / block (targets: step time <= 1.02, peak memory <= 1.02):\n");
@@ -177,12 +233,18 @@ json results_json(const Results& r) {
   out["threads"] = r.threads;
   out["openblas_core"] = openblas_core();
   out["openblas_coretype_env"] = getenv_or("OPENBLAS_CORETYPE", "");
-  out["precision"] = {
-      {"attnres", kernels::to_string(r.base.precision)}, {"torch", "fp32"}, {"bf16_backend", bf16_backend()}};
+  const std::string precision = kernels::to_string(r.base.precision);
+  out["precision"] = {{"attnres", precision},
+                      {"torch", r.torch_on ? json(r.torch_precision) : json(nullptr)},
+                      {"torch_flag", r.torch_precision_flag},
+                      {"same", r.torch_on ? json(r.torch_precision == precision) : json(nullptr)},
+                      {"bf16_backend", bf16_backend()}};
   out["omp_wait_policy_env"] = getenv_or("OMP_WAIT_POLICY", "");
   out["torch"] = r.torch_on ? r.torch_info : json(nullptr);
   out["gemm"] = {
       {"sgemm_1024_gflops", r.gemm.square}, {"model_shape", r.gemm.model_shape}, {"model_shape_gflops", r.gemm.model}};
+  out["mfu_reference"] = {{"fp32", reference_json(r.fp32_reference)}};
+  if (r.bf16_reference) out["mfu_reference"]["bf16"] = reference_json(*r.bf16_reference);
   if (!r.shapes.empty()) {
     json js = json::array();
     for (const ShapeRate& s : r.shapes)

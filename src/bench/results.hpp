@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,11 @@ struct Results {
   std::string load_start, load_end;
   bool torch_on = false;
   nlohmann::json torch_info;
+  std::string torch_precision;  // what torch ran (--torch-precision resolved)
+  std::string torch_precision_flag;
   GemmRates gemm;
+  RateReference fp32_reference;               // MFU of fp32 steps
+  std::optional<RateReference> bf16_reference;  // MFU of bf16 steps: measured when a side runs bf16
   std::vector<ShapeRate> shapes;  // --gemm-only
   Measurement measurement;
   nlohmann::json paired = nlohmann::json::array();  // paired_summary() of each pair

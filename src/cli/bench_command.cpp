@@ -79,9 +79,12 @@ void register_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Time full training steps (forward, backward, clipping, AdamW) per arm, each arm in its own\n"
-      "process, against the PyTorch eager fp32 implementation of the same model (bench/torch_model.py):\n"
-      "tokens/s, peak memory, model FLOP utilisation against the sgemm rate measured in the same run,\n"
-      "rd/block ratios and, with several --seq, context scaling. Progress goes to stderr.");
+      "process, against the PyTorch eager implementation of the same model (bench/torch_model.py) in the\n"
+      "same matmul precision (bf16: torch.autocast; --torch-precision), tokens/s, peak memory, model FLOP\n"
+      "utilisation against a GEMM rate of the run's precision measured in the same run (fp32: OpenBLAS\n"
+      "sgemm 1024^3; bf16: the best of attnres' bf16 GEMM and torch's bf16 matmul on 2048^3 and the\n"
+      "model's largest trunk shape), rd/block ratios and, with several --seq, context scaling. Progress\n"
+      "goes to stderr.");
   add_config_options(cmd, a->preset, a->config, a->settings);
   cmd->add_option("--arms", a->arms, "comma-separated arms (" + experiment::arm_names_text() + ")")
       ->capture_default_str();
@@ -108,7 +111,11 @@ void register_bench_command(CLI::App& app) {
   cmd->add_flag("--json", o.json_out, "print one JSON object instead of the table");
   cmd->add_option("--json-file", o.json_file, "also write the JSON object to this file");
   cmd->add_option("--precision", o.precision,
-                  "fp32 | bf16: attnres' Linear GEMMs (default: the config's train.precision); torch stays fp32");
+                  "fp32 | bf16: attnres' Linear GEMMs (default: the config's train.precision)");
+  cmd->add_option("--torch-precision", o.torch_precision,
+                  "auto | fp32 | bf16: torch's precision (bf16: torch.autocast(\"cpu\", dtype=torch.bfloat16) around\n"
+                  "forward and loss; auto: the same as attnres); a different one is flagged in the report")
+      ->capture_default_str();
   cmd->add_flag("--gemm-only", o.gemm_only,
                 "only measure the GEMM rates: the sgemm reference and the model's Linear shapes in fp32 and bf16");
   cmd->add_flag("--paired,!--no-paired", o.paired,
