@@ -1,0 +1,192 @@
+// `attnres bench` compares like with like: torch runs in attnres' matmul precision unless
+// --torch-precision says otherwise, the report names both precisions and flags a mismatch, and a
+// bf16 step's MFU is against the best bf16 GEMM rate measured in the run (docs/performance.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bench/gemm_rates.hpp"
+#include "common/cli_util.hpp"
+
+namespace attnres {
+namespace {
+
+using nlohmann::json;
+using testing::CliResult;
+using testing::run_cli;
+
+// One step of `tiny` per side, one thread: the runs are quick; the GEMM references dominate.
+const std::string kTiny = "bench --preset tiny --vocab 512 --arms block --seq 16 --batch 1 --steps 1 --warmup 0 "
+                          "--threads 1 --no-paired --torch-script " ATTNRES_SOURCE_DIR "/bench/torch_model.py";
+
+bool torch_importable() {
+  return testing::run_shell(std::string(ATTNRES_TEST_PYTHON) + " -c 'import torch'").exit_code == 0;
+}
+
+#define SKIP_WITHOUT_TORCH() \
+  if (!torch_importable()) GTEST_SKIP() << ATTNRES_TEST_PYTHON " cannot import torch: no PyTorch side to compare"
+
+struct BenchRun {
+  CliResult cli;  // the table (stdout) and progress (stderr)
+  json out;       // the --json-file object
+};
+
+BenchRun bench(const std::string& name, const std::string& flags) {
+  testing::TempDir dir(name);
+  BenchRun r;
+  r.cli = run_cli(kTiny + " " + flags + " --json-file " + dir.str("bench.json"));
+  EXPECT_EQ(r.cli.exit_code, 0) << r.cli.output;
+  if (r.cli.exit_code == 0) r.out = json::parse(testing::read_file(dir.path() / "bench.json"));
+  return r;
+}
+
+const json& run_of(const json& out, const std::string& impl) {
+  for (const json& run : out.at("runs"))
+    if (run.at("impl") == impl) return run;
+  throw std::runtime_error("no " + impl + " run in " + out.dump());
+}
+
+// Every run's MFU is its model GFLOP/s over the reference of its own precision.
+void expect_mfu_against_own_reference(const json& out) {
+  for (const json& run : out.at("runs")) {
+    const std::string precision = run.at("precision");
+    ASSERT_EQ(run.at("mfu_reference"), precision);
+    const double reference = out.at("mfu_reference").at(precision).at("gflops");
+    EXPECT_NEAR(run.at("mfu").get<double>(), run.at("model_gflops").get<double>() / reference, 1e-12) << run.dump();
+  }
+}
+
+// The chosen bf16 rate is the largest candidate and names who ran it.
+void expect_bf16_reference_is_the_best(const json& ref) {
+  ASSERT_FALSE(ref.at("candidates").empty());
+  double best = 0;
+  for (const json& c : ref.at("candidates")) best = std::max(best, c.at("gflops").get<double>());
+  EXPECT_EQ(ref.at("gflops").get<double>(), best) << ref.dump();
+  EXPECT_EQ(ref.at("precision"), "bf16");
+  bool named = false;
+  for (const json& c : ref.at("candidates"))
+    named |= c.at("impl") == ref.at("impl") && c.at("op") == ref.at("op") && c.at("shape") == ref.at("shape") &&
+             c.at("gflops") == ref.at("gflops");
+  EXPECT_TRUE(named) << "the reference is not one of its candidates: " << ref.dump();
+}
+
+TEST(BenchPrecision, TheBestRateIsTheReference) {
+  const std::vector<bench::GemmRate> rates = {{"attnres", "kernels::gemm_bf16", 2048, 2048, 2048, 80.0},
+                                              {"attnres", "kernels::gemm_bf16", 16, 1024, 256, 95.5},
+                                              {"torch", "torch.matmul bf16", 2048, 2048, 2048, 120.0},
+                                              {"torch", "torch.matmul bf16", 16, 1024, 256, 60.0}};
+  for (std::size_t best = 0; best < rates.size(); ++best) {
+    std::vector<bench::GemmRate> candidates = rates;
+    candidates[best].gflops = 500;
+    const bench::RateReference ref = bench::best_rate_reference("bf16", candidates, "");
+    EXPECT_EQ(ref.chosen, best);
+    EXPECT_EQ(ref.rate().gflops, 500);
+  }
+  // A tie keeps the first; a later measurement raises a rate and never lowers it.
+  std::vector<bench::GemmRate> tie = {rates[0], rates[2]};
+  tie[1].gflops = tie[0].gflops;
+  EXPECT_EQ(bench::best_rate_reference("bf16", tie, "").chosen, 0u);
+  std::vector<bench::GemmRate> before = rates, again = rates;
+  again[0].gflops = 10;   // slower after the runs: the first measurement stays
+  again[3].gflops = 200;  // faster: taken
+  again.push_back({"torch", "torch.matmul bf16", 8, 8, 8, 1.0});
+  bench::keep_better(before, again);
+  ASSERT_EQ(before.size(), 5u);
+  EXPECT_EQ(before[0].gflops, 80.0);
+  EXPECT_EQ(before[3].gflops, 200.0);
+  EXPECT_EQ(bench::best_rate_reference("bf16", before, "").chosen, 3u);
+}
+
+TEST(BenchPrecision, AnUnknownTorchPrecisionIsAnError) {
+  const CliResult r = run_cli(kTiny + " --torch-precision fp16");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--torch-precision must be auto, fp32 or bf16 (got 'fp16')"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("sgemm"), std::string::npos) << "measured before failing:\n" << r.output;
+}
+
+TEST(BenchPrecision, Fp32TorchFollowsAndTheReferenceIsSgemm) {
+  SKIP_WITHOUT_TORCH();
+  const BenchRun r = bench("bench_fp32", "--precision fp32 --torch on");
+  ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["precision"]["attnres"], "fp32");
+  EXPECT_EQ(r.out["precision"]["torch"], "fp32");
+  EXPECT_EQ(r.out["precision"]["torch_flag"], "auto");
+  EXPECT_EQ(r.out["precision"]["same"], true);
+  EXPECT_EQ(run_of(r.out, "torch")["precision"], "fp32");
+  EXPECT_FALSE(r.out["mfu_reference"].contains("bf16")) << "no step ran bf16";
+  EXPECT_EQ(r.out["mfu_reference"]["fp32"]["op"], "cblas_sgemm");
+  EXPECT_EQ(r.out["mfu_reference"]["fp32"]["shape"], "1024x1024x1024");
+  EXPECT_EQ(r.out["mfu_reference"]["fp32"]["gflops"], r.out["gemm"]["sgemm_1024_gflops"]);
+  expect_mfu_against_own_reference(r.out);
+  EXPECT_NE(r.cli.output.find("attnres fp32 / torch fp32"), std::string::npos) << r.cli.output;
+  EXPECT_EQ(r.cli.output.find("different precisions"), std::string::npos) << r.cli.output;
+}
+
+TEST(BenchPrecision, Bf16TorchFollowsWithAutocastAndABf16Reference) {
+  SKIP_WITHOUT_TORCH();
+  const BenchRun r = bench("bench_bf16", "--precision bf16 --torch on");
+  ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["precision"]["attnres"], "bf16");
+  EXPECT_EQ(r.out["precision"]["torch"], "bf16");
+  EXPECT_EQ(r.out["precision"]["same"], true);
+  EXPECT_EQ(run_of(r.out, "attnres")["precision"], "bf16");
+  EXPECT_EQ(run_of(r.out, "torch")["precision"], "bf16");
+  ASSERT_EQ(r.out["attnres_vs_torch"].size(), 1u);
+  EXPECT_EQ(r.out["attnres_vs_torch"][0]["torch_precision"], "bf16");
+  EXPECT_EQ(r.out["attnres_vs_torch"][0]["same_precision"], true);
+  const json& ref = r.out["mfu_reference"]["bf16"];
+  expect_bf16_reference_is_the_best(ref);
+  // Both sides on 2048^3 and on the model's gate/up shape: [B*T = 16 tokens, d] x [d, mlp_hidden].
+  std::vector<std::string> measured;
+  for (const json& c : ref["candidates"])
+    measured.push_back(c["impl"].get<std::string>() + " " + c["shape"].get<std::string>());
+  std::sort(measured.begin(), measured.end());
+  const std::string trunk = "16x" + std::to_string(r.out["config"]["mlp_hidden"].get<int>()) + "x" +
+                            std::to_string(r.out["config"]["d_model"].get<int>());
+  const std::vector<std::string> expected = {"attnres " + trunk, "attnres 2048x2048x2048", "torch " + trunk,
+                                             "torch 2048x2048x2048"};
+  EXPECT_EQ(measured, expected) << ref.dump();
+  EXPECT_FALSE(ref.contains("note")) << ref.dump();
+  expect_mfu_against_own_reference(r.out);
+  EXPECT_NE(r.cli.output.find("bf16 reference: "), std::string::npos) << r.cli.output;
+  EXPECT_NE(r.cli.output.find("attnres bf16 / torch bf16"), std::string::npos) << r.cli.output;
+  EXPECT_EQ(r.cli.output.find("different precisions"), std::string::npos) << r.cli.output;
+}
+
+TEST(BenchPrecision, TorchPrecisionOverridesAndTheMismatchIsFlagged) {
+  SKIP_WITHOUT_TORCH();
+  const BenchRun r = bench("bench_mismatch", "--precision bf16 --torch on --torch-precision fp32");
+  ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["precision"]["attnres"], "bf16");
+  EXPECT_EQ(r.out["precision"]["torch"], "fp32");
+  EXPECT_EQ(r.out["precision"]["torch_flag"], "fp32");
+  EXPECT_EQ(r.out["precision"]["same"], false);
+  EXPECT_EQ(run_of(r.out, "torch")["precision"], "fp32");
+  EXPECT_EQ(r.out["attnres_vs_torch"][0]["same_precision"], false);
+  EXPECT_EQ(r.out["attnres_vs_torch"][0]["meets_target"], false) << "the speed target is for like against like";
+  // Each side's MFU against its own precision's reference: attnres bf16, torch fp32 sgemm.
+  expect_mfu_against_own_reference(r.out);
+  EXPECT_EQ(run_of(r.out, "attnres")["mfu_reference"], "bf16");
+  EXPECT_EQ(run_of(r.out, "torch")["mfu_reference"], "fp32");
+  EXPECT_NE(r.cli.output.find("attnres bf16 / torch fp32 — different precisions"), std::string::npos) << r.cli.output;
+}
+
+TEST(BenchPrecision, WithoutTorchTheBf16ReferenceIsAttnresOwnAndSaysSo) {
+  const BenchRun r = bench("bench_notorch", "--precision bf16 --torch off");
+  ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["precision"]["torch"], nullptr);
+  const json& ref = r.out["mfu_reference"]["bf16"];
+  expect_bf16_reference_is_the_best(ref);
+  ASSERT_EQ(ref["candidates"].size(), 2u);
+  for (const json& c : ref["candidates"]) EXPECT_EQ(c["impl"], "attnres");
+  EXPECT_EQ(ref["note"], "torch not run (--torch off): attnres' bf16 GEMM only");
+  EXPECT_NE(r.cli.output.find("(torch not run (--torch off): attnres' bf16 GEMM only)"), std::string::npos)
+      << r.cli.output;
+  expect_mfu_against_own_reference(r.out);
+}
+
+}  // namespace
+}  // namespace attnres
