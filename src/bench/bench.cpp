@@ -49,6 +49,7 @@ Plan make_plan(const Options& o) {
   require(o.warmup >= 0, "--warmup must be non-negative");
   require(o.rounds >= 1, "--rounds must be at least 1");
   require(o.threads >= 0, "--threads must be non-negative (0: all cores)");
+  require(o.bf16_reference_cube >= 1, "--bf16-reference-cube must be positive");
   require(o.torch == "auto" || o.torch == "on" || o.torch == "off", "--torch must be auto, on or off");
   require(o.torch_precision == "auto" || o.torch_precision == "fp32" || o.torch_precision == "bf16",
           "--torch-precision must be auto, fp32 or bf16 (got '", o.torch_precision, "')");
@@ -224,7 +225,7 @@ void print_start(const Plan& p, const std::string& load_start, const TorchSide& 
 // (bench_worker --matmul-rate), each on bf16_reference_shapes().
 std::vector<GemmRate> measure_bf16_candidates(const Options& o, const Plan& p, const TorchSide& torch,
                                               std::int64_t tokens) {
-  const auto shapes = bf16_reference_shapes(p.base.model, tokens);
+  const auto shapes = bf16_reference_shapes(p.base.model, tokens, o.bf16_reference_cube);
   std::vector<GemmRate> rates = measure_bf16_rates(shapes, kBf16ReferenceReps);
   if (torch.on) {
     std::string list;

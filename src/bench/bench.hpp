@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gemm_rates.hpp"
 #include "train/train_config.hpp"
 
 namespace attnres::bench {
@@ -36,6 +37,7 @@ struct Options {
   std::string json_file;
   bool gemm_only = false;
   bool paired = true;  // also time every arm against the first one in one process, alternately
+  std::int64_t bf16_reference_cube = kBf16ReferenceCube;  // hidden flag: tests time a smaller cube
 };
 
 // Runs the benchmark: progress to stderr, the table (or with json_out the JSON object) to stdout.

@@ -111,8 +111,9 @@ void keep_better(std::vector<GemmRate>& into, const std::vector<GemmRate>& again
   }
 }
 
-std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& c, std::int64_t tokens) {
-  return {{2048, 2048, 2048}, {tokens, c.mlp_hidden, c.d_model}};
+std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& c, std::int64_t tokens,
+                                                               std::int64_t cube) {
+  return {{cube, cube, cube}, {tokens, c.mlp_hidden, c.d_model}};
 }
 
 std::vector<GemmRate> measure_bf16_rates(const std::vector<std::array<std::int64_t, 3>>& shapes, int reps) {

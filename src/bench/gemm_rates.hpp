@@ -58,9 +58,11 @@ RateReference best_rate_reference(const std::string& precision, std::vector<Gemm
 // rates measured after the runs); rates only in `again` are added.
 void keep_better(std::vector<GemmRate>& into, const std::vector<GemmRate>& again);
 
-// The shapes (m, n, k) of the bf16 reference: 2048^3 and the model's largest trunk GEMM, the
-// forward of the MLP's gate/up Linear [B*T, d] x [d, mlp_hidden].
-std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& config, std::int64_t tokens);
+// The shapes (m, n, k) of the bf16 reference: cube^3 (2048^3 unless a test asks for a smaller one)
+// and the model's largest trunk GEMM, the forward of the MLP's gate/up Linear [B*T, d] x [d, mlp_hidden].
+constexpr std::int64_t kBf16ReferenceCube = 2048;
+std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& config, std::int64_t tokens,
+                                                               std::int64_t cube = kBf16ReferenceCube);
 
 // attnres' bf16 GEMM (kernels::gemm_bf16 as dispatch picks it here) on `shapes` as a Linear's
 // forward C = A B^T, best of `reps` calls after one warm-up.

@@ -79,12 +79,12 @@ void register_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Time full training steps (forward, backward, clipping, AdamW) per arm, each arm in its own\n"
-      "process, against the PyTorch eager implementation of the same model (bench/torch_model.py) in the\n"
-      "same matmul precision (bf16: torch.autocast; --torch-precision), tokens/s, peak memory, model FLOP\n"
-      "utilisation against a GEMM rate of the run's precision measured in the same run (fp32: OpenBLAS\n"
-      "sgemm 1024^3; bf16: the best of attnres' bf16 GEMM and torch's bf16 matmul on 2048^3 and the\n"
-      "model's largest trunk shape), rd/block ratios and, with several --seq, context scaling. Progress\n"
-      "goes to stderr.");
+      "process, against the PyTorch eager implementation of the same model (bench/torch_model.py), by\n"
+      "default in the same matmul precision (bf16: torch.autocast; see --torch-precision). Reports\n"
+      "tokens/s, peak memory, model FLOP utilisation against a GEMM rate of each run's precision measured\n"
+      "in the same run (fp32: OpenBLAS sgemm 1024^3; bf16: the best of attnres' bf16 GEMM and torch's bf16\n"
+      "matmul on 2048^3 and the model's largest trunk shape), rd/block ratios and, with several --seq,\n"
+      "context scaling. Progress goes to stderr.");
   add_config_options(cmd, a->preset, a->config, a->settings);
   cmd->add_option("--arms", a->arms, "comma-separated arms (" + experiment::arm_names_text() + ")")
       ->capture_default_str();
@@ -117,10 +117,14 @@ void register_bench_command(CLI::App& app) {
                   "forward and loss; auto: the same as attnres); a different one is flagged in the report")
       ->capture_default_str();
   cmd->add_flag("--gemm-only", o.gemm_only,
-                "only measure the GEMM rates: the sgemm reference and the model's Linear shapes in fp32 and bf16");
+                "only measure the GEMM rates: the sgemm reference (and attnres' bf16 one in a bf16 run) and the\n"
+                "model's Linear shapes in fp32 and bf16");
   cmd->add_flag("--paired,!--no-paired", o.paired,
                 "also time each arm against the first in one process, alternate steps (default: on)");
   cmd->add_flag("--worker", a->worker, "(internal) run one measurement in this process")->group("");
+  cmd->add_option("--bf16-reference-cube", o.bf16_reference_cube,
+                  "(internal, for tests) the edge of the bf16 reference's cube instead of 2048")
+      ->group("");
   cmd->add_option("--model-json", a->model_json, "(internal) the worker's model config")->group("");
   cmd->add_option("--paired-json", a->paired_json, "(internal) a second model config: time both alternately")
       ->group("");

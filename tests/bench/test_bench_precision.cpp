@@ -17,9 +17,10 @@ using nlohmann::json;
 using testing::CliResult;
 using testing::run_cli;
 
-// One step of `tiny` per side, one thread: the runs are quick; the GEMM references dominate.
+// One step of `tiny` per side, one thread, the bf16 reference on 256^3 instead of 2048^3: quick.
 const std::string kTiny = "bench --preset tiny --vocab 512 --arms block --seq 16 --batch 1 --steps 1 --warmup 0 "
-                          "--threads 1 --no-paired --torch-script " ATTNRES_SOURCE_DIR "/bench/torch_model.py";
+                          "--threads 1 --no-paired --bf16-reference-cube 256 --torch-script " ATTNRES_SOURCE_DIR
+                          "/bench/torch_model.py";
 
 bool torch_importable() {
   return testing::run_shell(std::string(ATTNRES_TEST_PYTHON) + " -c 'import torch'").exit_code == 0;
@@ -99,6 +100,16 @@ TEST(BenchPrecision, TheBestRateIsTheReference) {
   EXPECT_EQ(bench::best_rate_reference("bf16", before, "").chosen, 3u);
 }
 
+TEST(BenchPrecision, TheBf16ReferenceShapesAre2048CubedAndTheTrunk) {
+  ModelConfig c;
+  c.d_model = 256;
+  c.mlp_hidden = 1280;
+  const auto shapes = bench::bf16_reference_shapes(c, 4096);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0], (std::array<std::int64_t, 3>{2048, 2048, 2048}));
+  EXPECT_EQ(shapes[1], (std::array<std::int64_t, 3>{4096, 1280, 256}));
+}
+
 TEST(BenchPrecision, AnUnknownTorchPrecisionIsAnError) {
   const CliResult r = run_cli(kTiny + " --torch-precision fp16");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -139,15 +150,15 @@ TEST(BenchPrecision, Bf16TorchFollowsWithAutocastAndABf16Reference) {
   EXPECT_EQ(r.out["attnres_vs_torch"][0]["same_precision"], true);
   const json& ref = r.out["mfu_reference"]["bf16"];
   expect_bf16_reference_is_the_best(ref);
-  // Both sides on 2048^3 and on the model's gate/up shape: [B*T = 16 tokens, d] x [d, mlp_hidden].
+  // Both sides on the cube (2048^3 outside tests) and on the model's gate/up shape: [B*T = 16 tokens, d] x [d, mlp_hidden].
   std::vector<std::string> measured;
   for (const json& c : ref["candidates"])
     measured.push_back(c["impl"].get<std::string>() + " " + c["shape"].get<std::string>());
   std::sort(measured.begin(), measured.end());
   const std::string trunk = "16x" + std::to_string(r.out["config"]["mlp_hidden"].get<int>()) + "x" +
                             std::to_string(r.out["config"]["d_model"].get<int>());
-  const std::vector<std::string> expected = {"attnres " + trunk, "attnres 2048x2048x2048", "torch " + trunk,
-                                             "torch 2048x2048x2048"};
+  const std::vector<std::string> expected = {"attnres " + trunk, "attnres 256x256x256", "torch " + trunk,
+                                             "torch 256x256x256"};
   EXPECT_EQ(measured, expected) << ref.dump();
   EXPECT_FALSE(ref.contains("note")) << ref.dump();
   expect_mfu_against_own_reference(r.out);
