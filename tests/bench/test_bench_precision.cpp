@@ -49,6 +49,26 @@ const json& run_of(const json& out, const std::string& impl) {
   throw std::runtime_error("no " + impl + " run in " + out.dump());
 }
 
+// What each side ran, as the JSON's precision object, every run and every attnres/torch ratio say.
+void expect_precisions(const json& out, const std::string& attnres, const std::string& torch,
+                       const std::string& flag) {
+  const bool same = attnres == torch;
+  EXPECT_EQ(out.at("precision").at("attnres"), attnres);
+  EXPECT_EQ(out.at("precision").at("torch"), torch);
+  EXPECT_EQ(out.at("precision").at("torch_flag"), flag);
+  EXPECT_EQ(out.at("precision").at("same"), same);
+  for (const json& run : out.at("runs")) EXPECT_EQ(run.at("precision"), run.at("impl") == "torch" ? torch : attnres);
+  ASSERT_FALSE(out.at("attnres_vs_torch").empty());
+  for (const json& v : out.at("attnres_vs_torch")) {
+    EXPECT_EQ(v.at("attnres_precision"), attnres);
+    EXPECT_EQ(v.at("torch_precision"), torch);
+    EXPECT_EQ(v.at("same_precision"), same);
+    if (!same) {
+      EXPECT_EQ(v.at("meets_target"), false) << "the speed target is for like against like";
+    }
+  }
+}
+
 // Every run's MFU is its model GFLOP/s over the reference of its own precision.
 void expect_mfu_against_own_reference(const json& out) {
   for (const json& run : out.at("runs")) {
@@ -122,11 +142,7 @@ TEST(BenchPrecision, Fp32TorchFollowsAndTheReferenceIsSgemm) {
   SKIP_WITHOUT_TORCH();
   const BenchRun r = bench("bench_fp32", "--precision fp32 --torch on");
   ASSERT_EQ(r.cli.exit_code, 0);
-  EXPECT_EQ(r.out["precision"]["attnres"], "fp32");
-  EXPECT_EQ(r.out["precision"]["torch"], "fp32");
-  EXPECT_EQ(r.out["precision"]["torch_flag"], "auto");
-  EXPECT_EQ(r.out["precision"]["same"], true);
-  EXPECT_EQ(run_of(r.out, "torch")["precision"], "fp32");
+  expect_precisions(r.out, "fp32", "fp32", "auto");
   EXPECT_FALSE(r.out["mfu_reference"].contains("bf16")) << "no step ran bf16";
   EXPECT_EQ(r.out["mfu_reference"]["fp32"]["op"], "cblas_sgemm");
   EXPECT_EQ(r.out["mfu_reference"]["fp32"]["shape"], "1024x1024x1024");
@@ -140,17 +156,10 @@ TEST(BenchPrecision, Bf16TorchFollowsWithAutocastAndABf16Reference) {
   SKIP_WITHOUT_TORCH();
   const BenchRun r = bench("bench_bf16", "--precision bf16 --torch on");
   ASSERT_EQ(r.cli.exit_code, 0);
-  EXPECT_EQ(r.out["precision"]["attnres"], "bf16");
-  EXPECT_EQ(r.out["precision"]["torch"], "bf16");
-  EXPECT_EQ(r.out["precision"]["same"], true);
-  EXPECT_EQ(run_of(r.out, "attnres")["precision"], "bf16");
-  EXPECT_EQ(run_of(r.out, "torch")["precision"], "bf16");
-  ASSERT_EQ(r.out["attnres_vs_torch"].size(), 1u);
-  EXPECT_EQ(r.out["attnres_vs_torch"][0]["torch_precision"], "bf16");
-  EXPECT_EQ(r.out["attnres_vs_torch"][0]["same_precision"], true);
+  expect_precisions(r.out, "bf16", "bf16", "auto");
   const json& ref = r.out["mfu_reference"]["bf16"];
   expect_bf16_reference_is_the_best(ref);
-  // Both sides on the cube (2048^3 outside tests) and on the model's gate/up shape: [B*T = 16 tokens, d] x [d, mlp_hidden].
+  // Both sides on the cube (2048^3 outside tests) and the gate/up shape [B*T = 16 tokens, d] x [d, mlp_hidden].
   std::vector<std::string> measured;
   for (const json& c : ref["candidates"])
     measured.push_back(c["impl"].get<std::string>() + " " + c["shape"].get<std::string>());
@@ -171,13 +180,7 @@ TEST(BenchPrecision, TorchPrecisionOverridesAndTheMismatchIsFlagged) {
   SKIP_WITHOUT_TORCH();
   const BenchRun r = bench("bench_mismatch", "--precision bf16 --torch on --torch-precision fp32");
   ASSERT_EQ(r.cli.exit_code, 0);
-  EXPECT_EQ(r.out["precision"]["attnres"], "bf16");
-  EXPECT_EQ(r.out["precision"]["torch"], "fp32");
-  EXPECT_EQ(r.out["precision"]["torch_flag"], "fp32");
-  EXPECT_EQ(r.out["precision"]["same"], false);
-  EXPECT_EQ(run_of(r.out, "torch")["precision"], "fp32");
-  EXPECT_EQ(r.out["attnres_vs_torch"][0]["same_precision"], false);
-  EXPECT_EQ(r.out["attnres_vs_torch"][0]["meets_target"], false) << "the speed target is for like against like";
+  expect_precisions(r.out, "bf16", "fp32", "fp32");
   // Each side's MFU against its own precision's reference: attnres bf16, torch fp32 sgemm.
   expect_mfu_against_own_reference(r.out);
   EXPECT_EQ(run_of(r.out, "attnres")["mfu_reference"], "bf16");
