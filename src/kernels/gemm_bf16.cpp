@@ -5,20 +5,16 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <vector>
+#include <string>
 
+#include "kernels/avx512_tiles.hpp"
+#include "kernels/gemm_bf16_avx512.hpp"
+#include "kernels/scratch.hpp"
 #include "util/error.hpp"
 
-#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#if ATTNRES_AVX512_CODE
 #define ATTNRES_AMX_CODE 1
 #include <cpuid.h>
-// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands) when they are
-// inlined into target("avx512f") functions: a false positive (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -46,30 +42,6 @@ float round_to_bf16(float x) {
 }
 
 namespace {
-
-// ------------------------------------------------------------------------------------------
-// Grow-only scratch, 64-byte aligned (tile rows are 64 bytes).
-// ------------------------------------------------------------------------------------------
-template <class T>
-class Scratch {
- public:
-  T* get(std::size_t n) {
-    if (n > cap_) {
-      const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-      ptr_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-      require(ptr_ != nullptr, "gemm_bf16: out of memory (", bytes, " bytes of scratch)");
-      cap_ = n;
-    }
-    return ptr_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> ptr_;
-  std::size_t cap_ = 0;
-};
 
 // ------------------------------------------------------------------------------------------
 // Portable path: round copies of op(A) and op(B) to bf16, multiply them with fp32 sgemm.
@@ -132,54 +104,11 @@ ATTNRES_AMX_TARGET void amx_configure() {
 
 ATTNRES_AMX_TARGET void amx_release() { _tile_release(); }
 
-ATTNRES_AMX_TARGET inline __mmask16 mask16(std::int64_t valid) {
-  return valid >= 16 ? __mmask16(0xffff) : valid <= 0 ? __mmask16(0) : __mmask16((1u << valid) - 1u);
-}
-
-// 16 floats (the first `valid`, the rest zero) -> 16 bf16.
-ATTNRES_AMX_TARGET inline __m256i cvt16(const float* p, std::int64_t valid) {
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask16(valid), p));
-}
-
-// 32 floats (the first `valid`, the rest zero) -> 32 bf16, in order.
-ATTNRES_AMX_TARGET inline __m512i cvt32(const float* p, std::int64_t valid) {
-  const __m512 lo = _mm512_maskz_loadu_ps(mask16(valid), p);
-  const __m512 hi = _mm512_maskz_loadu_ps(mask16(valid - 16), p + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-// Element i of the result: the pair (even[i], odd[i]), even in the low half.
-ATTNRES_AMX_TARGET inline __m512i pairs(__m256i even, __m256i odd) {
-  return _mm512_or_si512(_mm512_cvtepu16_epi32(even), _mm512_slli_epi32(_mm512_cvtepu16_epi32(odd), 16));
-}
-
-// In-register transpose of a 16x16 matrix of 32-bit elements (r[i] = row i).
-ATTNRES_AMX_TARGET inline void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g + 0], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    t[c] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);       // lanes 0, 2 of rows 0-3 and 4-7
-    t[4 + c] = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd);   // lanes 1, 3
-    t[8 + c] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xdd);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
-  }
-}
+using avx512::cvt16;
+using avx512::cvt32;
+using avx512::pairs;
+using avx512::transpose16;
+using avx512::lanes;
 
 struct Problem {
   bool trans_a, trans_b;
@@ -307,7 +236,7 @@ ATTNRES_AMX_TARGET void compute_blocks(const Problem& p, const std::uint16_t* a,
       _tile_stored(3, part + 16 * 32 + 16, 128);
       if (t1 < p.kt) continue;
       const std::int64_t j0 = np * 32, nj = std::min<std::int64_t>(32, p.n - j0);
-      const __mmask16 mlo = mask16(nj), mhi = mask16(nj - 16);
+      const __mmask16 mlo = lanes(nj), mhi = lanes(nj - 16);
       for (std::int64_t i = 0; i < mi; ++i) {
         float* crow = p.c + (i0 + i) * p.ldc + j0;
         __m512 lo = _mm512_mul_ps(alpha, _mm512_load_ps(part + i * 32));
@@ -403,31 +332,84 @@ bool amx_bf16_available() {
 #endif
 }
 
+bool bf16_backend_available(Bf16Backend backend) {
+  switch (backend) {
+    case Bf16Backend::automatic: return true;
+    case Bf16Backend::amx: return amx_bf16_available();
+    case Bf16Backend::avx512_fma: return avx512::cpu_has_avx512();
+    case Bf16Backend::avx512_bf16: return avx512::cpu_has_avx512_bf16();
+    case Bf16Backend::fallback: return true;
+  }
+  return false;
+}
+
+const char* to_string(Bf16Backend backend) {
+  switch (backend) {
+    case Bf16Backend::automatic: return "automatic";
+    case Bf16Backend::amx: return "amx";
+    case Bf16Backend::avx512_fma: return "avx512-fma";
+    case Bf16Backend::avx512_bf16: return "avx512-bf16";
+    case Bf16Backend::fallback: return "fallback";
+  }
+  return "?";
+}
+
+Bf16Backend parse_bf16_backend(const std::string& text) {
+  for (Bf16Backend b : {Bf16Backend::automatic, Bf16Backend::amx, Bf16Backend::avx512_fma, Bf16Backend::avx512_bf16,
+                        Bf16Backend::fallback})
+    if (text == to_string(b)) return b;
+  fail("unknown bf16 GEMM backend '", text, "' (expected automatic, amx, avx512-fma, avx512-bf16 or fallback)");
+}
+
+namespace {
+Bf16Backend choose_backend() {
+  if (const char* env = std::getenv("ATTNRES_BF16_BACKEND"); env != nullptr && env[0] != '\0') {
+    const Bf16Backend b = parse_bf16_backend(env);
+    require(bf16_backend_available(b), "ATTNRES_BF16_BACKEND=", env, ": not available on this CPU or OS");
+    if (b != Bf16Backend::automatic) return b;
+  }
+  if (amx_bf16_available()) return Bf16Backend::amx;
+  // VDPBF16PS runs at half the fp32 FMA rate on Intel cores (docs/performance.md) and at twice
+  // it on AMD's Zen 4 and Zen 5 (two products per lane at the FMA's issue rate).
+  if (avx512::cpu_has_avx512_bf16() && avx512::cpu_is_amd()) return Bf16Backend::avx512_bf16;
+  if (avx512::cpu_has_avx512()) return Bf16Backend::avx512_fma;
+  return Bf16Backend::fallback;
+}
+}  // namespace
+
+Bf16Backend bf16_backend() {
+  static const Bf16Backend chosen = choose_backend();
+  return chosen;
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                std::int64_t ldc, Bf16Backend backend) {
   if (m <= 0 || n <= 0) return;
-  bool amx = false;
-  switch (backend) {
-    case Bf16Backend::automatic: amx = amx_bf16_available(); break;
-    case Bf16Backend::amx:
-      require(amx_bf16_available(), "gemm_bf16: AMX-BF16 is not available on this CPU or OS");
-      amx = true;
-      break;
-    case Bf16Backend::fallback: break;
-  }
+  if (backend == Bf16Backend::automatic) backend = bf16_backend();
+  require(bf16_backend_available(backend), "gemm_bf16: the ", to_string(backend),
+          " backend is not available on this CPU or OS");
   if (k <= 0) {  // no products: C = beta * C (C not read when beta == 0)
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
+  switch (backend) {
+    case Bf16Backend::amx:
 #if ATTNRES_AMX_CODE
-  if (amx) {
-    gemm_amx(Problem{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, nullptr, nullptr});
-    return;
-  }
+      gemm_amx(Problem{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, nullptr, nullptr});
+      return;
+#else
+      break;
 #endif
-  (void)amx;
+    case Bf16Backend::avx512_fma:
+    case Bf16Backend::avx512_bf16:
+      avx512::gemm_bf16(backend == Bf16Backend::avx512_fma ? avx512::Dot::fma : avx512::Dot::dpbf16, trans_a, trans_b,
+                        m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    case Bf16Backend::automatic:
+    case Bf16Backend::fallback: break;
+  }
   gemm_fallback(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

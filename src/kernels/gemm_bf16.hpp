@@ -1,22 +1,36 @@
 // A bf16 GEMM with fp32 inputs, outputs and accumulation: the operands are rounded to bf16
 // (round to nearest even) while they are packed, the products (exact in fp32) are summed in
-// fp32. On CPUs with AMX-BF16 the work runs on the tile unit (TDPBF16PS); elsewhere a
-// portable path rounds copies of the operands and calls OpenBLAS' fp32 sgemm, so both paths
-// compute the same products and differ only in the fp32 summation order.
+// fp32. Backends, chosen once per process (bf16_backend()):
+//   amx          AMX-BF16 tiles (TDPBF16PS): Sapphire Rapids and later, when the OS grants them;
+//   avx512-bf16  AVX512_BF16's VDPBF16PS on bf16 pairs (AMD Zen 4 / Zen 5, kernels/gemm_bf16_avx512.hpp);
+//   avx512-fma   AVX-512F FMAs on the bf16-rounded operands, one exact product per FMA (Intel
+//                CPUs without usable AMX, where VDPBF16PS runs at half the FMA rate);
+//   fallback     rounded copies of the operands through OpenBLAS' fp32 sgemm.
+// All compute the same products and differ only in the fp32 summation order.
 //
-// Deterministic: every output element is summed by one thread in a fixed k order, so the AMX
-// path gives bit-identical results for any thread count.
+// Deterministic: on every backend but the fallback each output element is summed by one thread
+// in a fixed k order, so results are bit-identical for any thread count.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace attnres::kernels {
 
 enum class Bf16Backend {
-  automatic,  // AMX when available, else the fallback
-  amx,        // AMX; an error when it is not available
-  fallback,   // round to bf16, then cblas_sgemm
+  automatic,    // bf16_backend()
+  amx,          // each named backend: an error when the CPU or OS lacks it
+  avx512_fma,
+  avx512_bf16,
+  fallback,     // round to bf16, then cblas_sgemm
 };
+const char* to_string(Bf16Backend backend);  // "automatic", "amx", "avx512-fma", "avx512-bf16", "fallback"
+Bf16Backend parse_bf16_backend(const std::string& text);
+bool bf16_backend_available(Bf16Backend backend);
+
+// The backend `automatic` runs: ATTNRES_BF16_BACKEND when set (an error if unavailable), else
+// AMX, else AVX512_BF16 on AMD, else AVX-512F FMA, else the fallback. (ATTNRES_NO_AMX=1 hides AMX.)
+Bf16Backend bf16_backend();
 
 // True when the CPU has AMX-BF16 and AVX512-BF16 and the OS granted the tile state (asked once).
 bool amx_bf16_available();

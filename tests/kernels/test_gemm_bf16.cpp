@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -191,30 +192,104 @@ TEST(Bf16, FallbackMatchesReference) {
   }
 }
 
-TEST(Bf16, AmxMatchesReference) {
-  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+// ---- the hardware backends (each skips where the CPU or OS lacks it) -------------------------
+
+class Bf16Hardware : public ::testing::TestWithParam<k::Bf16Backend> {
+ protected:
+  void SetUp() override {
+    if (!k::bf16_backend_available(GetParam()))
+      GTEST_SKIP() << k::to_string(GetParam()) << " is not available on this machine";
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, Bf16Hardware,
+                         ::testing::Values(k::Bf16Backend::amx, k::Bf16Backend::avx512_fma,
+                                           k::Bf16Backend::avx512_bf16),
+                         [](const ::testing::TestParamInfo<k::Bf16Backend>& info) {
+                           std::string name = k::to_string(info.param);
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+TEST_P(Bf16Hardware, MatchesReference) {
   std::uint64_t seed = 100;
   for (const Case& c : cases()) {
     const Data d = make_data(c, seed += 3);
-    const double err = check(c, run(c, d, k::Bf16Backend::amx), reference(c, d), d);
+    const double err = check(c, run(c, d, GetParam()), reference(c, d), d);
     EXPECT_LT(err, kTol) << describe(c);
   }
 }
 
-TEST(Bf16, AmxMatchesFallback) {
-  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
-  std::uint64_t seed = 7;
+// Element by element, the difference from the float64 product of the rounded operands stays within
+// the bound of a k-term fp32 sum of exact products, (k + 2) * 2^-24 * (|alpha| sum |a b| + |beta c|):
+// any summation order meets it, a dropped or doubled product does not.
+TEST_P(Bf16Hardware, WithinSummationBound) {
+  std::uint64_t seed = 300;
   for (const Case& c : cases()) {
     const Data d = make_data(c, seed += 3);
-    const std::vector<float> amx = run(c, d, k::Bf16Backend::amx), fb = run(c, d, k::Bf16Backend::fallback);
-    EXPECT_LT(max_rel_error(amx, fb), kTol) << describe(c);
+    const std::vector<float> got = run(c, d, GetParam());
+    const std::vector<double> ref = reference(c, d);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double magnitude = 0;
+        for (std::int64_t p = 0; p < c.k; ++p)
+          magnitude += std::abs(double(k::round_to_bf16(c.a_at(d.a, i, p))) * double(k::round_to_bf16(c.b_at(d.b, p, j))));
+        const auto at = static_cast<std::size_t>(i * c.ldc() + j);
+        const double bound = double(c.k + 2) * 0x1p-24 *
+                             (std::abs(double(c.alpha)) * magnitude + std::abs(double(c.beta) * d.c0[at])) + 1e-30;
+        ASSERT_LE(std::abs(double(got[at]) - ref[at]), bound) << describe(c) << " at " << i << "," << j;
+      }
   }
 }
 
-// The AMX packing rounds with VCVTNEPS2BF16; round_to_bf16 must agree bit for bit (k = 1 and a
-// unit B make C the rounded A itself), on ties, denormals, huge values and random bit patterns.
-TEST(Bf16, AmxRoundsLikeRoundToBf16) {
-  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+TEST_P(Bf16Hardware, MatchesFallback) {
+  std::uint64_t seed = 7;
+  for (const Case& c : cases()) {
+    const Data d = make_data(c, seed += 3);
+    const std::vector<float> hw = run(c, d, GetParam()), fb = run(c, d, k::Bf16Backend::fallback);
+    EXPECT_LT(max_rel_error(hw, fb), kTol) << describe(c);
+  }
+}
+
+// The AVX-512 backends sum in a documented order, so a scalar model reproduces them bit for bit
+// (inputs of magnitude ~1: no denormal partial sums, which VDPBF16PS would flush):
+//   avx512-fma:  acc = fma(a_p, b_p, acc) for p = 0, 1, ..., k-1;
+//   avx512-bf16: per pair, acc = fma(a_2q+1, b_2q+1, acc), then acc = fma(a_2q, b_2q, acc);
+// then C = fma(beta, C, alpha * acc) (alpha * acc when beta == 0).
+TEST_P(Bf16Hardware, ExactSummationOrder) {
+  const k::Bf16Backend backend = GetParam();
+  if (backend == k::Bf16Backend::amx) GTEST_SKIP() << "the tile unit's internal order is not specified";
+  std::uint64_t seed = 500;
+  for (const Case& c : cases()) {
+    const Data d = make_data(c, seed += 3);
+    const std::vector<float> got = run(c, d, backend);
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        auto term = [&](std::int64_t p, float acc) {
+          return std::fma(k::round_to_bf16(c.a_at(d.a, i, p)), k::round_to_bf16(c.b_at(d.b, p, j)), acc);
+        };
+        float acc = 0;
+        if (backend == k::Bf16Backend::avx512_fma) {
+          for (std::int64_t p = 0; p < c.k; ++p) acc = term(p, acc);
+        } else {
+          for (std::int64_t p = 0; p < c.k; p += 2) {
+            if (p + 1 < c.k) acc = term(p + 1, acc);
+            acc = term(p, acc);
+          }
+        }
+        const auto at = static_cast<std::size_t>(i * c.ldc() + j);
+        const float want = c.beta == 0 ? c.alpha * acc : std::fma(c.beta, d.c0[at], c.alpha * acc);
+        ASSERT_EQ(to_bits(got[at]), to_bits(want)) << describe(c) << " at " << i << "," << j;
+      }
+  }
+}
+
+// The packing rounds like round_to_bf16, bit for bit (k = 1 and a unit B make C the rounded A
+// itself), on ties, denormals, huge values and random bit patterns: AMX and VDPBF16PS through
+// VCVTNEPS2BF16, the FMA backend through its integer rounding.
+TEST_P(Bf16Hardware, RoundsLikeRoundToBf16) {
+  const k::Bf16Backend backend = GetParam();
   std::vector<float> a = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-8f, 1e30f, -7.25f, 0.0f,
                           std::numeric_limits<float>::min(), from_bits(0x3f808000u), from_bits(0x3f818000u)};
   Rng rng(11);
@@ -227,19 +302,43 @@ TEST(Bf16, AmxRoundsLikeRoundToBf16) {
   for (bool ta : {false, true}) {
     const float one = 1.0f;
     std::vector<float> c(a.size());
-    k::gemm_bf16(ta, false, m, 1, 1, 1.0f, a.data(), ta ? m : 1, &one, 1, 0.0f, c.data(), 1, k::Bf16Backend::amx);
+    k::gemm_bf16(ta, false, m, 1, 1, 1.0f, a.data(), ta ? m : 1, &one, 1, 0.0f, c.data(), 1, backend);
     for (std::size_t i = 0; i < a.size(); ++i)
       ASSERT_EQ(to_bits(c[i]), to_bits(k::round_to_bf16(a[i]))) << "a = " << a[i] << " trans_a=" << ta;
     // The same through B (n = size, the B packing paths).
     std::vector<float> row(a.size());
-    k::gemm_bf16(false, ta, 1, m, 1, 1.0f, &one, 1, a.data(), ta ? 1 : m, 0.0f, row.data(), m, k::Bf16Backend::amx);
+    k::gemm_bf16(false, ta, 1, m, 1, 1.0f, &one, 1, a.data(), ta ? 1 : m, 0.0f, row.data(), m, backend);
     for (std::size_t i = 0; i < a.size(); ++i)
       ASSERT_EQ(to_bits(row[i]), to_bits(k::round_to_bf16(a[i]))) << "b = " << a[i] << " trans_b=" << ta;
   }
 }
 
+// The FMA backend's integer rounding on the special values too (inf, NaN, denormals, overflow),
+// which the products above must avoid: with k = 1 and B = 1 the FMA is exact, so C is the rounded
+// A added to the zero the sum starts from (-0 becomes +0; a NaN only needs to stay a NaN).
+TEST(Bf16, FmaBackendRoundsSpecialValues) {
+  if (!k::bf16_backend_available(k::Bf16Backend::avx512_fma)) GTEST_SKIP() << "no AVX-512 on this machine";
+  std::vector<float> a = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          from_bits(0x00000001u), from_bits(0x807fffffu), -0.0f,
+                          std::numeric_limits<float>::quiet_NaN(), from_bits(0x7f800001u), from_bits(0xff800001u)};
+  Rng rng(12);
+  while (a.size() < 2000) a.push_back(from_bits(static_cast<std::uint32_t>(rng.next_u64())));
+  const auto m = static_cast<std::int64_t>(a.size());
+  const float one = 1.0f;
+  std::vector<float> c(a.size());
+  k::gemm_bf16(false, false, m, 1, 1, 1.0f, a.data(), 1, &one, 1, 0.0f, c.data(), 1, k::Bf16Backend::avx512_fma);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const float want = k::round_to_bf16(a[i]) + 0.0f;
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(c[i])) << to_bits(a[i]);
+    else ASSERT_EQ(to_bits(c[i]), to_bits(want)) << "bits " << to_bits(a[i]);
+  }
+}
+
 TEST(Bf16, KZeroScalesC) {
-  for (auto backend : {k::Bf16Backend::fallback, k::Bf16Backend::automatic}) {
+  for (auto backend : {k::Bf16Backend::fallback, k::Bf16Backend::automatic, k::Bf16Backend::avx512_fma,
+                       k::Bf16Backend::avx512_bf16, k::Bf16Backend::amx}) {
+    if (!k::bf16_backend_available(backend)) continue;
     std::vector<float> c = {1, 2, 3, 4};
     const float dummy = 0;
     k::gemm_bf16(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 0.5f, c.data(), 2, backend);
@@ -250,22 +349,45 @@ TEST(Bf16, KZeroScalesC) {
 }
 
 // Each output element is summed by one thread in a fixed order: bit-identical for any thread count.
-TEST(Bf16, DeterministicAcrossThreadCounts) {
-  if (!k::amx_bf16_available()) GTEST_SKIP() << "AMX-BF16 is not available on this machine";
+TEST_P(Bf16Hardware, DeterministicAcrossThreadCounts) {
   const int saved = num_threads();
   for (int t = 0; t < 4; ++t) {
     const Case c{(t & 1) != 0, (t & 2) != 0, 515, 300, t < 2 ? 600 : 2048, 1, 1, 1};
     const Data d = make_data(c, 40 + t);
     set_num_threads(1);
-    const std::vector<float> one = run(c, d, k::Bf16Backend::amx);
+    const std::vector<float> one = run(c, d, GetParam());
     for (int threads : {2, 3, 5}) {
       set_num_threads(threads);
-      const std::vector<float> many = run(c, d, k::Bf16Backend::amx);
+      const std::vector<float> many = run(c, d, GetParam());
       ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
           << threads << " threads, " << describe(c);
     }
   }
   set_num_threads(saved);
+}
+
+TEST(Bf16, BackendChoice) {
+  const k::Bf16Backend chosen = k::bf16_backend();
+  EXPECT_NE(chosen, k::Bf16Backend::automatic);
+  EXPECT_TRUE(k::bf16_backend_available(chosen));
+  // AMX when present; without it an AVX-512 machine must not land on the slow fallback.
+  const char* forced = std::getenv("ATTNRES_BF16_BACKEND");
+  if (forced != nullptr && forced[0] != '\0' && k::parse_bf16_backend(forced) != k::Bf16Backend::automatic) {
+    EXPECT_EQ(chosen, k::parse_bf16_backend(forced));
+  } else if (k::amx_bf16_available()) {
+    EXPECT_EQ(chosen, k::Bf16Backend::amx);
+  } else if (k::bf16_backend_available(k::Bf16Backend::avx512_fma)) {
+    EXPECT_NE(chosen, k::Bf16Backend::fallback);
+  }
+  for (auto b : {k::Bf16Backend::automatic, k::Bf16Backend::amx, k::Bf16Backend::avx512_fma,
+                 k::Bf16Backend::avx512_bf16, k::Bf16Backend::fallback})
+    EXPECT_EQ(k::parse_bf16_backend(k::to_string(b)), b);
+  EXPECT_THROW(k::parse_bf16_backend("avx2"), Error);
+  for (auto b : {k::Bf16Backend::amx, k::Bf16Backend::avx512_fma, k::Bf16Backend::avx512_bf16}) {
+    if (k::bf16_backend_available(b)) continue;
+    float x = 1, y = 0;
+    EXPECT_THROW(k::gemm_bf16(false, false, 1, 1, 1, 1.0f, &x, 1, &x, 1, 0.0f, &y, 1, b), Error) << k::to_string(b);
+  }
 }
 
 TEST(Bf16, LinearPrecisionSwitch) {
