@@ -73,29 +73,26 @@ struct Problem {
 
 // ---- fma: panels of bf16-rounded fp32 values, one k per step ------------------------------
 
+// Row block mb of A stored [m, k] (k contiguous).
 ATTNRES_AVX512_TARGET void pack_a_fma(const Problem& p, std::int64_t mb, float* out) {
   const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
-  if (p.trans_a) pack_panel_cols<kMR>(p.a + i0, p.lda, rows, p.k, out);
-  else pack_panel_rows<kMR>(p.a + i0 * p.lda, p.lda, rows, p.k, out);
+  pack_panel_rows<kMR>(p.a + i0 * p.lda, p.lda, rows, p.k, out);
+}
+
+// Steps [s0, s0 + 16) of every row block of A stored [k, m] (k-major): each task reads whole rows
+// of the stored matrix (a panel at a time would stride through all of it).
+ATTNRES_AVX512_TARGET void pack_a_steps_fma(const Problem& p, std::int64_t s0, std::int64_t a_elems, float* pa) {
+  const std::int64_t mblocks = (p.m + kMR - 1) / kMR, ks = std::min<std::int64_t>(16, p.k - s0);
+  for (std::int64_t mb = 0; mb < mblocks; ++mb) {
+    const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
+    pack_panel_cols<kMR>(p.a + s0 * p.lda + i0, p.lda, rows, ks, pa + mb * a_elems + s0 * kMR);
+  }
 }
 
 ATTNRES_AVX512_TARGET void pack_b_fma(const Problem& p, std::int64_t np, float* out) {
   const std::int64_t j0 = np * kNR, cols = std::min<std::int64_t>(kNR, p.n - j0);
   if (p.trans_b) pack_panel_rows<kNR>(p.b + j0 * p.ldb, p.ldb, cols, p.k, out);
   else pack_panel_cols<kNR>(p.b + j0, p.ldb, cols, p.k, out);
-}
-
-// The tiles of row block mb against column panels [np0, np1).
-ATTNRES_AVX512_TARGET void compute_fma(const Problem& p, const float* a, const float* pb, std::int64_t mb,
-                                       std::int64_t np0, std::int64_t np1) {
-  const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
-  for (std::int64_t np = np0; np < np1; ++np) {
-    __m512 acc[kMR][kNV];
-    zero_tile(acc);
-    fma_tile(a, kMR, pb + np * p.k * kNR, kNR, p.k, acc);
-    const std::int64_t j0 = np * kNR;
-    store_tile(acc, rows, std::min<std::int64_t>(kNR, p.n - j0), p.alpha, p.beta, p.c + i0 * p.ldc + j0, p.ldc);
-  }
 }
 
 // ---- dpbf16: panels of bf16 pairs (k = 2s, 2s + 1) in 32-bit words, one pair per step --------
@@ -134,8 +131,16 @@ ATTNRES_DPBF16_INLINE void pack_pairs_cols(const float* src, std::int64_t ld, st
 
 ATTNRES_DPBF16_TARGET void pack_a_dp(const Problem& p, std::int64_t mb, float* out) {
   const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
-  if (p.trans_a) pack_pairs_cols<kMR>(p.a + i0, p.lda, rows, p.k, out);
-  else pack_pairs_rows<kMR>(p.a + i0 * p.lda, p.lda, rows, p.k, out);
+  pack_pairs_rows<kMR>(p.a + i0 * p.lda, p.lda, rows, p.k, out);
+}
+
+// Steps (pairs) [s0, s0 + 16) of every row block of A stored [k, m], as pack_a_steps_fma.
+ATTNRES_DPBF16_TARGET void pack_a_steps_dp(const Problem& p, std::int64_t s0, std::int64_t a_elems, float* pa) {
+  const std::int64_t mblocks = (p.m + kMR - 1) / kMR, ks = std::min<std::int64_t>(32, p.k - 2 * s0);
+  for (std::int64_t mb = 0; mb < mblocks; ++mb) {
+    const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
+    pack_pairs_cols<kMR>(p.a + 2 * s0 * p.lda + i0, p.lda, rows, ks, pa + mb * a_elems + s0 * kMR);
+  }
 }
 
 ATTNRES_DPBF16_TARGET void pack_b_dp(const Problem& p, std::int64_t np, float* out) {
@@ -160,16 +165,45 @@ ATTNRES_DPBF16_INLINE void dp_tile(const float* a, std::int64_t lda, const float
   }
 }
 
-ATTNRES_DPBF16_TARGET void compute_dp(const Problem& p, const float* a, const float* pb, std::int64_t mb,
-                                      std::int64_t np0, std::int64_t np1) {
-  const std::int64_t steps = (p.k + 1) / 2;
+// Long k runs in passes of kPassSteps k: within a pass the row block's slab of A (14 x 512 values,
+// 28 KB) stays in L1 across the column panels, and the partial sums wait in `partial` (stored and
+// reloaded exactly, so the result does not depend on the passes).
+constexpr std::int64_t kPassK = 512;
+
+// The tiles of row block mb against column panels [np0, np1). Compiled with AVX512_BF16 enabled for
+// both kinds so that one body serves both microkernels; the fma instance contains no AVX512_BF16
+// instruction (it has no bf16 operation for the compiler to emit one for).
+template <Dot D>
+ATTNRES_DPBF16_TARGET void compute_tiles(const Problem& p, const float* a, const float* pb, std::int64_t mb, std::int64_t np0,
+                                         std::int64_t np1) {
+  thread_local Scratch<float> partial_sums;
+  const std::int64_t steps = D == Dot::fma ? p.k : (p.k + 1) / 2;
+  const std::int64_t pass = D == Dot::fma ? kPassK : kPassK / 2;
   const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
-  for (std::int64_t np = np0; np < np1; ++np) {
-    __m512 acc[kMR][kNV];
-    zero_tile(acc);
-    dp_tile(a, kMR, pb + np * steps * kNR, kNR, steps, acc);
-    const std::int64_t j0 = np * kNR;
-    store_tile(acc, rows, std::min<std::int64_t>(kNR, p.n - j0), p.alpha, p.beta, p.c + i0 * p.ldc + j0, p.ldc);
+  float* partial = steps > pass ? partial_sums.get(static_cast<std::size_t>((np1 - np0) * kMR * kNR)) : nullptr;
+  for (std::int64_t s0 = 0; s0 < steps; s0 += pass) {
+    const std::int64_t s1 = std::min(steps, s0 + pass);
+    for (std::int64_t np = np0; np < np1; ++np) {
+      float* part = partial != nullptr ? partial + (np - np0) * kMR * kNR : nullptr;
+      __m512 acc[kMR][kNV];
+      if (s0 == 0) {
+        zero_tile(acc);
+      } else {
+        for (int i = 0; i < kMR; ++i)
+          for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_load_ps(part + i * kNR + 16 * v);
+      }
+      const float* ta = a + s0 * kMR;
+      const float* tb = pb + (np * steps + s0) * kNR;
+      if constexpr (D == Dot::fma) fma_tile(ta, kMR, tb, kNR, s1 - s0, acc);
+      else dp_tile(ta, kMR, tb, kNR, s1 - s0, acc);
+      if (s1 < steps) {
+        for (int i = 0; i < kMR; ++i)
+          for (int v = 0; v < kNV; ++v) _mm512_store_ps(part + i * kNR + 16 * v, acc[i][v]);
+        continue;
+      }
+      const std::int64_t j0 = np * kNR;
+      store_tile(acc, rows, std::min<std::int64_t>(kNR, p.n - j0), p.alpha, p.beta, p.c + i0 * p.ldc + j0, p.ldc);
+    }
   }
 }
 
@@ -183,19 +217,23 @@ void run(Dot dot, const Problem& p) {
   // Column panels per task: a B chunk of at most about 1 MB, kept in L2 across the row blocks.
   const std::int64_t chunk = std::clamp<std::int64_t>((1 << 20) / (b_elems * 4), 1, npanels);
   const std::int64_t nchunks = (npanels + chunk - 1) / chunk, tasks = nchunks * mblocks;
-  // One chunk: each task packs its own row block of A just before using it (it stays in cache).
-  // Otherwise A is packed once, whole.
-  const bool a_in_task = nchunks == 1;
+  // A stored [m, k] with one column chunk: each task packs its own row block just before using it
+  // (it stays in cache). Otherwise A is packed once, whole.
+  const bool a_in_task = !p.trans_a && nchunks == 1;
   thread_local Scratch<float> sa, sb;
   float* pa = a_in_task ? nullptr : sa.get(static_cast<std::size_t>(mblocks * a_elems));
   float* pb = sb.get(static_cast<std::size_t>(npanels * b_elems));
   auto pack_a = fma ? pack_a_fma : pack_a_dp;
+  auto pack_a_steps = fma ? pack_a_steps_fma : pack_a_steps_dp;
   auto pack_b = fma ? pack_b_fma : pack_b_dp;
-  auto compute = fma ? compute_fma : compute_dp;
+  auto compute = fma ? compute_tiles<Dot::fma> : compute_tiles<Dot::dpbf16>;
   const bool parallel = tasks > 1 && p.m * p.n * p.k >= (1 << 18);
 #pragma omp parallel if (parallel)
   {
-    if (!a_in_task) {
+    if (p.trans_a) {
+#pragma omp for schedule(static) nowait
+      for (std::int64_t s0 = 0; s0 < steps; s0 += 16) pack_a_steps(p, s0, a_elems, pa);
+    } else if (!a_in_task) {
 #pragma omp for schedule(static) nowait
       for (std::int64_t mb = 0; mb < mblocks; ++mb) pack_a(p, mb, pa + mb * a_elems);
     }
