@@ -31,4 +31,16 @@ template <class Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k, const Real* v,
                         const Real* out, const Real* lse, const AttentionShape& s);
 
+// The bf16 variant (models whose matmul precision is bf16): the operands of the five products (Q,
+// K, V, P, dO, dS) rounded to bf16 and the products summed in fp32, as in kernels/gemm_bf16.hpp;
+// the softmax statistics (max, sum, lse) and D = dO . O (with dO rounded as in dP = dO V^T, so
+// that dS = P (dP - D) cancels as it should) stay fp32. Same blocks and O(T) memory as
+// the fp32 kernel, on the AVX-512 FMA tiles of kernels/avx512_tiles.hpp; where those are not
+// available (no AVX-512, head_dim not a multiple of 16) the fp32 kernel runs instead.
+bool attention_bf16_supported(const AttentionShape& s);
+void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const AttentionShape& s);
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                             const float* v, const float* out, const float* lse, const AttentionShape& s);
+
 }  // namespace attnres::kernels
