@@ -21,6 +21,24 @@ namespace k = kernels;
 
 namespace {
 constexpr std::int64_t kCrossEntropyRows = 256;
+
+// Attention in the model's matmul precision: bf16 models run the bf16 kernels (float only).
+template <class Real>
+void attention_forward(k::MatmulPrecision precision, Real* out, Real* lse, const Real* q, const Real* kk, const Real* v,
+                       const k::AttentionShape& shape) {
+  if constexpr (std::is_same_v<Real, float>)
+    if (precision == k::MatmulPrecision::bf16) return k::attention_forward_bf16(out, lse, q, kk, v, shape);
+  k::attention_forward(out, lse, q, kk, v, shape);
+}
+
+template <class Real>
+void attention_backward(k::MatmulPrecision precision, Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q,
+                        const Real* kk, const Real* v, const Real* out, const Real* lse, const k::AttentionShape& shape) {
+  if constexpr (std::is_same_v<Real, float>)
+    if (precision == k::MatmulPrecision::bf16)
+      return k::attention_backward_bf16(dq, dk, dv, dout, q, kk, v, out, lse, shape);
+  k::attention_backward(dq, dk, dv, dout, q, kk, v, out, lse, shape);
+}
 }  // namespace
 
 template <class Real>
@@ -286,9 +304,9 @@ void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cach
           k::copy(kc + dst, s.k + src, std::int64_t(seq) * d);
           k::copy(vc + dst, v + src, std::int64_t(seq) * d);
         }
-        k::attention_forward(s.att, s.lse, s.q, kc, vc, shape);
+        attention_forward(precision_, s.att, s.lse, s.q, kc, vc, shape);
       } else {
-        k::attention_forward(s.att, s.lse, s.q, s.k, v, shape);
+        attention_forward(precision_, s.att, s.lse, s.q, s.k, v, shape);
       }
       k::linear_forward(s.out, s.att, lw.wo, n, d, d, base != nullptr, precision_);
     } else {
@@ -347,7 +365,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
       k::linear_backward_input(b.datt, s.dout, lw.wo, n, d, d, false, precision_);
       const auto vr = value_residual(layer_of(j));
       if (vr) k::value_residual_forward(*vr, b.vmix);  // V' again, bit for bit
-      k::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, vr ? b.vmix : s.v, s.att, s.lse, shape);
+      attention_backward(precision_, b.dq, b.dk, b.dv, b.datt, s.q, s.k, vr ? b.vmix : s.v, s.att, s.lse, shape);
       if (vr) {
         // dv becomes the raw V's gradient; V_1's share waits in dv1 for the first layer.
         Real dlambda[2] = {0, 0};

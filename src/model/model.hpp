@@ -63,7 +63,8 @@ class Model {
 
   // Precision of every Linear GEMM (Q, K, V, O, the SwiGLU matrices, the LM head): fp32 by
   // default; bf16 rounds the GEMM operands to bf16 and accumulates in fp32 (float models only:
-  // an error for double). Weights, gradients, attention and depth routing stay in Real.
+  // an error for double), and runs attention's products in bf16 too (kernels/attention.hpp; fp32
+  // softmax statistics). Weights, gradients and depth routing stay in Real.
   void set_matmul_precision(kernels::MatmulPrecision precision);
   kernels::MatmulPrecision matmul_precision() const { return precision_; }
 
