@@ -228,7 +228,7 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
       const float* g = do_r + std::int64_t(i0 + j) * hd;
       __m512 acc = _mm512_setzero_ps();
       for (int e = 0; e < hd; e += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(g + e), _mm512_loadu_ps(o + e), acc);
-      dd[j] = _mm512_reduce_add_ps(acc);
+      dd[j] = reduce_add(acc);
     }
     // P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); both rounded in place, zero after each query.
     for (int q0 = 0; q0 < qn; q0 += 16) {

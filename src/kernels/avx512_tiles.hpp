@@ -58,6 +58,25 @@ ATTNRES_AVX512F_INLINE __m512 round_bf16(__m512 x) {
   return _mm512_castsi512_ps(r);
 }
 
+// Sum and maximum of 16 lanes in a fixed order (halves, then quarters, ...). Not GCC 12's
+// _mm512_reduce_*_ps, which trip its -Wmaybe-uninitialized false positive (bug 105593).
+ATTNRES_AVX512_INLINE __m128 fold_halves(__m512 v, bool max) {
+  const __m256 lo = _mm512_castps512_ps256(v), hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee));
+  const __m256 h = max ? _mm256_max_ps(lo, hi) : _mm256_add_ps(lo, hi);
+  const __m128 a = _mm256_castps256_ps128(h), b = _mm256_extractf128_ps(h, 1);
+  return max ? _mm_max_ps(a, b) : _mm_add_ps(a, b);
+}
+ATTNRES_AVX512_INLINE float reduce_add(__m512 v) {
+  const __m128 q = fold_halves(v, false);
+  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+ATTNRES_AVX512_INLINE float reduce_max(__m512 v) {
+  const __m128 q = fold_halves(v, true);
+  const __m128 d = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_max_ss(d, _mm_movehdup_ps(d)));
+}
+
 // In-register transpose of a 16x16 matrix of 32-bit elements (r[i] = row i).
 ATTNRES_AVX512F_INLINE void transpose16(__m512i r[16]) {
   __m512i t[16], u[16];

@@ -4,13 +4,17 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
+#include "kernels/avx512_tiles.hpp"
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "kernels/gemm_bf16_avx512.hpp"
 
 namespace attnres::kernels {
 
@@ -52,12 +56,90 @@ inline void exp_scale(float* row, int n, float shift, float scale) {
 inline void exp_scale(double* row, int n, double shift, double scale) {
   for (int j = 0; j < n; ++j) row[j] = exp_fast(row[j] - shift) * scale;
 }
+#if ATTNRES_AVX512_CODE
+// One row of logits on 16 lanes: returns lse - row[target]; with a gradient, row becomes
+// grad_scale * (softmax(row) - onehot(target)). exp(x - max) is computed once and kept.
+ATTNRES_AVX512_TARGET double softmax_row_avx512(float* row, int vocab, std::int32_t target, float grad_scale,
+                                                 bool with_grad) {
+  using namespace avx512;
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int j = 0; j < vocab; j += 16) mx = _mm512_mask_max_ps(mx, lanes(vocab - j), mx, _mm512_maskz_loadu_ps(lanes(vocab - j), row + j));
+  const float m = reduce_max(mx), at_target = row[target];
+  const __m512 shift = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < vocab; j += 16) {
+    const __mmask16 valid = lanes(vocab - j);
+    const __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, row + j), shift)));
+    sum = _mm512_add_ps(sum, e);
+    if (with_grad) _mm512_mask_storeu_ps(row + j, valid, e);
+  }
+  const float total = reduce_add(sum);
+  const float lse = m + std::log(total);
+  const double loss = static_cast<double>(lse) - static_cast<double>(at_target);
+  if (with_grad) {
+    const __m512 scale = _mm512_set1_ps(grad_scale / total);
+    for (int j = 0; j < vocab; j += 16)
+      _mm512_mask_storeu_ps(row + j, lanes(vocab - j), _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(vocab - j), row + j), scale));
+    row[target] -= grad_scale;
+  }
+  return loss;
+}
+#endif
+
+// bf16 (float models): the three GEMMs on bf16-rounded operands with the weight packed once per
+// call for the logits and once for the input gradient (not once per chunk of rows); the softmax
+// and its statistics in fp32, on 16 lanes where AVX-512 is available.
+double lm_head_cross_entropy_bf16(const float* x, const float* w, const std::int32_t* targets, std::int64_t n, int d,
+                                  int vocab, const CrossEntropyScratch<float>& scratch, float grad_scale, float* dx,
+                                  float* dw) {
+  const bool with_grad = dx != nullptr;
+  thread_local Bf16PackedB w_t, w_n;  // op(B) = W^T for the logits, W for dX
+  w_t.pack(true, vocab, d, w, d);
+  if (with_grad) w_n.pack(false, d, vocab, w, d);
+#if ATTNRES_AVX512_CODE
+  const bool wide = avx512::cpu_has_avx512();
+#endif
+  double total = 0;
+  for (std::int64_t r0 = 0; r0 < n; r0 += scratch.rows) {
+    const std::int64_t rows = std::min(scratch.rows, n - r0);
+    float* logits = scratch.logits;
+    gemm_bf16_packed(false, rows, 1.0f, x + r0 * d, d, w_t, 0.0f, logits, vocab);
+#pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMin)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* row = logits + r * vocab;
+      const std::int32_t target = targets[r0 + r];
+#if ATTNRES_AVX512_CODE
+      if (wide) {
+        scratch.row_loss[r] = softmax_row_avx512(row, vocab, target, grad_scale, with_grad);
+        continue;
+      }
+#endif
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
+      const float lse = mx + std::log(sum_exp(row, vocab, mx));
+      scratch.row_loss[r] = static_cast<double>(lse) - static_cast<double>(row[target]);
+      if (with_grad) {
+        exp_scale(row, vocab, lse, grad_scale);
+        row[target] -= grad_scale;
+      }
+    }
+    for (std::int64_t r = 0; r < rows; ++r) total += scratch.row_loss[r];
+    if (with_grad) {
+      gemm_bf16_packed(false, rows, 1.0f, logits, vocab, w_n, 0.0f, dx + r0 * d, d);
+      gemm_bf16(true, false, vocab, d, rows, 1.0f, logits, vocab, x + r0 * d, d, 1.0f, dw, d);
+    }
+  }
+  return total;
+}
 }  // namespace
 
 template <class Real>
 double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* targets, std::int64_t n, int d,
                              int vocab, const CrossEntropyScratch<Real>& scratch, Real grad_scale, Real* dx,
                              Real* dw, MatmulPrecision precision) {
+  if constexpr (std::is_same_v<Real, float>)
+    if (precision == MatmulPrecision::bf16)
+      return lm_head_cross_entropy_bf16(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
   const bool with_grad = dx != nullptr;
   double total = 0;
   for (std::int64_t r0 = 0; r0 < n; r0 += scratch.rows) {

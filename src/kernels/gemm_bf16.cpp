@@ -382,6 +382,44 @@ Bf16Backend bf16_backend() {
   return chosen;
 }
 
+namespace {
+avx512::Dot dot_of(Bf16Backend backend) {
+  return backend == Bf16Backend::avx512_fma ? avx512::Dot::fma : avx512::Dot::dpbf16;
+}
+bool is_avx512(Bf16Backend backend) {
+  return backend == Bf16Backend::avx512_fma || backend == Bf16Backend::avx512_bf16;
+}
+}  // namespace
+
+void Bf16PackedB::pack(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb,
+                       Bf16Backend backend) {
+  if (backend == Bf16Backend::automatic) backend = bf16_backend();
+  require(bf16_backend_available(backend), "gemm_bf16: the ", to_string(backend),
+          " backend is not available on this CPU or OS");
+  backend_ = backend;
+  trans_b_ = trans_b;
+  n_ = n;
+  k_ = k;
+  b_ = b;
+  ldb_ = ldb;
+  panels_ = nullptr;
+  if (is_avx512(backend) && n > 0 && k > 0) {
+    float* out = storage_.get(avx512::packed_b_size(dot_of(backend), n, k));
+    avx512::pack_b(dot_of(backend), trans_b, n, k, b, ldb, out);
+    panels_ = out;
+  }
+}
+
+void gemm_bf16_packed(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const Bf16PackedB& b,
+                      float beta, float* c, std::int64_t ldc) {
+  if (b.panels_ != nullptr && m > 0) {
+    avx512::gemm_bf16(dot_of(b.backend_), trans_a, b.trans_b_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc,
+                      b.panels_);
+    return;
+  }
+  gemm_bf16(trans_a, b.trans_b_, m, b.n_, b.k_, alpha, a, lda, b.b_, b.ldb_, beta, c, ldc, b.backend_);
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                std::int64_t ldc, Bf16Backend backend) {
@@ -404,8 +442,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
 #endif
     case Bf16Backend::avx512_fma:
     case Bf16Backend::avx512_bf16:
-      avx512::gemm_bf16(backend == Bf16Backend::avx512_fma ? avx512::Dot::fma : avx512::Dot::dpbf16, trans_a, trans_b,
-                        m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      avx512::gemm_bf16(dot_of(backend), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     case Bf16Backend::automatic:
     case Bf16Backend::fallback: break;

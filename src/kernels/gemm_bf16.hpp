@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/scratch.hpp"
+
 namespace attnres::kernels {
 
 enum class Bf16Backend {
@@ -45,5 +47,31 @@ std::uint16_t bf16_bits(float x);  // the same rounding, as the 16-bit pattern
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                std::int64_t ldc, Bf16Backend backend = Bf16Backend::automatic);
+
+// op(B) packed once for several products that share it (the LM head's weight across its row
+// chunks), in the layout of the backend that multiplies it; the results are those of gemm_bf16.
+// AMX and the fallback keep a pointer to B and pack per product as gemm_bf16 does. B must stay
+// unchanged while the packing is in use.
+class Bf16PackedB {
+ public:
+  void pack(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb,
+            Bf16Backend backend = Bf16Backend::automatic);
+  std::int64_t n() const { return n_; }
+  std::int64_t k() const { return k_; }
+
+ private:
+  friend void gemm_bf16_packed(bool, std::int64_t, float, const float*, std::int64_t, const Bf16PackedB&, float,
+                               float*, std::int64_t);
+  Bf16Backend backend_ = Bf16Backend::fallback;
+  bool trans_b_ = false;
+  std::int64_t n_ = 0, k_ = 0, ldb_ = 0;
+  const float* b_ = nullptr;
+  const float* panels_ = nullptr;  // into storage_ (the AVX-512 backends)
+  Scratch<float> storage_;
+};
+
+// C[m, b.n()] = alpha * op(A) op(B) + beta * C, op(A) m x b.k().
+void gemm_bf16_packed(bool trans_a, std::int64_t m, float alpha, const float* a, std::int64_t lda, const Bf16PackedB& b,
+                      float beta, float* c, std::int64_t ldc);
 
 }  // namespace attnres::kernels
