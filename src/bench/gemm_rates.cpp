@@ -125,6 +125,6 @@ std::vector<GemmRate> measure_bf16_rates(const std::vector<std::array<std::int64
   return out;
 }
 
-std::string bf16_backend() { return kernels::amx_bf16_available() ? "AMX" : "fallback (bf16-rounded sgemm)"; }
+std::string bf16_backend() { return kernels::to_string(kernels::bf16_backend()); }
 
 }  // namespace attnres::bench

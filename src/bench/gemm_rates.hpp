@@ -79,7 +79,7 @@ struct ShapeRate {
 
 std::vector<ShapeRate> measure_linear_shapes(const ModelConfig& config, std::int64_t tokens, int reps);
 
-// Which bf16 GEMM this machine runs: "AMX" or the fallback.
+// Which bf16 GEMM backend this machine runs (kernels::bf16_backend(): "amx", "avx512-fma", ...).
 std::string bf16_backend();
 
 }  // namespace attnres::bench
