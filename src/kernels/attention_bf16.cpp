@@ -18,11 +18,12 @@ namespace attnres::kernels {
 //             O = P V            (14 queries x 32 dims, k = keys: A is P^T's rows)
 //   backward  S^T as above, dP^T = V dO^T, dS^T = P^T (dP^T - D) in fp32, rounded;
 //             dQ = scale dS K    (A: dS^T's rows)
-//             dK += scale dS^T Q, dV += P^T dO  (A: dS and P, the 64 x keys transposes)
-// Every operand is rounded to bf16 once: Q, K, V and dO while they are copied per head (K^T, Q^T,
-// V^T and dO^T transposed, so that the products over head_dim stream rows), P and dS as the
-// softmax writes them. Products of zero terms (keys after a query) are skipped; that changes no
-// result. Each output element is written by one task in a fixed order: bit-identical for any
+//             dK += scale dS^T Q, dV += P^T dO  (A: 14 adjacent rows of dS^T and P^T, read in
+//                                               place by fma_tile_rows: no transposed copy)
+// Every operand is rounded to bf16 once: Q, K, V and dO while they are copied per head (Q^T and
+// dO^T transposed; K and V, the A operands of the score products, in panels of 14 keys, k-major,
+// so that a tile reads one contiguous 14 x head_dim panel), P and dS as the softmax writes them.
+// Products of zero terms (keys after a query) are skipped; that changes no result. Each output element is written by one task in a fixed order: bit-identical for any
 // thread count.
 
 bool attention_bf16_supported(const AttentionShape& s) {
@@ -47,6 +48,16 @@ std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / t
 // Stride of a transposed per-head copy of n tokens: room for a whole last block of queries and
 // for the microkernel's reads past the last valid row or column (their results are discarded).
 std::int64_t transposed_stride(std::int64_t n) { return round_up(n, kQueryBlock) + 2 * kNR; }
+
+// Floats of one head's key panels: ceil(n / 14) panels of [hd][14], the last one zero-padded.
+std::int64_t panels_size(std::int64_t n, int hd) { return (n + kMR - 1) / kMR * kMR * hd; }
+
+// The panels of n rows of one head (src[t * lds + e], t < n, e < hd): panel p holds rows 14p ..
+// 14p + 13 as out[p * 14 hd + e * 14 + r], rounded to bf16; rows past n are zero.
+ATTNRES_AVX512_TARGET void pack_key_panels(const float* src, std::int64_t lds, std::int64_t n, int hd, float* out) {
+  for (std::int64_t t0 = 0; t0 < n; t0 += kMR)
+    pack_panel_rows<kMR>(src + t0 * lds, lds, std::min<std::int64_t>(kMR, n - t0), hd, out + t0 * hd);
+}
 
 // dst[e * ldt + t] = round(src[t * lds + e]) for t < rows, e < hd (hd % 16 == 0), zeros up to ldt.
 ATTNRES_AVX512_TARGET void transpose_rounded(const float* src, std::int64_t lds, std::int64_t rows, int hd, float* dst,
@@ -77,18 +88,17 @@ ATTNRES_AVX512_INLINE __mmask16 visible(std::int64_t kk, std::int64_t base, std:
   return causal & lanes(valid);
 }
 
-// s_t[kk * 64 + q] = alpha * sum_e a_t[e * lda + kk] b_t[e * ldb + q] for keys kk < nk and the
-// block's queries, in 14 x 32 tiles; tiles whose every key comes after every query are skipped
-// (the softmax never reads them). pos0: the position of the block's first query.
-ATTNRES_AVX512_INLINE void scores_transposed(const float* a_t, std::int64_t lda, const float* b_t, std::int64_t ldb,
-                                             int hd, float alpha, std::int64_t nk, int qn, std::int64_t pos0,
-                                             float* s_t) {
+// s_t[kk * 64 + q] = alpha * sum_e a[kk][e] b_t[e * ldb + q] for keys kk < nk and the block's
+// queries, in 14 x 32 tiles, A from its key panels (pack_key_panels); tiles whose every key comes
+// after every query are skipped (the softmax never reads them). pos0: the block's first position.
+ATTNRES_AVX512_INLINE void scores_transposed(const float* a_panels, const float* b_t, std::int64_t ldb, int hd,
+                                             float alpha, std::int64_t nk, int qn, std::int64_t pos0, float* s_t) {
   for (std::int64_t k0 = 0; k0 < nk; k0 += kMR)
     for (int q0 = 0; q0 < qn; q0 += kNR) {
       if (k0 > pos0 + q0 + kNR - 1) continue;
       __m512 acc[kMR][kNV];
       zero_tile(acc);
-      fma_tile(a_t + k0, lda, b_t + q0, ldb, hd, acc);
+      fma_tile(a_panels + k0 * hd, kMR, b_t + q0, ldb, hd, acc);
       store_tile(acc, std::min<std::int64_t>(kMR, nk - k0), kNR, alpha, 0.0f, s_t + k0 * kQueryBlock + q0, kQueryBlock);
     }
 }
@@ -113,8 +123,9 @@ ATTNRES_AVX512_INLINE void rows_times(const float* p_t, const float* v, int hd, 
 struct HeadCopies {
   std::int64_t heads = 0, tq = 0, tk = 0, rows_q = 0, rows_k = 0;
   float* q_t = nullptr;  // [head][hd][tq]
-  float* k_t = nullptr;  // [head][hd][tk]
-  float* v_t = nullptr;  // [head][hd][tk]          (backward)
+  std::int64_t panels = 0;  // floats per head of k_p and v_p
+  float* k_p = nullptr;  // [head] key panels (pack_key_panels)
+  float* v_p = nullptr;  // [head] value panels     (backward)
   float* do_t = nullptr; // [head][hd][tq]          (backward)
   float* q_r = nullptr;  // [head][rows_q + 2][hd]  (backward)
   float* k_r = nullptr;  // [head][rows_k + 2][hd]  (backward)
@@ -131,7 +142,7 @@ ATTNRES_AVX512_TARGET void forward_block(float* out, float* lse, const HeadCopie
   const int qn = std::min(kQueryBlock, s.q_len - i0);
   const std::int64_t pos0 = s.q_pos0 + i0, nk = pos0 + qn;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  scores_transposed(hc.k_t + bh * hd * hc.tk, hc.tk, hc.q_t + bh * hd * hc.tq + i0, hc.tq, hd, scale, nk, qn, pos0, s_t);
+  scores_transposed(hc.k_p + bh * hc.panels, hc.q_t + bh * hd * hc.tq + i0, hc.tq, hd, scale, nk, qn, pos0, s_t);
   // Softmax down each query's column; rows after a query's position are zero.
   for (int q0 = 0; q0 < qn; q0 += 16) {
     const std::int64_t base = pos0 + q0, seen = std::min(nk, base + 16);
@@ -167,35 +178,23 @@ void make_forward_copies(HeadCopies& hc, const float* q, const float* k, const f
   hc.rows_q = s.q_len;
   hc.rows_k = s.q_pos0 + s.q_len;
   hc.tq = transposed_stride(hc.rows_q);
-  hc.tk = transposed_stride(hc.rows_k);
+  hc.panels = panels_size(hc.rows_k, hd);
   hc.q_t = sq.get(static_cast<std::size_t>(hc.heads * hd * hc.tq));
-  hc.k_t = sk.get(static_cast<std::size_t>(hc.heads * hd * hc.tk));
+  hc.k_p = sk.get(static_cast<std::size_t>(hc.heads * hc.panels));
   hc.v_r = sv.get(static_cast<std::size_t>(hc.heads * (hc.rows_k + 2) * hd));
 #pragma omp parallel for schedule(static) if (hc.heads > 1 && hc.heads * hc.rows_k * hd >= kParallelMin)
   for (std::int64_t bh = 0; bh < hc.heads; ++bh) {
     const std::int64_t b = bh / s.n_heads, h = bh % s.n_heads;
     transpose_rounded(q + b * s.q_len * d + h * hd, d, hc.rows_q, hd, hc.q_t + bh * hd * hc.tq, hc.tq);
-    transpose_rounded(k + b * s.kv_stride * d + h * hd, d, hc.rows_k, hd, hc.k_t + bh * hd * hc.tk, hc.tk);
+    pack_key_panels(k + b * s.kv_stride * d + h * hd, d, hc.rows_k, hd, hc.k_p + bh * hc.panels);
     copy_rounded(v + b * s.kv_stride * d + h * hd, d, hc.rows_k, hd, hc.v_r + bh * (hc.rows_k + 2) * hd);
   }
 }
 
 // ---- backward -----------------------------------------------------------------------------
 
-// dst[q * ld + kk] = src[kk * 64 + q] for q < 64, kk < nk16 (a multiple of 16).
-ATTNRES_AVX512_INLINE void transpose_block(const float* src, std::int64_t nk16, float* dst, std::int64_t ld) {
-  for (std::int64_t k0 = 0; k0 < nk16; k0 += 16)
-    for (int q0 = 0; q0 < kQueryBlock; q0 += 16) {
-      __m512i r[16];
-      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(src + (k0 + j) * kQueryBlock + q0);
-      transpose16(r);
-      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + (q0 + c) * ld + k0, r[c]);
-    }
-}
-
 struct BackwardScratch {
-  float *s_t, *dp_t, *p, *ds;
-  std::int64_t ld;  // of p and ds
+  float *s_t, *dp_t;  // [keys][64]: S^T then P^T; dP^T then dS^T
 };
 
 ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const float* out,
@@ -205,8 +204,8 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
   const std::int64_t b = bh / s.n_heads, h = bh % s.n_heads, base = b * T * d + h * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* q_t = hc.q_t + bh * hd * hc.tq;
-  const float* k_t = hc.k_t + bh * hd * hc.tk;
-  const float* v_t = hc.v_t + bh * hd * hc.tk;
+  const float* k_p = hc.k_p + bh * hc.panels;
+  const float* v_p = hc.v_p + bh * hc.panels;
   const float* do_t = hc.do_t + bh * hd * hc.tq;
   const float* q_r = hc.q_r + bh * (hc.rows_q + 2) * hd;
   const float* k_r = hc.k_r + bh * (hc.rows_k + 2) * hd;
@@ -217,9 +216,9 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
   }
   for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
     const int qn = std::min(kQueryBlock, T - i0);
-    const std::int64_t nk = i0 + qn, nk16 = round_up(nk, 16);
-    scores_transposed(k_t, hc.tk, q_t + i0, hc.tq, hd, scale, nk, qn, i0, w.s_t);
-    scores_transposed(v_t, hc.tk, do_t + i0, hc.tq, hd, 1.0f, nk, qn, i0, w.dp_t);
+    const std::int64_t nk = i0 + qn;
+    scores_transposed(k_p, q_t + i0, hc.tq, hd, scale, nk, qn, i0, w.s_t);
+    scores_transposed(v_p, do_t + i0, hc.tq, hd, 1.0f, nk, qn, i0, w.dp_t);
     // D = dO . O per query, in fp32, with dO rounded as in dP (the sum over keys of P dP it stands
     // for then cancels against dP better: dS sums to nearly zero over each query's keys).
     alignas(64) float dd[kQueryBlock] = {};
@@ -242,14 +241,12 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
         _mm512_storeu_ps(dp, round_bf16(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp), dvec))));
         _mm512_storeu_ps(sp, round_bf16(p));
       }
-      for (std::int64_t kk = seen; kk < nk16; ++kk) {
+      for (std::int64_t kk = seen; kk < nk; ++kk) {  // keys none of the 16 queries sees
         _mm512_storeu_ps(w.s_t + kk * kQueryBlock + q0, _mm512_setzero_ps());
         _mm512_storeu_ps(w.dp_t + kk * kQueryBlock + q0, _mm512_setzero_ps());
       }
     }
     // Query lanes past qn were not written (q0 >= qn): their rows of P and dS are never read.
-    transpose_block(w.s_t, nk16, w.p, w.ld);
-    transpose_block(w.dp_t, nk16, w.ds, w.ld);
     // dQ = scale dS K.
     rows_times(w.dp_t, k_r, hd, nk, qn, i0, scale, dq + base + std::int64_t(i0) * d, d);
     // dK += scale dS^T Q, dV += P^T dO: key tiles; queries before a tile's first key see none of it.
@@ -259,10 +256,12 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
         const std::int64_t cols = std::min(kNR, hd - e0);
         __m512 acc[kMR][kNV];
         zero_tile(acc);
-        fma_tile(w.ds + s0 * w.ld + k0, w.ld, q_r + (i0 + s0) * hd + e0, hd, qn - s0, acc);
+        fma_tile_rows<kMR, kNV, kQueryBlock>(w.dp_t + k0 * kQueryBlock + s0, q_r + (i0 + s0) * hd + e0, hd, qn - s0,
+                                             acc);
         store_tile(acc, rows, cols, scale, 1.0f, dk + base + k0 * d + e0, d);
         zero_tile(acc);
-        fma_tile(w.p + s0 * w.ld + k0, w.ld, do_r + (i0 + s0) * hd + e0, hd, qn - s0, acc);
+        fma_tile_rows<kMR, kNV, kQueryBlock>(w.s_t + k0 * kQueryBlock + s0, do_r + (i0 + s0) * hd + e0, hd, qn - s0,
+                                             acc);
         store_tile(acc, rows, cols, 1.0f, 1.0f, dv + base + k0 * d + e0, d);
       }
     }
@@ -275,12 +274,13 @@ void make_backward_copies(HeadCopies& hc, const float* q, const float* k, const 
   const int hd = s.head_dim, d = s.n_heads * hd, T = s.q_len;
   hc.heads = s.batch * s.n_heads;
   hc.rows_q = hc.rows_k = T;
-  hc.tq = hc.tk = transposed_stride(T);
+  hc.tq = transposed_stride(T);
+  hc.panels = panels_size(T, hd);
   const auto transposed = static_cast<std::size_t>(hc.heads * hd * hc.tq);
   const auto rows = static_cast<std::size_t>(hc.heads * (T + 2) * hd);
   hc.q_t = sq.get(transposed);
-  hc.k_t = sk.get(transposed);
-  hc.v_t = sv.get(transposed);
+  hc.k_p = sk.get(static_cast<std::size_t>(hc.heads * hc.panels));
+  hc.v_p = sv.get(static_cast<std::size_t>(hc.heads * hc.panels));
   hc.do_t = sd.get(transposed);
   hc.q_r = rq.get(rows);
   hc.k_r = rk.get(rows);
@@ -290,8 +290,8 @@ void make_backward_copies(HeadCopies& hc, const float* q, const float* k, const 
     const std::int64_t src = (bh / s.n_heads) * T * d + (bh % s.n_heads) * hd;
     const std::int64_t t_off = bh * hd * hc.tq, r_off = bh * (T + 2) * hd;
     transpose_rounded(q + src, d, T, hd, hc.q_t + t_off, hc.tq);
-    transpose_rounded(k + src, d, T, hd, hc.k_t + t_off, hc.tk);
-    transpose_rounded(v + src, d, T, hd, hc.v_t + t_off, hc.tk);
+    pack_key_panels(k + src, d, T, hd, hc.k_p + bh * hc.panels);
+    pack_key_panels(v + src, d, T, hd, hc.v_p + bh * hc.panels);
     transpose_rounded(dout + src, d, T, hd, hc.do_t + t_off, hc.tq);
     copy_rounded(q + src, d, T, hd, hc.q_r + r_off);
     copy_rounded(k + src, d, T, hd, hc.k_r + r_off);
@@ -333,12 +333,10 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
     const std::int64_t T = s.q_len;
 #pragma omp parallel if (hc.heads > 1 && s.batch * T * T * s.head_dim >= kParallelMin)
     {
-      thread_local Scratch<float> st, sdp, sp, sds;
-      const std::int64_t rows = T + 2 * kNR, ld = round_up(T, 16) + 2 * kNR;
+      thread_local Scratch<float> st, sdp;
+      const std::int64_t rows = T + 2 * kNR;  // the tiles read up to 13 rows past the last key
       const BackwardScratch w{st.get(static_cast<std::size_t>(rows * kQueryBlock)),
-                              sdp.get(static_cast<std::size_t>(rows * kQueryBlock)),
-                              sp.get(static_cast<std::size_t>(kQueryBlock * ld)),
-                              sds.get(static_cast<std::size_t>(kQueryBlock * ld)), ld};
+                              sdp.get(static_cast<std::size_t>(rows * kQueryBlock))};
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t bh = 0; bh < hc.heads; ++bh) backward_head(dq, dk, dv, out, lse, hc, s, bh, w);
     }

@@ -21,6 +21,7 @@
 // inlined into target("avx512f") functions: a false positive (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #else
@@ -192,6 +193,26 @@ ATTNRES_AVX512_INLINE void fma_tile(const float* a, std::int64_t lda, const floa
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const __m512 av = _mm512_set1_ps(a[s * lda + i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+}
+
+// The same with A stored row-major at a compile-time row stride: a[i * RowStride + s]. With a
+// constant stride the MR broadcasts of a step are immediate offsets from one pointer, and a tile
+// reads MR whole rows (one contiguous stretch when the rows are adjacent) instead of MR values
+// from each of `steps` distant rows.
+template <int MR, int NV, int RowStride>
+ATTNRES_AVX512_INLINE void fma_tile_rows(const float* a, const float* b, std::int64_t ldb, std::int64_t steps,
+                                         __m512 (&acc)[MR][NV]) {
+  for (std::int64_t s = 0; s < steps; ++s) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + s * ldb + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i * RowStride + s]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }

@@ -6,11 +6,13 @@
 #include <limits>
 #include <type_traits>
 
+// First: it includes <immintrin.h> with GCC 12's false-positive warnings silenced (see there).
+#include "kernels/avx512_tiles.hpp"
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-#include "kernels/avx512_tiles.hpp"
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
