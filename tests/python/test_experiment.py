@@ -226,3 +226,33 @@ class StudyTest(unittest.TestCase):
                 mine = [d["delta_nll"] for d in controls.records("deltas")
                         if d["arm"] == p["arm"] and d["split"] == "val" and d["tokens"] == p["tokens"]]
                 self.assertAlmostEqual(statistics.mean(mine), p["mean"], places=12)
+
+
+class PrecisionEffectTest(unittest.TestCase):
+    """scripts/precision_effect.py on docs/results/precision (studies/precision.toml): each main (fp32)
+    run paired with its bf16 probe twin by arm and seed, the differences read from the result files."""
+
+    def test_pairs_by_arm_and_seed_with_a_t_interval(self):
+        import importlib.util
+        path = os.path.join(support.SOURCE_DIR, "scripts", "precision_effect.py")
+        spec = importlib.util.spec_from_file_location("precision_effect", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        directory = os.path.join(support.SOURCE_DIR, "docs", "results", "precision")
+        rows = {r["arm"]: r for r in module.effect(directory, "bf16")}
+        self.assertEqual(sorted(rows), ["block", "rd"])
+        for arm, r in rows.items():
+            want = []
+            for seed in (1, 2, 3):
+                with open(os.path.join(directory, "runs", arm, f"seed-{seed}", "result.json")) as f:
+                    fp32 = json.load(f)["test_nll"]
+                with open(os.path.join(directory, "runs", "bf16", arm, f"seed-{seed}", "result.json")) as f:
+                    bf16 = json.load(f)["test_nll"]
+                want.append(bf16 - fp32)
+            self.assertEqual((r["n"], r["seeds"]), (3, [1, 2, 3]))
+            self.assertEqual(r["delta_test_nll"], want)
+            self.assertAlmostEqual(r["mean"], statistics.fmean(want), places=15)
+            half = 4.302652729911275 * statistics.stdev(want) / 3 ** 0.5  # t(0.975, 2)
+            self.assertAlmostEqual(r["ci95_high"] - r["mean"], half, places=12)
+        with self.assertRaises(SystemExit):
+            module.effect(directory, "no-such-group")
