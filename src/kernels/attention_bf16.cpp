@@ -19,7 +19,7 @@ namespace attnres::kernels {
 //   backward  S^T as above, dP^T = V dO^T, dS^T = P^T (dP^T - D) in fp32, rounded;
 //             dQ = scale dS K    (A: dS^T's rows)
 //             dK += scale dS^T Q, dV += P^T dO  (A: 14 adjacent rows of dS^T and P^T, read in
-//                                               place by fma_tile_rows: no transposed copy)
+//                                               place (fma_tile's RowStride): no transposed copy)
 // Every operand is rounded to bf16 once: Q, K, V and dO while they are copied per head (Q^T and
 // dO^T transposed; K and V, the A operands of the score products, in panels of 14 keys, k-major,
 // so that a tile reads one contiguous 14 x head_dim panel), P and dS as the softmax writes them.
@@ -256,12 +256,10 @@ ATTNRES_AVX512_TARGET void backward_head(float* dq, float* dk, float* dv, const 
         const std::int64_t cols = std::min(kNR, hd - e0);
         __m512 acc[kMR][kNV];
         zero_tile(acc);
-        fma_tile_rows<kMR, kNV, kQueryBlock>(w.dp_t + k0 * kQueryBlock + s0, q_r + (i0 + s0) * hd + e0, hd, qn - s0,
-                                             acc);
+        fma_tile<kMR, kNV, kQueryBlock>(w.dp_t + k0 * kQueryBlock + s0, 1, q_r + (i0 + s0) * hd + e0, hd, qn - s0, acc);
         store_tile(acc, rows, cols, scale, 1.0f, dk + base + k0 * d + e0, d);
         zero_tile(acc);
-        fma_tile_rows<kMR, kNV, kQueryBlock>(w.s_t + k0 * kQueryBlock + s0, do_r + (i0 + s0) * hd + e0, hd, qn - s0,
-                                             acc);
+        fma_tile<kMR, kNV, kQueryBlock>(w.s_t + k0 * kQueryBlock + s0, 1, do_r + (i0 + s0) * hd + e0, hd, qn - s0, acc);
         store_tile(acc, rows, cols, 1.0f, 1.0f, dv + base + k0 * d + e0, d);
       }
     }

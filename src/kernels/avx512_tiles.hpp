@@ -180,10 +180,13 @@ ATTNRES_AVX512_INLINE void pack_panel_cols(const float* src, std::int64_t ld, st
 }
 
 // ------------------------------------------------------------------------------------------
-// The microkernel: acc[i][v] (lanes j) += sum over `steps` of a[s * lda + i] * b[s * ldb + 16 v + j],
-// s in increasing order, one FMA per product. MR x 16 NV accumulators stay in registers.
+// The microkernel: acc[i][v] (lanes j) += sum over `steps` of a[s * lda + i * RowStride] *
+// b[s * ldb + 16 v + j], s in increasing order, one FMA per product. MR x 16 NV accumulators stay
+// in registers. RowStride 1: A's MR values of a step are adjacent (packed panels, k-major A); a
+// larger compile-time RowStride (with lda 1) reads MR adjacent rows of a row-major A in place, the
+// MR broadcasts of a step then being immediate offsets from one pointer.
 // ------------------------------------------------------------------------------------------
-template <int MR, int NV>
+template <int MR, int NV, int RowStride = 1>
 ATTNRES_AVX512_INLINE void fma_tile(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                     std::int64_t steps, __m512 (&acc)[MR][NV]) {
   for (std::int64_t s = 0; s < steps; ++s) {
@@ -192,27 +195,7 @@ ATTNRES_AVX512_INLINE void fma_tile(const float* a, std::int64_t lda, const floa
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + s * ldb + 16 * v);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[s * lda + i]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-    }
-  }
-}
-
-// The same with A stored row-major at a compile-time row stride: a[i * RowStride + s]. With a
-// constant stride the MR broadcasts of a step are immediate offsets from one pointer, and a tile
-// reads MR whole rows (one contiguous stretch when the rows are adjacent) instead of MR values
-// from each of `steps` distant rows.
-template <int MR, int NV, int RowStride>
-ATTNRES_AVX512_INLINE void fma_tile_rows(const float* a, const float* b, std::int64_t ldb, std::int64_t steps,
-                                         __m512 (&acc)[MR][NV]) {
-  for (std::int64_t s = 0; s < steps; ++s) {
-    __m512 bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + s * ldb + 16 * v);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i * RowStride + s]);
+      const __m512 av = _mm512_set1_ps(a[s * lda + i * RowStride]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }

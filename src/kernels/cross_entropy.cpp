@@ -58,6 +58,22 @@ inline void exp_scale(float* row, int n, float shift, float scale) {
 inline void exp_scale(double* row, int n, double shift, double scale) {
   for (int j = 0; j < n; ++j) row[j] = exp_fast(row[j] - shift) * scale;
 }
+// One row of logits: returns lse - row[target]; with a gradient, row becomes
+// grad_scale * (softmax(row) - onehot(target)).
+template <class Real>
+double softmax_row(Real* row, int vocab, std::int32_t target, Real grad_scale, bool with_grad) {
+  Real mx = -std::numeric_limits<Real>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
+  const Real lse = mx + std::log(sum_exp(row, vocab, mx));
+  const double loss = static_cast<double>(lse) - static_cast<double>(row[target]);
+  if (with_grad) {
+    exp_scale(row, vocab, lse, grad_scale);
+    row[target] -= grad_scale;
+  }
+  return loss;
+}
+
 #if ATTNRES_AVX512_CODE
 // One row of logits on 16 lanes: returns lse - row[target]; with a gradient, row becomes
 // grad_scale * (softmax(row) - onehot(target)). exp(x - max) is computed once and kept.
@@ -116,14 +132,7 @@ double lm_head_cross_entropy_bf16(const float* x, const float* w, const std::int
         continue;
       }
 #endif
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
-      const float lse = mx + std::log(sum_exp(row, vocab, mx));
-      scratch.row_loss[r] = static_cast<double>(lse) - static_cast<double>(row[target]);
-      if (with_grad) {
-        exp_scale(row, vocab, lse, grad_scale);
-        row[target] -= grad_scale;
-      }
+      scratch.row_loss[r] = softmax_row(row, vocab, target, grad_scale, with_grad);
     }
     for (std::int64_t r = 0; r < rows; ++r) total += scratch.row_loss[r];
     if (with_grad) {
@@ -149,20 +158,8 @@ double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* t
     Real* logits = scratch.logits;
     linear_forward(logits, x + r0 * d, w, rows, d, vocab, false, precision);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMin)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      Real* row = logits + r * vocab;
-      Real mx = -std::numeric_limits<Real>::infinity();
-#pragma omp simd reduction(max : mx)
-      for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
-      const Real sum = sum_exp(row, vocab, mx);
-      const Real lse = mx + std::log(sum);
-      const std::int32_t target = targets[r0 + r];
-      scratch.row_loss[r] = static_cast<double>(lse) - static_cast<double>(row[target]);
-      if (with_grad) {
-        exp_scale(row, vocab, lse, grad_scale);
-        row[target] -= grad_scale;
-      }
-    }
+    for (std::int64_t r = 0; r < rows; ++r)
+      scratch.row_loss[r] = softmax_row(logits + r * vocab, vocab, targets[r0 + r], grad_scale, with_grad);
     for (std::int64_t r = 0; r < rows; ++r) total += scratch.row_loss[r];
     if (with_grad) {
       linear_backward_input(dx + r0 * d, logits, w, rows, d, vocab, false, precision);
