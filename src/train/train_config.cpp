@@ -149,9 +149,10 @@ const ConfigKeys<TrainConfig>& train_config_keys() {
                          "OpenMP/OpenBLAS threads (0: OMP_NUM_THREADS if set, else all cores, shared among the "
                          "MPI ranks on a machine)"),
             config_choice("precision", &T::precision, kernels::kMatmulPrecisions,
-                          "the Linear GEMMs (Q, K, V, O, SwiGLU, LM head); bf16: bf16-rounded operands, fp32 "
-                          "accumulation, AMX when the CPU has it; weights, gradients, optimizer, attention and "
-                          "depth routing stay fp32 (docs/performance.md)"),
+                          "the Linear GEMMs (Q, K, V, O, SwiGLU, LM head) and attention's products; bf16: "
+                          "bf16-rounded operands, fp32 accumulation and softmax statistics, on AMX or AVX-512 "
+                          "when the CPU has them; weights, gradients, optimizer and depth routing stay fp32 "
+                          "(docs/performance.md)"),
         });
     for (auto& k : train) all.push_back(std::move(k));
     return all;
