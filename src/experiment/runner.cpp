@@ -77,33 +77,64 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
   return run_child(child).status;
 }
 
-// experiment.json against the one this command would write: equal, except that the
-// configurations in it (model, train.config_toml) are compared as parsed configurations, so an
-// experiment created before a config key existed (the key absent: its default) still matches.
-bool same_experiment(results::ExperimentSpec existing, const results::ExperimentSpec& spec,
-                     const std::string& path) {
-  // Takes the requested configurations where the recorded ones parse to the same values.
-  const auto adopt_if_same = [&](nlohmann::json& model, nlohmann::json& train, const nlohmann::json& want_model,
-                                 const nlohmann::json& want_train) {
-    const char* toml = "config_toml";
-    if (train.contains(toml) && train[toml].is_string() && want_train.contains(toml) &&
-        config_differences(train_config_keys(), parse_toml_config(train[toml].get<std::string>(), path),
-                           parse_toml_config(want_train.at(toml).get<std::string>(), path))
-            .empty())
-      train[toml] = want_train.at(toml);
-    if (config_differences(model_config_keys(), model_config_from_json(model, path),
-                           model_config_from_json(want_model, path))
-            .empty())
-      model = want_model;
-  };
-  try {
-    adopt_if_same(existing.model, existing.train, spec.model, spec.train);
-    for (std::size_t g = 0; g < existing.groups.size() && g < spec.groups.size(); ++g)
-      adopt_if_same(existing.groups[g].model, existing.groups[g].train, spec.groups[g].model, spec.groups[g].train);
-  } catch (const Error&) {
-    return false;  // not a configuration this version reads: a different experiment
+// The keys where two experiment.json documents differ, each with both values: "arms =
+// [...] (experiment.json) vs [...] (requested)", a configuration by its keys (train.lr = ...).
+void json_differences(const nlohmann::json& a, const nlohmann::json& b, const std::string& key,
+                      std::vector<ConfigDifference>& out) {
+  if (a == b) return;
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items())
+      json_differences(v, b.contains(k) ? b.at(k) : nlohmann::json(), key.empty() ? k : key + "." + k, out);
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) json_differences(nlohmann::json(), v, key.empty() ? k : key + "." + k, out);
+    return;
   }
-  return existing == spec;
+  const auto shown = [](const nlohmann::json& j) { return j.is_null() ? std::string("(absent)") : j.dump(); };
+  out.push_back({key, shown(a), shown(b)});
+}
+
+// experiment.json against the one this command would write: the differences (none: the same
+// experiment), except that the configurations in it (model, train.config_toml) are compared as
+// parsed configurations, so an experiment created before a config key existed (the key absent:
+// its default) still matches, and a differing one is named by its keys.
+std::vector<ConfigDifference> experiment_differences(const results::ExperimentSpec& existing,
+                                                     const results::ExperimentSpec& spec, const std::string& path) {
+  nlohmann::json a = results::to_json(existing), b = results::to_json(spec);
+  // Replaces two configurations by their parsed differences ("train.lr" rather than the TOML text).
+  const auto compare_configs = [&](nlohmann::json& at, nlohmann::json& want, const std::string& prefix,
+                                   std::vector<ConfigDifference>& out) {
+    const auto add = [&](ConfigDifference d) {  // a model key differs in both configurations: said once
+      d.key = prefix + d.key;
+      for (const ConfigDifference& seen : out)
+        if (seen.key == d.key) return;
+      out.push_back(std::move(d));
+    };
+    const char* toml = "config_toml";
+    nlohmann::json& train = at["train"];
+    const nlohmann::json& want_train = want["train"];
+    if (train.contains(toml) && train[toml].is_string() && want_train.contains(toml) && want_train[toml].is_string()) {
+      for (ConfigDifference d : config_differences(train_config_keys(), parse_toml_config(train[toml].get<std::string>(), path),
+                              parse_toml_config(want_train.at(toml).get<std::string>(), path)))
+        add(std::move(d));
+      train[toml] = want_train.at(toml);
+    }
+    for (ConfigDifference d : config_differences(model_config_keys(), model_config_from_json(at["model"], path),
+                                                 model_config_from_json(want["model"], path)))
+      add(std::move(d));
+    at["model"] = want["model"];
+  };
+  std::vector<ConfigDifference> out;
+  try {
+    compare_configs(a, b, "", out);
+    if (a.contains("groups") && b.contains("groups") && a["groups"].is_array() && b["groups"].is_array())
+      for (std::size_t g = 0; g < a["groups"].size() && g < b["groups"].size(); ++g)
+        compare_configs(a["groups"][g], b["groups"][g], concat("groups[", g, "].").c_str(), out);
+  } catch (const Error& e) {
+    out.push_back({"configuration", concat("unreadable by this version (", e.what(), ")"), "readable"});
+    return out;
+  }
+  json_differences(a, b, "", out);
+  return out;
 }
 
 // Validates arm names and repeats.
@@ -282,9 +313,10 @@ bool run_experiment(const ExperimentOptions& options) {
   // Rank 0 writes the spec first; the others then check theirs against it.
   if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
-    require(same_experiment(results::read_experiment_spec(spec_path), spec, spec_path), "'", o.out_dir,
-            "' holds a different experiment (", spec_path,
-            " differs in arms, seeds, budget, groups, data or config); choose another --out");
+    const std::vector<ConfigDifference> differences =
+        experiment_differences(results::read_experiment_spec(spec_path), spec, spec_path);
+    require(differences.empty(), "'", o.out_dir, "' holds a different experiment: ", spec_path, " differs in ",
+            describe_differences(differences, "experiment.json", "requested"), "; choose another --out");
   } else {
     require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
             "' on a file system every rank shares?");

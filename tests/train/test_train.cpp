@@ -282,6 +282,11 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
               runs.str("exp"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different experiment"), std::string::npos) << r.output;
+  // The differing key, with both values.
+  EXPECT_NE(r.output.find("differs in arms = [\"block\",\"rd\"] (experiment.json) vs [\"block\",\"rd\",\"rd-frozen\"] "
+                          "(requested)"),
+            std::string::npos)
+      << r.output;
   r = run_cli("experiment " + without_residual(kTiny) + " --arms block,rd-wide --seeds 1 --data " + data() + " --out " + runs.str("e2"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("rd-wide"), std::string::npos) << r.output;
@@ -363,5 +368,7 @@ TEST_F(TrainTest, ExperimentCreatedBeforeNewerKeysIsStillAccepted) {
     ADD_FAILURE() << "a different configuration was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("different experiment"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.lr = "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" (experiment.json) vs 0.001 (requested)"), std::string::npos) << e.what();
   }
 }
