@@ -174,6 +174,21 @@ const ConfigKey<Config>* find_config_key(const ConfigKeys<Config>& keys, std::st
   return nullptr;
 }
 
+// Checks the range of one key: "<key> must be <range> (got v)".
+template <class Config>
+void check_config_range(const ConfigKey<Config>& k, const Config& c) {
+  if (k.range.empty()) return;
+  const ConfigValue v = k.get(c);
+  if (const auto* list = std::get_if<std::vector<double>>(&v)) {
+    for (double x : *list)
+      require(k.range.contains(x), k.path(), ": every element must be ", k.range.requirement(), " (got ",
+              display(ConfigValue(x)), ")");
+  } else {
+    const double x = std::holds_alternative<double>(v) ? std::get<double>(v) : double(std::get<std::int64_t>(v));
+    require(k.range.contains(x), k.path(), " must be ", k.range.requirement(), " (got ", display(v), ")");
+  }
+}
+
 // Sets `key` from `value`; errors name `where` and the key ("FILE:LINE: 'train.lr': ...").
 template <class Config>
 void set_config_value(Config& c, const ConfigKey<Config>& key, const ConfigValue& value, const std::string& where) {
@@ -182,23 +197,18 @@ void set_config_value(Config& c, const ConfigKey<Config>& key, const ConfigValue
   } catch (const Error& e) {
     fail(where, ": '", key.path(), "': ", e.what());
   }
+  // Checked here too (not only by validate()), so the error names the file and line or --set.
+  try {
+    check_config_range(key, c);
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
 }
 
-// Checks the range of every key: "<key> must be <range> (got v)".
+// Checks the range of every key.
 template <class Config>
 void check_config_ranges(const ConfigKeys<Config>& keys, const Config& c) {
-  for (const auto& k : keys) {
-    if (k.range.empty()) continue;
-    const ConfigValue v = k.get(c);
-    if (const auto* list = std::get_if<std::vector<double>>(&v)) {
-      for (double x : *list)
-        require(k.range.contains(x), k.path(), ": every element must be ", k.range.requirement(), " (got ",
-                display(ConfigValue(x)), ")");
-    } else {
-      const double x = std::holds_alternative<double>(v) ? std::get<double>(v) : double(std::get<std::int64_t>(v));
-      require(k.range.contains(x), k.path(), " must be ", k.range.requirement(), " (got ", display(v), ")");
-    }
-  }
+  for (const auto& k : keys) check_config_range(k, c);
 }
 
 // A key whose value differs between two configurations, both values displayed.
