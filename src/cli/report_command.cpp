@@ -10,6 +10,7 @@
 #include "experiment/report.hpp"
 #include "experiment/summary.hpp"
 #include "experiment/tables.hpp"
+#include "results/summary.hpp"
 
 namespace attnres::cli {
 namespace {
@@ -30,11 +31,15 @@ void run_report(const ReportArgs& args) {
     std::printf("%s\n", experiment::answer_line(summary, args.answer).c_str());
     return;
   }
-  const experiment::ExperimentSummary summary = experiment::summarize(args.experiment, options);
+  const experiment::ExperimentSummary summary = experiment::compute_summary(args.experiment, options);
   if (!args.quiet) std::printf("%s\n", experiment::format_summary_table(summary).c_str());
-  const experiment::ReportFiles files =
-      experiment::write_report(summary, args.out.empty() ? args.experiment : args.out);
-  std::printf("summary: %s\n", (std::filesystem::path(args.experiment) / "summary.json").c_str());
+  // Everything goes to --out (the report's "All numbers: summary.json" is the one beside it); the
+  // experiment directory is only read then, so a committed or shared one stays as it is.
+  const std::string out = args.out.empty() ? args.experiment : args.out;
+  const experiment::ReportFiles files = experiment::write_report(summary, out);
+  const std::string summary_path = results::summary_path(out);
+  results::write_summary(summary_path, experiment::summary_file(summary));
+  std::printf("summary: %s\n", summary_path.c_str());
   std::printf("report:  %s\n", files.markdown.c_str());
   std::printf("report:  %s\n", files.html.c_str());
 }
@@ -46,11 +51,12 @@ void register_report_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "report",
       "Summarise a paired experiment: paired NLL statistics against the baseline, depth-routing JS divergence,\n"
-      "systems costs. Writes DIR/summary.json, DIR/report.md and DIR/report.html (one self-contained page with\n"
-      "plots) and prints the summary table. Unfinished runs are reported as missing. See docs/experiments.md.");
+      "systems costs. Writes summary.json, report.md and report.html (one self-contained page with plots) into\n"
+      "--out (default: the experiment directory, which is otherwise only read) and prints the summary table.\n"
+      "Unfinished runs are reported as missing. See docs/experiments.md.");
   cmd->add_option("--experiment", args->experiment, "Experiment directory (holds experiment.json and runs/)")
       ->required();
-  cmd->add_option("--out", args->out, "Directory for report.md and report.html (default: the experiment directory)");
+  cmd->add_option("--out", args->out, "Directory for summary.json, report.md and report.html (default: the experiment directory)");
   cmd->add_flag("--quiet", args->quiet, "Do not print the summary table");
   cmd->add_option("--effect", args->effect,
                   "Also give, for every comparison, the seeds needed to detect this |ΔNLL| in nats with 80% power "

@@ -113,6 +113,17 @@ TEST(ReportCommand, EndToEnd) {
   EXPECT_TRUE(std::filesystem::exists(exp.dir() + "/summary.json"));
   EXPECT_TRUE(std::filesystem::exists(exp.dir() + "/report.md"));
 
+  // With --out, everything goes there and the experiment directory is only read.
+  const std::string before = read_text_file(exp.dir() + "/summary.json");
+  std::filesystem::remove(exp.dir() + "/summary.json");
+  const std::string elsewhere = exp.dir() + "-report";
+  ASSERT_EQ(run_cli("report --experiment '" + exp.dir() + "' --quiet --out '" + elsewhere + "'", &out), 0) << out;
+  EXPECT_NE(out.find("summary: " + elsewhere + "/summary.json"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(exp.dir() + "/summary.json")) << "report --out wrote into the experiment";
+  EXPECT_EQ(read_text_file(elsewhere + "/summary.json"), before);
+  EXPECT_TRUE(std::filesystem::exists(elsewhere + "/report.html"));
+  std::filesystem::remove_all(elsewhere);
+
   std::ofstream(exp.result_path("block", 1)) << "not json";
   ASSERT_EQ(run_cli("report --experiment '" + exp.dir() + "' --quiet", &out), 1) << out;
   EXPECT_NE(out.find("attnres: error: "), std::string::npos) << out;
