@@ -23,8 +23,9 @@ std::string format_count(double count) {
   return buf;
 }
 
-Progress::Progress(std::string label, bool enabled)
-    : label_(std::move(label)), line_(enabled), start_(std::chrono::steady_clock::now()) {}
+Progress::Progress(std::string label, bool enabled, std::string documents)
+    : label_(std::move(label)), documents_(std::move(documents)), line_(enabled),
+      start_(std::chrono::steady_clock::now()) {}
 
 double Progress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -33,13 +34,22 @@ double Progress::seconds() const {
 void Progress::update(std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens) {
   const double s = std::max(seconds(), 1e-9);
   std::string line = label_ + ": " + format_bytes(static_cast<double>(bytes)) + ", " +
-                     format_count(static_cast<double>(documents)) + " documents";
+                     format_count(static_cast<double>(documents)) + " " + documents_;
   if (tokens != 0)
     line += ", " + format_count(static_cast<double>(tokens)) + " tokens (" +
             format_count(static_cast<double>(tokens) / s) + " tokens/s)";
-  line_.update(line);
+  if (line_.update(line)) {
+    shown_ = true;
+    pending_.clear();
+  } else {
+    pending_ = std::move(line);
+  }
 }
 
-void Progress::finish(const std::string& message) { line_.message(label_ + ": " + message); }
+void Progress::finish(const std::string& message) {
+  if (shown_ && !pending_.empty()) line_.update(pending_, true);
+  pending_.clear();
+  line_.message(label_ + ": " + message);
+}
 
 }  // namespace attnres::data

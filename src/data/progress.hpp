@@ -12,17 +12,21 @@ namespace attnres::data {
 
 class Progress {
  public:
-  Progress(std::string label, bool enabled);
+  // `documents` names what update() counts ("documents", "training documents").
+  Progress(std::string label, bool enabled, std::string documents = "documents");
 
   // Cheap to call often: the status line prints only when enough time has passed.
   void update(std::uint64_t bytes, std::uint64_t documents, std::uint64_t tokens);
-  // Ends the in-place line and prints `message` on its own line.
+  // Shows the latest update if the status line still shows an earlier one (so it never disagrees
+  // with `message`), ends the in-place line and prints `message` on its own line.
   void finish(const std::string& message);
   double seconds() const;
 
  private:
-  std::string label_;
+  std::string label_, documents_;
   StatusLine line_;
+  std::string pending_;  // the latest update's line when it was not printed
+  bool shown_ = false;   // some update was printed
   std::chrono::steady_clock::time_point start_;
 };
 

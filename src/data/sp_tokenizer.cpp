@@ -4,12 +4,14 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string_view>
 #include <unordered_map>
 
 #include "data/hash.hpp"
 #include "util/atomic_file.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 
 namespace attnres::data {
@@ -35,7 +37,8 @@ SpTokenizer::SpTokenizer(const std::string& file, std::string spec)
   require(std::filesystem::is_regular_file(file), "SentencePiece model '", file, "' does not exist");
   // Load from the bytes we hash, so the hash describes exactly the model in use.
   const std::string bytes = read_text_file(file);
-  content_hash_ = hex64(hash64(bytes));
+  content_hash_ = checksum_hex(checksum64(bytes));
+  legacy_content_hash_ = hex64(hash64(bytes));
   const auto status = processor_->LoadFromSerializedProto(bytes);
   require(status.ok(), "cannot load SentencePiece model '", file, "': ", status.ToString());
   vocab_size_ = processor_->GetPieceSize();
@@ -127,6 +130,42 @@ std::string SpTokenizer::decode(std::span<const std::int32_t> ids) const {
   return text;
 }
 
+namespace {
+
+// SentencePiece's own error text in attnres' terms: its hints name its own flags
+// (--character_coverage, --vocab_size), which attnres does not have.
+std::string explain_training_error(const std::string& message, int vocab_size) {
+  const auto number_after = [&](const std::string& marker) -> long long {
+    const std::size_t at = message.find(marker);
+    if (at == std::string::npos) return -1;
+    const char* begin = message.c_str() + at + marker.size();
+    char* end = nullptr;
+    const long long value = std::strtoll(begin, &end, 10);
+    return end == begin ? -1 : value;
+  };
+  // "Vocabulary size is smaller than required_chars. 300 vs 356. Increase vocab_size or ..."
+  if (const long long needed = number_after(concat(vocab_size, " vs ")); needed > 0)
+    return concat("--vocab-size ", vocab_size, " is too small for this text: its characters alone need ", needed,
+                  " pieces; give --vocab-size ", needed, " or more");
+  // "Vocabulary size too high (5000). Please set it to a value <= 1234."
+  if (const long long most = number_after("value <= "); most > 0)
+    return concat("--vocab-size ", vocab_size, " is too large for this text: it supports at most ", most,
+                  " pieces; give a smaller --vocab-size or more text");
+  // Anything else, without sentences that suggest SentencePiece's own flags.
+  std::string kept;
+  std::size_t begin = 0;
+  while (begin < message.size()) {
+    std::size_t end = message.find(". ", begin);
+    end = end == std::string::npos ? message.size() : end + 1;
+    const std::string sentence = message.substr(begin, end - begin);
+    if (sentence.find("--") == std::string::npos) kept += sentence;
+    begin = end;
+  }
+  return "SentencePiece training failed: " + kept;
+}
+
+}  // namespace
+
 std::string train_sentencepiece(std::span<const std::string> sentences, int vocab_size) {
   require(vocab_size >= kMinSpVocab, "vocabulary size ", vocab_size, " is too small (at least ", kMinSpVocab, ")");
   require(!sentences.empty(), "no training text for the SentencePiece model");
@@ -152,12 +191,14 @@ std::string train_sentencepiece(std::span<const std::string> sentences, int voca
       // Recorded in the model file, so fixed to keep the bytes independent of the machine; BPE
       // training gains nothing from more threads anyway (measured: same time with 1 or 2).
       {"num_threads", "1"},
-      {"minloglevel", "1"},  // no INFO chatter on stderr
+      // Nothing of SentencePiece's own on stderr (its warnings name its flags, not attnres'):
+      // failures come back as a status, reported below in attnres' terms.
+      {"minloglevel", "3"},
   };
   VectorIterator it(sentences);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
-  require(status.ok(), "SentencePiece training failed: ", status.ToString());
+  require(status.ok(), explain_training_error(std::string(status.message()), vocab_size));
   return model;
 }
 

@@ -18,12 +18,13 @@ class StatusLine {
   StatusLine(const StatusLine&) = delete;
   StatusLine& operator=(const StatusLine&) = delete;
 
-  // Prints when due (a terminal refreshes 4 times a second); force prints now.
-  void update(const std::string& line, bool force = false) {
-    if (!enabled_) return;
+  // Prints when due (a terminal refreshes 4 times a second); force prints now. Returns whether
+  // it printed.
+  bool update(const std::string& line, bool force = false) {
+    if (!enabled_) return false;
     const auto now = std::chrono::steady_clock::now();
     const double since = std::chrono::duration<double>(now - last_).count();
-    if (!force && since < (tty_ ? 0.25 : interval_)) return;
+    if (!force && since < (tty_ ? 0.25 : interval_)) return false;
     last_ = now;
     if (tty_) {
       std::fprintf(stderr, "\r\033[K%s", line.c_str());
@@ -32,6 +33,7 @@ class StatusLine {
       std::fprintf(stderr, "%s\n", line.c_str());
     }
     std::fflush(stderr);
+    return true;
   }
 
   // A message on a line of its own (ends the in-place line first).
