@@ -31,6 +31,35 @@ struct PrepareArgs {
   bool quiet = false;
 };
 
+// Undoes what a failed prepare left (prepare_dataset itself removes its shards): the output
+// directory, with any parents, when this run created it; else the tokenizer it trained there.
+class OutputCleanup {
+ public:
+  explicit OutputCleanup(const std::string& out) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (fs::path p = fs::absolute(out, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      created_ = p;
+      if (p == p.parent_path()) break;
+    }
+  }
+  ~OutputCleanup() {
+    if (done_) return;
+    std::error_code ec;  // best effort: the error that brought us here is what the user sees
+    if (!created_.empty()) std::filesystem::remove_all(created_, ec);
+    else if (!trained_.empty()) std::filesystem::remove(trained_, ec);
+  }
+  OutputCleanup(const OutputCleanup&) = delete;
+  OutputCleanup& operator=(const OutputCleanup&) = delete;
+  void trained(const std::string& path) { trained_ = path; }
+  void succeeded() { done_ = true; }
+
+ private:
+  std::filesystem::path created_;  // the topmost directory this run creates; empty if --out existed
+  std::string trained_;
+  bool done_ = false;
+};
+
 void run_prepare(const PrepareArgs& args) {
   if (args.threads > 0) set_num_threads(args.threads);
   // Check what can be checked before the (possibly long) tokenizer training.
@@ -45,6 +74,7 @@ void run_prepare(const PrepareArgs& args) {
                  inputs.size(), first.substr(0, root == std::string::npos ? first.size() : root + 9).c_str());
   }
 
+  OutputCleanup cleanup(args.out);
   std::string spec = args.tokenizer;
   if (spec.empty()) {
     // No tokenizer given: train one on this corpus's training split and keep it with the data.
@@ -55,6 +85,7 @@ void run_prepare(const PrepareArgs& args) {
     train.fractions = args.fractions;
     train.max_sentences = args.max_sentences;
     train.progress = !args.quiet;
+    cleanup.trained(model);
     data::train_sp_tokenizer(inputs, model, train);
     spec = "sp:" + model;
   }
@@ -67,19 +98,22 @@ void run_prepare(const PrepareArgs& args) {
   options.shard_tokens = args.shard_tokens;
   options.progress = !args.quiet;
   const data::PrepareSummary summary = data::prepare_dataset(options, *tokenizer);
-  // Splits are drawn per document, so a few long documents can leave one empty or too short:
-  // said now rather than when `train` or `experiment` refuses it.
+  cleanup.succeeded();
+  // Splits are drawn per document (documents over 256 KiB per piece), so a few short documents
+  // can leave one empty or too short: said now rather than when `train` or `experiment` refuses it.
   const std::int64_t window = preset("tiny").seq_len + 1;
   const char* const names[] = {"train", "val", "test"};
   for (int s = 0; s < data::kNumSplits; ++s) {
     if (summary.tokens[s] >= static_cast<std::uint64_t>(window)) continue;
     std::fprintf(stderr,
                  "prepare: warning: split '%s' holds %llu tokens (%llu documents), %s; splits are drawn per "
-                 "document: give more documents or larger --val-fraction/--test-fraction\n",
+                 "document (per %zu-byte piece of documents over %zu bytes): give more text or larger "
+                 "--val-fraction/--test-fraction\n",
                  names[s], static_cast<unsigned long long>(summary.tokens[s]),
                  static_cast<unsigned long long>(summary.documents[s]),
                  summary.tokens[s] == 0 ? "so train and experiment will refuse it"
-                                        : concat("fewer than one window of the tiny preset (", window, " tokens)").c_str());
+                                        : concat("fewer than one window of the tiny preset (", window, " tokens)").c_str(),
+                 data::kPieceBytes, data::kLongDocumentBytes);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "util/error.hpp"
 #include "util/atomic_file.hpp"
 #include "util/rng.hpp"
+#include "util/status_line.hpp"
 #include "util/threads.hpp"
 
 namespace attnres::cli {
@@ -181,10 +183,13 @@ struct TrainArgs {
   std::string device = "cpu";
 };
 
+// A --text file that takes at least this many windows shows a progress line.
+constexpr std::int64_t kProgressWindows = 64;
+
 struct EvalArgs {
-  std::string checkpoint, data, split = "val";
+  std::string checkpoint, data, split = "val", tokenizer;
   std::vector<std::string> text;
-  bool json = false;
+  bool json = false, quiet = false;
   int batch = 8, seq = 0, threads = 0;
   std::int64_t max_tokens = 0;
   std::string device = "cpu";
@@ -209,6 +214,36 @@ std::unique_ptr<InferenceBackend> load_model(const std::string& device, const Sa
   return model;
 }
 
+// The tokenizer of a model's weights: `given` (a spec) or the one its metadata names, checked
+// against the content hash the weights record: tokenizers are matched by content, so a
+// byte-identical copy anywhere is accepted and a tokenizer retrained at the same path refused.
+// (Weights written before the hash was recorded are not checked.)
+std::unique_ptr<data::Tokenizer> weights_tokenizer(const SafetensorsFile& file, const std::string& path,
+                                                   const std::string& given) {
+  const auto named = file.metadata.find("tokenizer");
+  const auto hash = file.metadata.find("tokenizer_hash");
+  const bool have_hash = hash != file.metadata.end();
+  std::string spec = given;
+  if (spec.empty()) {
+    require(named != file.metadata.end(), "'", path, "' does not name its tokenizer; pass --tokenizer SPEC");
+    spec = named->second;
+  }
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = data::make_tokenizer(spec);
+  } catch (const Error& e) {
+    if (!given.empty() || !have_hash) throw;
+    fail(e.what(), ": the tokenizer '", path, "' was trained with (hash ", hash->second,
+         ") is not where it was; pass --tokenizer SPEC naming a byte-identical copy");
+  }
+  if (have_hash)
+    require(tokenizer->content_hash() == hash->second, "tokenizer ", tokenizer->spec(), " has hash ",
+            tokenizer->content_hash(), " but '", path, "' was trained with a tokenizer of hash ", hash->second,
+            given.empty() ? " at that path (changed or retrained since?)" : "",
+            "; tokenizers are matched by content: pass --tokenizer SPEC naming a byte-identical copy of it");
+  return tokenizer;
+}
+
 void run_eval(EvalArgs a) {
   set_num_threads(a.threads);
   require(a.data.empty() != a.text.empty(), "give either --data DIR (with --split) or --text FILE...");
@@ -219,33 +254,46 @@ void run_eval(EvalArgs a) {
   double nll_sum = 0, bytes = 0;
   std::int64_t tokens = 0;
   if (!a.data.empty()) {
+    require(a.tokenizer.empty(), "--tokenizer goes with --text (with --data, the data's tokenizer is used)");
     const data::TokenDataset split = data::TokenDataset::open(a.data, a.split);
-    auto tok = file.metadata.find("tokenizer");
     require(split.vocab_size() <= config.vocab_size, "'", a.data, "' uses a vocabulary of ", split.vocab_size(),
             " tokens, larger than the model's ", config.vocab_size);
-    if (tok != file.metadata.end())
-      require(tok->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
-              tok->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
+    const auto tokenizer = data::open_dataset_tokenizer(split);
+    // By content: the same tokenizer wherever its files are (weights from before hashes were
+    // recorded: by the spec they name).
+    const auto hash = file.metadata.find("tokenizer_hash");
+    const auto named = file.metadata.find("tokenizer");
+    if (hash != file.metadata.end())
+      require(hash->second == tokenizer->content_hash(), "'", a.checkpoint, "' was trained with a tokenizer of hash ",
+              hash->second, named != file.metadata.end() ? " (" + named->second + ")" : std::string(), " but '",
+              a.data, "' was prepared with one of hash ", tokenizer->content_hash(), " (", tokenizer->spec(), ")");
+    else if (named != file.metadata.end())
+      require(named->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
+              named->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
     const EvalResult r =
         evaluate_split(*load_model(a.device, file, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
     nll_sum = r.nll * double(r.tokens);
     tokens = r.tokens;
     // Bytes of the scored text: decode the scored tokens (end-of-text counts no bytes).
-    const auto tokenizer = data::open_dataset_tokenizer(split);
     std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
     split.copy_tokens(1, ids);
     std::erase(ids, split.eot_id());
     bytes = double(tokenizer->decode(ids).size());
   } else {
-    auto tok = file.metadata.find("tokenizer");
-    require(tok != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; evaluate with --data");
-    const auto tokenizer = data::make_tokenizer(tok->second);
+    const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
+    require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
+            "' does not fit the model's vocabulary");
     const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, seq);
     for (const auto& path : a.text) {
       const std::string text = read_text_file(path);
       std::vector<std::int32_t> ids = {tokenizer->eot_id()};
       for (auto id : tokenizer->encode(text)) ids.push_back(id);
       const std::int64_t tokens_before = tokens;
+      // What this file will score, for the progress line of long texts (stderr, as train's).
+      std::int64_t to_score = static_cast<std::int64_t>(ids.size()) - 1;
+      if (a.max_tokens > 0) to_score = std::min(to_score, a.max_tokens - tokens_before);
+      StatusLine status(!a.quiet && to_score >= kProgressWindows * seq);
+      const auto started = std::chrono::steady_clock::now();
       // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
       for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
         if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
@@ -257,6 +305,15 @@ void run_eval(EvalArgs a) {
                 ": the weights of '", a.checkpoint, "' are not usable");
         nll_sum += mean * double(n);
         tokens += static_cast<std::int64_t>(n);
+        const std::int64_t done = tokens - tokens_before;
+        const double seconds =
+            std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        char nll_so_far[32];
+        std::snprintf(nll_so_far, sizeof nll_so_far, "%.4f", nll_sum / double(tokens));
+        status.update(concat("eval: ", path, ": ", done, " of ", to_score, " tokens (",
+                             std::lround(100.0 * double(done) / double(to_score)), "%), ",
+                             std::lround(double(done) / seconds), " tokens/s, nll so far ", nll_so_far),
+                      done == to_score);
       }
       // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
       const auto scored = static_cast<std::size_t>(tokens - tokens_before);
@@ -322,14 +379,9 @@ void run_sample(SampleArgs a) {
   set_num_threads(a.threads);
   const SafetensorsFile file = read_model_weights(a.checkpoint);
   const ModelConfig config = weights_config(file, a.checkpoint);
-  std::string spec = a.tokenizer;
-  if (spec.empty()) {
-    auto it = file.metadata.find("tokenizer");
-    require(it != file.metadata.end(), "'", a.checkpoint, "' does not name its tokenizer; pass --tokenizer SPEC");
-    spec = it->second;
-  }
-  const auto tokenizer = data::make_tokenizer(spec);
-  require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", spec, "' does not fit the model's vocabulary");
+  const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
+  require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
+          "' does not fit the model's vocabulary");
   const std::unique_ptr<InferenceBackend> model = load_model("cpu", file, a.checkpoint, config, 1, config.max_seq_len);
   const std::unique_ptr<Decoder> decoder = model->decoder(1);
   // Training documents start after an end-of-text token, so a prompt does too.
@@ -418,12 +470,17 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--data", eargs->data, "prepared data directory");
   eval_cmd->add_option("--split", eargs->split, "val | test (with --data)")->check(CLI::IsMember({"train", "val", "test"}));
   eval_cmd->add_option("--text", eargs->text, "text files, each one document")->take_all();
+  eval_cmd->add_option("--tokenizer", eargs->tokenizer,
+                       "tokenizer spec for --text (default: the one named in the checkpoint; either way its content "
+                       "hash must be the one the checkpoint records)");
   eval_cmd->add_option("--max-tokens", eargs->max_tokens, "score at most this many tokens (0: all)")
       ->check(at_least(0));
   eval_cmd->add_option("--batch", eargs->batch, "windows per forward pass")->capture_default_str()->check(at_least(1));
   eval_cmd->add_option("--seq", eargs->seq, "window length (default: the model's max_seq_len)")->check(at_least(1));
   eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)")->check(at_least(0));
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
+  eval_cmd->add_flag("--quiet", eargs->quiet,
+                     "no progress line (shown on stderr for a --text file of 64 windows or more)");
   add_device_option(eval_cmd, eargs->device);
   eval_cmd->callback([eargs] { run_eval(*eargs); });
 
@@ -438,7 +495,9 @@ void register_train_commands(CLI::App& app) {
       ->check(at_least(0));
   sample_cmd->add_option("--top-k", sargs->top_k, "sample among the k most likely tokens (0: all)")->check(at_least(0));
   sample_cmd->add_option("--seed", sargs->seed, "random seed")->capture_default_str()->check(at_least(0));
-  sample_cmd->add_option("--tokenizer", sargs->tokenizer, "tokenizer spec (default: the one named in the checkpoint)");
+  sample_cmd->add_option("--tokenizer", sargs->tokenizer,
+                         "tokenizer spec (default: the one named in the checkpoint; either way its content hash must "
+                         "be the one the checkpoint records)");
   sample_cmd->add_option("--threads", sargs->threads, "threads (0: all cores)")->check(at_least(0));
   sample_cmd->callback([sargs] { run_sample(*sargs); });
 }

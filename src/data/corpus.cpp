@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -69,9 +70,64 @@ Split assign_split(std::string_view key, const SplitFractions& fractions) {
 }
 
 std::string split_rule_text() {
-  return "u = (hash64(key) >> 11) / 2^53 with key = the document's id (strings as is, other JSON values "
-         "serialised compactly) or, without an id, its text; test if u < test_fraction, val if u < "
-         "test_fraction + val_fraction, else train";
+  return concat("u = (hash64(key) >> 11) / 2^53 with key = the document's id (strings as is, other JSON values "
+                "serialised compactly) or, without an id, its text; test if u < test_fraction, val if u < "
+                "test_fraction + val_fraction, else train. A document over ", kLongDocumentBytes,
+                " bytes is cut into pieces of at most ", kPieceBytes,
+                " bytes (ending after a newline, else a space, in their second half); piece i is keyed "
+                "hex64(hash64(key)) + \"#\" + i, and of its N pieces the round(test_fraction * N) of lowest u go to "
+                "test, the next round(val_fraction * N) to val (at least 1 each for a positive fraction), the rest "
+                "to train");
+}
+
+namespace {
+
+// Where the piece starting at `begin` ends (see kPieceBytes).
+std::size_t piece_end(std::string_view text, std::size_t begin) {
+  if (text.size() - begin <= kPieceBytes) return text.size();
+  const std::size_t limit = begin + kPieceBytes;  // the piece is [begin, cut), cut <= limit
+  const std::size_t half = begin + kPieceBytes / 2;
+  for (const char c : {'\n', ' '}) {
+    const std::size_t at = text.rfind(c, limit - 1);
+    if (at != std::string_view::npos && at >= half) return at + 1;
+  }
+  std::size_t cut = limit;
+  while (cut > half && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return cut;
+}
+
+double split_u(std::string_view key) { return static_cast<double>(hash64(key) >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+std::vector<Segment> split_document(std::string_view text, std::string_view key, const SplitFractions& fractions) {
+  if (text.size() <= kLongDocumentBytes) return {Segment{assign_split(key, fractions), 0, text.size()}};
+  std::vector<Segment> pieces;
+  for (std::size_t begin = 0; begin < text.size();) {
+    const std::size_t end = piece_end(text, begin);
+    pieces.push_back(Segment{Split::kTrain, begin, end});
+    begin = end;
+  }
+  const std::size_t n = pieces.size();
+  const std::string prefix = hex64(hash64(key)) + "#";
+  std::vector<std::pair<double, std::size_t>> ranked(n);
+  for (std::size_t i = 0; i < n; ++i) ranked[i] = {split_u(prefix + std::to_string(i)), i};
+  std::sort(ranked.begin(), ranked.end());
+  auto share = [n](double fraction) -> std::size_t {
+    if (fraction <= 0) return 0;
+    return std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(n))));
+  };
+  // At least one piece stays in train (n >= kLongDocumentBytes / kPieceBytes = 64).
+  const std::size_t n_test = std::min(share(fractions.test), n - 1);
+  const std::size_t n_val = std::min(share(fractions.val), n - 1 - n_test);
+  for (std::size_t r = 0; r < n_test + n_val; ++r)
+    pieces[ranked[r].second].split = r < n_test ? Split::kTest : Split::kVal;
+  std::vector<Segment> segments;
+  for (const Segment& piece : pieces) {
+    if (!segments.empty() && segments.back().split == piece.split) segments.back().end = piece.end;
+    else segments.push_back(piece);
+  }
+  return segments;
 }
 
 std::vector<InputFile> expand_inputs(std::span<const std::string> paths) {
@@ -315,7 +371,7 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     if (bad != std::string_view::npos)
       fail(where(input, line_of_offset(record.data, bad)), ": invalid UTF-8 (byte offset ", bad, " of the file)");
     doc.text = std::move(record.data);
-    doc.split = assign_split(doc.text, fractions);
+    doc.segments = split_document(doc.text, doc.text, fractions);
   } else {
     if (bad != std::string_view::npos)
       fail(where(input, record.line), ": invalid UTF-8 (byte ", bad + 1, " of the line)");
@@ -328,9 +384,10 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     doc.text = std::move(text->get_ref<std::string&>());
     const auto id = object.find("id");
     if (id != object.end() && !id->is_null()) {
-      doc.split = assign_split(id->is_string() ? id->get_ref<const std::string&>() : id->dump(), fractions);
+      doc.segments =
+          split_document(doc.text, id->is_string() ? id->get_ref<const std::string&>() : id->dump(), fractions);
     } else {
-      doc.split = assign_split(doc.text, fractions);
+      doc.segments = split_document(doc.text, doc.text, fractions);
     }
     record.data.clear();
   }

@@ -49,7 +49,27 @@ struct SplitFractions {
 // `key` is the document's `id` (a JSON string as is, any other JSON value serialised
 // compactly) or, without an id, its text.
 Split assign_split(std::string_view key, const SplitFractions& fractions);
-std::string split_rule_text();  // the rule above, for manifests
+std::string split_rule_text();  // the rule above and the one for long documents, for manifests
+
+// A document longer than kLongDocumentBytes (one text file, say) is cut into pieces of at most
+// kPieceBytes, each ending after its last newline (else space, else whole UTF-8 character) in its
+// second half. Piece i is keyed hex64(hash64(key)) + "#" + i and ranked by u of that key; the
+// round(test_fraction * N) lowest of the N pieces go to test and the next round(val_fraction * N)
+// to val (each at least one when its fraction is positive), the rest to train. Shorter
+// documents, so every document of ordinary corpora, take the rule of assign_split as a whole.
+inline constexpr std::size_t kLongDocumentBytes = 256 << 10;
+inline constexpr std::size_t kPieceBytes = 4 << 10;
+
+// Bytes [begin, end) of a document's text and their split. A cut document's consecutive pieces
+// of one split form one segment.
+struct Segment {
+  Split split = Split::kTrain;
+  std::size_t begin = 0, end = 0;
+  bool operator==(const Segment&) const = default;
+};
+
+// The document's segments in text order (one for a short document).
+std::vector<Segment> split_document(std::string_view text, std::string_view key, const SplitFractions& fractions);
 
 // One record of an input file: a JSONL line or a whole text file.
 struct RawRecord {
@@ -102,8 +122,11 @@ class CorpusReader {
 
 struct Document {
   std::string text;
-  Split split = Split::kTrain;
-  bool empty = false;  // text empty or only whitespace: skipped and counted
+  std::vector<Segment> segments;  // split_document(text, key): where each part of it goes
+  bool empty = false;             // text empty or only whitespace: skipped and counted
+  std::string_view segment_text(const Segment& s) const {
+    return std::string_view(text).substr(s.begin, s.end - s.begin);
+  }
 };
 
 // Validates and parses one record: invalid UTF-8, malformed JSON, a non-object line, a missing

@@ -10,6 +10,7 @@
 #include "data/hash.hpp"
 #include "data/unicode.hpp"
 #include "util/atomic_file.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 #include "util/json.hpp"
 
@@ -153,9 +154,9 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string spec) : spec_(s
   require(fs::is_directory(dir), "GPT-2 tokenizer directory '", dir, "' does not exist");
   const std::string encoder_text = read_text_file(encoder_path);
   const std::string merges_text = read_text_file(merges_path);
-  // The content hash covers both files (each hashed, then the pair), in a fixed order.
-  const std::string both = hex64(hash64(encoder_text)) + hex64(hash64(merges_text));
-  content_hash_ = hex64(hash64(both));
+  // The content hash covers both files (each hashed, then the pair of hex digests), in a fixed order.
+  content_hash_ = checksum_hex(checksum64(checksum_hex(checksum64(encoder_text)) + checksum_hex(checksum64(merges_text))));
+  legacy_content_hash_ = hex64(hash64(hex64(hash64(encoder_text)) + hex64(hash64(merges_text))));
 
   const std::array<char32_t, 256> forward = gpt2_byte_to_codepoint();
   std::unordered_map<char32_t, unsigned char> inverse;

@@ -36,6 +36,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::int32_t eot_id() const override { return eot_id_; }
   const std::string& spec() const override { return spec_; }
   std::string content_hash() const override { return content_hash_; }
+  std::string legacy_content_hash() const override { return legacy_content_hash_; }
 
   // The merges of one piece without the cache: by GPT-2's own algorithm (merge every occurrence
   // of the lowest-ranked pair, repeat), and by the O(n log n) heap form used for long pieces.
@@ -77,7 +78,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) const;
 
   std::string spec_;
-  std::string content_hash_;
+  std::string content_hash_, legacy_content_hash_;
   std::array<std::int32_t, 256> byte_id_{};
   std::vector<std::string> id_bytes_;
   PairTable merges_;

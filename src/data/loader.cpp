@@ -16,6 +16,7 @@
 #include "data/prepare.hpp"
 #include "data/shard.hpp"
 #include "util/atomic_file.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 #include "util/json.hpp"
 #include "util/rng.hpp"
@@ -117,8 +118,9 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   require(m.is_object() && m.value("format", "") == "attnres-token-shards", manifest_path,
           ": not an attnres dataset manifest");
   const std::uint64_t version = get_u64(m, "format_version", manifest_path);
-  require(version == static_cast<std::uint64_t>(kManifestVersion), manifest_path, ": manifest version ", version,
-          " is not supported (expected ", kManifestVersion, ")");
+  require(version == 1 || version == static_cast<std::uint64_t>(kManifestVersion), manifest_path,
+          ": manifest version ", version, " is not supported (expected 1 or ", kManifestVersion,
+          "; prepared by a newer attnres?)");
 
   TokenDataset data;
   data.dir_ = dir;
@@ -126,7 +128,16 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   require(m.contains("tokenizer") && m["tokenizer"].is_object(), manifest_path, ": missing \"tokenizer\"");
   const nlohmann::json& tok = m["tokenizer"];
   const std::string tok_where = manifest_path + " (tokenizer)";
-  data.tokenizer_spec_ = get_string(tok, "spec", tok_where);
+  data.legacy_hash_ = version == 1;
+  if (version == 1) {
+    data.tokenizer_spec_ = get_string(tok, "spec", tok_where);
+  } else {
+    data.tokenizer_spec_ = spec_resolved_from(get_string(tok, "spec", tok_where), dir);
+    data.tokenizer_spec_when_prepared_ = get_string(tok, "spec_when_prepared", tok_where);
+    const std::string algorithm = get_string(tok, "hash_algorithm", tok_where);
+    require(algorithm == kChecksumAlgorithm, tok_where, ": hash_algorithm '", algorithm, "' is not ",
+            kChecksumAlgorithm);
+  }
   data.tokenizer_hash_ = get_string(tok, "hash", tok_where);
   const std::uint64_t vocab = get_u64(tok, "vocab_size", tok_where);
   const std::uint64_t eot = get_u64(tok, "eot_id", tok_where);
@@ -139,11 +150,10 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
 
   if (options.tokenizer) {
     const Tokenizer& t = *options.tokenizer;
-    require(t.content_hash() == data.tokenizer_hash_ && t.vocab_size() == data.vocab_size_ &&
-                t.eot_id() == data.eot_id_,
-            "dataset '", dir, "' was prepared with tokenizer ", data.tokenizer_spec_, " (hash ", data.tokenizer_hash_,
-            ", vocabulary ", vocab, ", end-of-text ", eot, ") but the tokenizer given is ", t.spec(), " (hash ",
-            t.content_hash(), ", vocabulary ", t.vocab_size(), ", end-of-text ", t.eot_id(), ")");
+    require(data.made_with(t), "dataset '", dir, "' was prepared with tokenizer ", data.tokenizer_spec_, " (hash ",
+            data.tokenizer_hash_, ", vocabulary ", vocab, ", end-of-text ", eot, ") but the tokenizer given is ",
+            t.spec(), " (hash ", data.legacy_hash_ ? t.legacy_content_hash() : t.content_hash(), ", vocabulary ",
+            t.vocab_size(), ", end-of-text ", t.eot_id(), ")");
   }
 
   require(m.contains("splits") && m["splits"].is_object() && m["splits"].contains(split), manifest_path,
@@ -257,14 +267,32 @@ std::int32_t TokenDataset::token(std::int64_t i) const {
   return value;
 }
 
+bool TokenDataset::made_with(const Tokenizer& t) const {
+  return (legacy_hash_ ? t.legacy_content_hash() : t.content_hash()) == tokenizer_hash_ &&
+         t.vocab_size() == vocab_size_ && t.eot_id() == eot_id_;
+}
+
 std::unique_ptr<Tokenizer> open_dataset_tokenizer(const TokenDataset& data) {
-  std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(data.tokenizer_spec());
-  require(tokenizer->content_hash() == data.tokenizer_hash(), "the tokenizer files of ", data.tokenizer_spec(),
-          " changed since '", data.dir(), "' was prepared (hash ", tokenizer->content_hash(), ", manifest says ",
-          data.tokenizer_hash(), ")");
-  require(tokenizer->vocab_size() == data.vocab_size() && tokenizer->eot_id() == data.eot_id(), "tokenizer ",
-          data.tokenizer_spec(), " does not match the vocabulary of '", data.dir(), "'");
-  return tokenizer;
+  std::vector<std::string> specs = {data.tokenizer_spec()};
+  if (!data.tokenizer_spec_when_prepared_.empty() && data.tokenizer_spec_when_prepared_ != specs[0])
+    specs.push_back(data.tokenizer_spec_when_prepared_);
+  std::string tried;
+  for (const std::string& spec : specs) {
+    std::unique_ptr<Tokenizer> tokenizer;
+    try {
+      tokenizer = make_tokenizer(spec);
+    } catch (const Error& e) {
+      tried += concat(tried.empty() ? "" : "; ", e.what());
+      continue;
+    }
+    if (data.made_with(*tokenizer)) return tokenizer;
+    tried += concat(tried.empty() ? "" : "; ", spec, " has hash ",
+                    data.legacy_hash_ ? tokenizer->legacy_content_hash() : tokenizer->content_hash(), ", vocabulary ",
+                    tokenizer->vocab_size(), ", end-of-text ", tokenizer->eot_id());
+  }
+  fail("the tokenizer '", data.dir(), "' was prepared with (hash ", data.tokenizer_hash(), ", vocabulary ",
+       data.vocab_size(), ", end-of-text ", data.eot_id(), ") is not found or has changed since: ", tried,
+       "; tokenizers are matched by content: put a byte-identical copy at ", data.tokenizer_spec());
 }
 
 void to_json(nlohmann::json& j, const LoaderPosition& position) {

@@ -17,7 +17,8 @@ struct DatasetOpenOptions {
   // Hash every shard's payload and check every id < vocabulary size at open (one pass over
   // the data, parallel over shards). When off, ids are still range-checked as they are read.
   bool verify_checksums = true;
-  // When set, the manifest's tokenizer hash, vocabulary size and end-of-text id must match it.
+  // When set, the manifest's tokenizer content hash, vocabulary size and end-of-text id must
+  // match it (wherever its files are: tokenizers are matched by content, not path).
   const Tokenizer* tokenizer = nullptr;
 };
 
@@ -37,10 +38,18 @@ class TokenDataset {   // one split ("train"|"val"|"test") of a prepared directo
   std::int64_t num_tokens() const { return num_tokens_; }
   int vocab_size() const { return vocab_size_; }
   std::int32_t eot_id() const { return eot_id_; }
+  // The manifest's tokenizer spec with its path taken from the directory (absolute); version 1
+  // manifests recorded it absolute.
   const std::string& tokenizer_spec() const { return tokenizer_spec_; }
+  // The content hash the manifest records: Tokenizer::content_hash(), or for a version 1
+  // manifest legacy_content_hash().
   const std::string& tokenizer_hash() const { return tokenizer_hash_; }
+  // The tokenizer's content hash, vocabulary size and end-of-text id are the manifest's.
+  bool made_with(const Tokenizer& tokenizer) const;
   const std::string& dir() const { return dir_; }
   const std::string& split() const { return split_; }
+
+  friend std::unique_ptr<Tokenizer> open_dataset_tokenizer(const TokenDataset& data);
 
   std::int32_t token(std::int64_t i) const;                 // global index across shards
   void copy_tokens(std::int64_t begin, std::span<std::int32_t> out) const;
@@ -52,6 +61,8 @@ class TokenDataset {   // one split ("train"|"val"|"test") of a prepared directo
 
   std::string dir_, split_;
   std::string tokenizer_spec_, tokenizer_hash_;
+  std::string tokenizer_spec_when_prepared_;  // the absolute spec at prepare time (version 2), a fallback
+  bool legacy_hash_ = false;                  // a version 1 manifest: hash64 content hash
   int vocab_size_ = 0;
   std::int32_t eot_id_ = -1;
   std::int64_t num_tokens_ = 0;
@@ -59,8 +70,10 @@ class TokenDataset {   // one split ("train"|"val"|"test") of a prepared directo
   std::vector<std::int64_t> shard_begin_;  // first global index of each shard
 };
 
-// Builds the tokenizer a dataset was prepared with, from the manifest's spec, and checks its
-// content hash still matches (the files at that path may have changed since).
+// Builds the tokenizer a dataset was prepared with: from the manifest's spec relative to the
+// directory, else (the directory was moved without it) from the absolute spec recorded at prepare
+// time, and checks that its content hash is the manifest's (the files there may have changed
+// since). Throws attnres::Error naming the paths tried and both hashes.
 std::unique_ptr<Tokenizer> open_dataset_tokenizer(const TokenDataset& data);
 
 struct LoaderPosition {

@@ -8,6 +8,7 @@
 #include "data/progress.hpp"
 #include "data/shard.hpp"
 #include "util/atomic_file.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 
 namespace attnres::data {
@@ -32,10 +33,12 @@ void clear_previous_output(const fs::path& dir) {
   }
 }
 
+// A document's segments, each as [eot, tokens...]: a cut document's runs of consecutive pieces of
+// one split are separate documents of that split.
 struct DocResult {
-  std::vector<std::int32_t> tokens;
-  Split split = Split::kTrain;
+  std::vector<std::pair<Split, std::vector<std::int32_t>>> parts;
   bool empty = false;
+  bool cut = false;
 };
 
 }  // namespace
@@ -73,13 +76,18 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
       parallel_for_each(batch.size(), [&](std::size_t i) {
         Document doc = parse_record(batch[i], options.inputs[batch[i].source], options.fractions);
         DocResult& r = results[i];
-        r.split = doc.split;
         r.empty = doc.empty;
-        r.tokens.clear();
+        r.cut = doc.segments.size() > 1 || doc.text.size() > kLongDocumentBytes;
+        r.parts.clear();
         if (doc.empty) return;
-        r.tokens.reserve(doc.text.size() / 3 + 8);
-        r.tokens.push_back(eot);  // every document starts with end-of-text
-        tokenizer.encode_append(doc.text, r.tokens);
+        for (const Segment& segment : doc.segments) {
+          const std::string_view text = doc.segment_text(segment);
+          std::vector<std::int32_t> tokens;
+          tokens.reserve(text.size() / 3 + 8);
+          tokens.push_back(eot);  // every document starts with end-of-text
+          tokenizer.encode_append(text, tokens);
+          r.parts.emplace_back(segment.split, std::move(tokens));
+        }
       });
       // Appending in input order keeps the shards independent of the thread count.
       for (DocResult& r : results) {
@@ -87,13 +95,16 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
           ++summary.skipped_empty;
           continue;
         }
-        const auto s = static_cast<std::size_t>(r.split);
-        writers[s]->append(r.tokens);
-        ++summary.documents[s];
-        summary.tokens[s] += r.tokens.size();
+        summary.cut_documents += r.cut;
         ++total_docs;
-        total_tokens += r.tokens.size();
-        std::vector<std::int32_t>().swap(r.tokens);  // do not keep a huge document's buffer
+        for (auto& [split, tokens] : r.parts) {
+          const auto s = static_cast<std::size_t>(split);
+          writers[s]->append(tokens);
+          ++summary.documents[s];
+          summary.tokens[s] += tokens.size();
+          total_tokens += tokens.size();
+        }
+        r.parts.clear();  // do not keep a huge document's buffers
       }
       progress.update(reader.raw_bytes_read(), total_docs, total_tokens);
     }
@@ -122,9 +133,13 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     nlohmann::ordered_json manifest = {
         {"format", "attnres-token-shards"},
         {"format_version", kManifestVersion},
+        // Named relative to this directory (so it can be moved with the tokenizer inside), with the
+        // absolute spec as a fallback; matched by content hash wherever the files are.
         {"tokenizer",
-         {{"spec", tokenizer.spec()},
+         {{"spec", spec_relative_to(tokenizer.spec(), options.out_dir)},
+          {"spec_when_prepared", tokenizer.spec()},
           {"hash", tokenizer.content_hash()},
+          {"hash_algorithm", kChecksumAlgorithm},
           {"vocab_size", tokenizer.vocab_size()},
           {"eot_id", tokenizer.eot_id()}}},
         {"token_bytes", token_bytes_for_vocab(tokenizer.vocab_size())},
@@ -134,7 +149,10 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
         {"split",
          {{"rule", split_rule_text()},
           {"val_fraction", options.fractions.val},
-          {"test_fraction", options.fractions.test}}},
+          {"test_fraction", options.fractions.test},
+          {"long_document_bytes", kLongDocumentBytes},
+          {"piece_bytes", kPieceBytes},
+          {"cut_documents", summary.cut_documents}}},
         {"sources", std::move(sources)},
         {"skipped", {{"empty_documents", summary.skipped_empty}}},
         {"splits", std::move(splits)},
@@ -151,6 +169,9 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     std::snprintf(secs, sizeof secs, "%.1f s", summary.seconds);
     message += secs;
     message += " (" + format_count(static_cast<double>(total_tokens) / std::max(summary.seconds, 1e-9)) + " tokens/s)";
+    if (summary.cut_documents != 0)
+      message += concat("; ", summary.cut_documents, " document", summary.cut_documents == 1 ? "" : "s", " over ",
+                        format_bytes(static_cast<double>(kLongDocumentBytes)), " cut into pieces for the split");
     if (summary.skipped_empty != 0) message += concat("; skipped ", summary.skipped_empty, " empty documents");
     progress.finish(message);
     return summary;

@@ -11,7 +11,9 @@
 namespace attnres::data {
 
 inline constexpr std::int64_t kDefaultShardTokens = 100'000'000;
-inline constexpr int kManifestVersion = 1;
+// 2: long documents cut into pieces for the split (corpus.hpp), the tokenizer named relative to
+// the directory with its XXH3 content hash. Version 1 directories are still read.
+inline constexpr int kManifestVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 
 struct PrepareOptions {
@@ -24,9 +26,10 @@ struct PrepareOptions {
 };
 
 struct PrepareSummary {
-  std::uint64_t documents[kNumSplits] = {};
+  std::uint64_t documents[kNumSplits] = {};  // a cut document counts once per segment (corpus.hpp)
   std::uint64_t tokens[kNumSplits] = {};
   std::uint64_t skipped_empty = 0;
+  std::uint64_t cut_documents = 0;  // input documents over kLongDocumentBytes
   std::uint64_t raw_bytes = 0;
   double seconds = 0;
 };

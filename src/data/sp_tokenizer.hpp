@@ -32,6 +32,7 @@ class SpTokenizer final : public Tokenizer {
   std::int32_t eot_id() const override { return eot_id_; }
   const std::string& spec() const override { return spec_; }
   std::string content_hash() const override { return content_hash_; }
+  std::string legacy_content_hash() const override { return legacy_content_hash_; }
 
   // SentencePiece on the whole text, without the chunking and cache of encode(); for tests.
   void encode_whole(std::string_view text, std::vector<std::int32_t>& out) const;
@@ -51,7 +52,7 @@ class SpTokenizer final : public Tokenizer {
   bool split_words_ = false;
   mutable PieceCache cache_;
   std::string spec_;
-  std::string content_hash_;
+  std::string content_hash_, legacy_content_hash_;
   int vocab_size_ = 0;
   std::int32_t eot_id_ = -1;
 };

@@ -5,6 +5,7 @@
 #include "data/gpt2_tokenizer.hpp"
 #include "data/hash.hpp"
 #include "data/sp_tokenizer.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 
 namespace attnres::data {
@@ -38,10 +39,12 @@ class BytesTokenizer final : public Tokenizer {
   std::int32_t eot_id() const override { return kEot; }
   const std::string& spec() const override { return spec_; }
   // No files: the hash names the fixed scheme, so it still changes if the scheme ever does.
-  std::string content_hash() const override { return hex64(hash64("attnres bytes tokenizer v1")); }
+  std::string content_hash() const override { return checksum_hex(checksum64(kScheme)); }
+  std::string legacy_content_hash() const override { return hex64(hash64(kScheme)); }
 
  private:
   static constexpr std::int32_t kEot = 256;
+  static constexpr std::string_view kScheme = "attnres bytes tokenizer v1";
   std::string spec_ = "bytes";
 };
 
@@ -72,6 +75,34 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     return std::make_unique<SpTokenizer>(file, "sp:" + file);
   }
   fail("unknown tokenizer spec '", spec, "' (expected 'bytes', 'gpt2:DIR' or 'sp:FILE')");
+}
+
+namespace {
+
+// "gpt2:" or "sp:" and the path after it; no prefix for a spec without a path ("bytes").
+std::pair<std::string, std::string> spec_parts(const std::string& spec) {
+  for (const char* prefix : {"gpt2:", "sp:"})
+    if (spec.starts_with(prefix)) return {prefix, spec.substr(std::string_view(prefix).size())};
+  return {"", ""};
+}
+
+}  // namespace
+
+std::string spec_relative_to(const std::string& spec, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const auto [prefix, path] = spec_parts(spec);
+  if (prefix.empty()) return spec;
+  const fs::path base = fs::absolute(dir).lexically_normal();
+  const fs::path relative = fs::absolute(path).lexically_normal().lexically_relative(base);
+  return relative.empty() ? spec : prefix + relative.string();
+}
+
+std::string spec_resolved_from(const std::string& spec, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const auto [prefix, path] = spec_parts(spec);
+  if (prefix.empty()) return spec;
+  const fs::path p(path);
+  return prefix + absolute_path(spec, (p.is_absolute() ? p : fs::path(dir) / p).lexically_normal().string());
 }
 
 }  // namespace attnres::data

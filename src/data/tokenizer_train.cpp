@@ -32,7 +32,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
   require(!out_file.empty(), "no output file");
 
   SpTrainSummary summary;
-  Progress progress("tokenizer train", options.progress);
+  Progress progress("tokenizer train", options.progress, "training documents");
   CorpusReader reader(inputs);
   std::vector<RawRecord> batch;
   struct DocLines {
@@ -51,19 +51,22 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
       DocLines& r = results[i];
       r.lines.clear();
       r.hashes.clear();
-      r.train = doc.split == Split::kTrain && !doc.empty;
-      if (!r.train) return;
-      std::string_view text = doc.text;
-      while (!text.empty()) {
-        const std::size_t nl = text.find('\n');
-        std::string_view line = text.substr(0, nl);
-        text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.size() > kMaxSentenceBytes ||
-            line.find_first_not_of(" \t\f\v") == std::string_view::npos)
-          continue;
-        r.lines.emplace_back(line);
-        r.hashes.push_back(hash64(line, kSentenceSeed));
+      r.train = false;
+      if (doc.empty) return;
+      for (const Segment& segment : doc.segments) {
+        if (segment.split != Split::kTrain) continue;
+        r.train = true;
+        std::string_view text = doc.segment_text(segment);
+        while (!text.empty()) {
+          const std::size_t nl = text.find('\n');
+          std::string_view line = text.substr(0, nl);
+          text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+          if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+          if (line.size() > kMaxSentenceBytes || line.find_first_not_of(" \t\f\v") == std::string_view::npos)
+            continue;
+          r.lines.emplace_back(line);
+          r.hashes.push_back(hash64(line, kSentenceSeed));
+        }
       }
     });
     for (DocLines& r : results) {

@@ -100,7 +100,7 @@ void create_run(const RunFiles& files, const std::string& config_toml) {
 
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
                      const HostTrainState& host, const TrainState& state, const std::string& config_toml,
-                     const std::string& tokenizer_spec) {
+                     const data::Tokenizer& tokenizer) {
   const std::vector<TensorRef> tensors = {
       {"params", DType::F32, {layout.total()}, host.params.data()},
       {"adam.m", DType::F32, {layout.total()}, host.m.data()},
@@ -112,7 +112,9 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
                      {"adam_steps", std::to_string(host.adam_steps)}},
                     tensors);
   save_weights<float>(files.weights, config.model, layout, host.params,
-                      {{"step", std::to_string(state.step)}, {"tokenizer", tokenizer_spec}});
+                      {{"step", std::to_string(state.step)},
+                       {"tokenizer", tokenizer.spec()},
+                       {"tokenizer_hash", tokenizer.content_hash()}});
 }
 
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,

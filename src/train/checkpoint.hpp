@@ -38,10 +38,11 @@ struct TrainState {
 };
 
 // Writes checkpoint.safetensors (weights, AdamW moments and the state, in one file so it can never
-// disagree with itself) and model.safetensors (the weights for eval and sample), atomically.
+// disagree with itself) and model.safetensors (the weights for eval and sample, with the
+// tokenizer's spec and content hash as metadata "tokenizer" and "tokenizer_hash"), atomically.
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
                      const HostTrainState& host, const TrainState& state, const std::string& config_toml,
-                     const std::string& tokenizer_spec);
+                     const data::Tokenizer& tokenizer);
 
 struct RunStart {
   TrainState state;      // step 0 for a new run

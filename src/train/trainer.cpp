@@ -150,6 +150,8 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   const data::TokenDataset val_data = data::TokenDataset::open(opt.data_dir, "val");
   require(train_data.tokenizer_hash() == val_data.tokenizer_hash(), "'", opt.data_dir,
           "': train and val splits disagree on the tokenizer");
+  // Its content hash goes into the weights, so eval and sample find it by content later.
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::open_dataset_tokenizer(train_data);
   // Before step 1: every split this run reads holds a window (evaluations come mid-run).
   eval_windows(train_data, config.seq_len, 0);
   const std::int64_t val_windows = eval_windows(val_data, config.seq_len, config.eval_tokens);
@@ -180,8 +182,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     state.loader = loader.position();
     if (!comm.is_root()) return;
     state.metrics_bytes = static_cast<std::int64_t>(std::filesystem::file_size(files.metrics));
-    save_checkpoint(files, config, backend->layout(), backend->host_state(), state, config_toml,
-                    train_data.tokenizer_spec());
+    save_checkpoint(files, config, backend->layout(), backend->host_state(), state, config_toml, *tokenizer);
   };
 
   while (state.step < total_steps) {

@@ -157,9 +157,12 @@ TEST(DataParseRecord, Documents) {
   const Document d = parse("{\"text\": \"caf\\u00e9\\n\", \"id\": \"x1\", \"url\": null}");
   EXPECT_EQ(d.text, "caf\xC3\xA9\n");
   EXPECT_FALSE(d.empty);
-  EXPECT_EQ(d.split, assign_split("x1", SplitFractions{}));
-  EXPECT_EQ(parse("{\"text\": \"a\", \"id\": 12}").split, assign_split("12", SplitFractions{}));
-  EXPECT_EQ(parse("{\"text\": \"body\"}").split, assign_split("body", SplitFractions{}));
+  const auto whole = [](const Document& doc, Split split) {
+    return doc.segments == std::vector<Segment>{Segment{split, 0, doc.text.size()}};
+  };
+  EXPECT_TRUE(whole(d, assign_split("x1", SplitFractions{})));
+  EXPECT_TRUE(whole(parse("{\"text\": \"a\", \"id\": 12}"), assign_split("12", SplitFractions{})));
+  EXPECT_TRUE(whole(parse("{\"text\": \"body\"}"), assign_split("body", SplitFractions{})));
   EXPECT_TRUE(parse("{\"text\": \"  \\n\\t\"}").empty);
   EXPECT_TRUE(parse("{\"text\": \"\"}").empty);
   EXPECT_EQ(parse("plain text\n", InputFormat::kText, 1).text, "plain text\n");
@@ -172,6 +175,39 @@ TEST(DataParseRecord, Errors) {
   expect_error([] { parse("{\"text\": 5}"); }, "/data/in.jsonl:7: field \"text\" is a number, not a string");
   expect_error([] { parse("{\"text\": \"bad \xC3\x28\"}"); }, "/data/in.jsonl:7: invalid UTF-8 (byte 15 of the line)");
   expect_error([] { parse("line one\nline two \xFF\n", InputFormat::kText, 1); }, "/data/in.jsonl:2: invalid UTF-8");
+}
+
+TEST(DataSplit, LongDocumentsAreCutIntoPiecesOfEverySplit) {
+  // Lines of 50 bytes and one long run without spaces or newlines (cut inside it, on a whole
+  // UTF-8 character), then more lines: just over kLongDocumentBytes.
+  std::string text;
+  while (text.size() < kLongDocumentBytes / 2) text += "the depth attention of the residual stream routes.\n";
+  for (int i = 0; i < 3000; ++i) text += "\xC3\xA9";
+  while (text.size() <= kLongDocumentBytes) text += "the depth attention of the residual stream routes.\n";
+  const SplitFractions f{};  // 1% each
+  const std::vector<Segment> segments = split_document(text, "one.txt", f);
+  EXPECT_EQ(segments, split_document(text, "one.txt", f));  // deterministic
+  std::size_t at = 0, bytes[kNumSplits] = {};
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    EXPECT_EQ(s.begin, at) << i;  // contiguous, in text order, covering the text
+    EXPECT_GT(s.end, s.begin) << i;
+    if (i > 0) EXPECT_NE(s.split, segments[i - 1].split) << i;  // runs of one split are merged
+    if (s.end < text.size()) EXPECT_NE(static_cast<unsigned char>(text[s.end]) & 0xC0, 0x80) << "inside a character";
+    if (s.split != Split::kTrain) EXPECT_LE(s.end - s.begin, 2 * kPieceBytes) << i;  // one or two pieces
+    bytes[static_cast<int>(s.split)] += s.end - s.begin;
+    at = s.end;
+  }
+  EXPECT_EQ(at, text.size());
+  // round(0.01 * 65 pieces) = 1 piece each for val and test.
+  EXPECT_GT(bytes[1], 0u);
+  EXPECT_GT(bytes[2], 0u);
+  EXPECT_GT(bytes[0], text.size() * 9 / 10);
+  // No fractions: all train, as one segment. A document at the threshold is not cut.
+  EXPECT_EQ(split_document(text, "k", SplitFractions{0, 0}), (std::vector<Segment>{{Split::kTrain, 0, text.size()}}));
+  const std::string at_threshold = text.substr(0, kLongDocumentBytes);
+  EXPECT_EQ(split_document(at_threshold, "k", f).size(), 1u);
+  EXPECT_EQ(split_document(at_threshold, "k", f).front().split, assign_split("k", f));
 }
 
 TEST(DataSplit, DeterministicFractionsAndNesting) {

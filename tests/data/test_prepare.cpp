@@ -35,6 +35,7 @@ class WideTokenizer final : public Tokenizer {
   std::int32_t eot_id() const override { return 69999; }
   const std::string& spec() const override { return spec_; }
   std::string content_hash() const override { return "wide"; }
+  std::string legacy_content_hash() const override { return "wide"; }
 
  private:
   std::string spec_ = "wide";
@@ -125,7 +126,7 @@ TEST(DataPrepare, ShardsHoldEveryDocumentInInputOrder) {
 
   const nlohmann::json m = read_manifest(tmp / "out");
   EXPECT_EQ(m["format"], "attnres-token-shards");
-  EXPECT_EQ(m["format_version"], 1);
+  EXPECT_EQ(m["format_version"], 2);
   EXPECT_EQ(m["tokenizer"]["spec"], "bytes");
   EXPECT_EQ(m["tokenizer"]["hash"], tok->content_hash());
   EXPECT_EQ(m["tokenizer"]["vocab_size"], 257);
