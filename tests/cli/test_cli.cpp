@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -244,4 +245,164 @@ TEST(Cli, PrepareWarnsOfEmptyOrShortSplits) {
   for (const char* split : {"'train' holds 0", "'val' holds 0", "'test' holds 0"}) warned += contains(r.output, split);
   EXPECT_EQ(warned, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "train and experiment will refuse it")) << r.output;
+}
+
+TEST(Cli, OneLongTextFileGivesEverySplit) {
+  // One text file over 256 KiB (one document): cut into pieces for the split, so the default 1%
+  // fractions give non-empty val and test splits, the same on every run, and a model trains on it.
+  TempDir dir("attnres_cli_one_long_file");
+  const std::string text = dir.str("one.txt");
+  {
+    std::ofstream out(text);
+    attnres::Rng rng(7);
+    const char* words[] = {"depth", "attention", "residual", "block", "query", "value", "key", "layer"};
+    for (int w = 0; w < 60000; ++w) out << words[rng.below(8)] << (w % 10 == 9 ? ".\n" : " ");
+  }
+  ASSERT_GT(fs::file_size(text), 256u << 10);
+  const CliResult r = run_cli("prepare --input " + text + " --tokenizer bytes --quiet --out " + dir.str("data"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "warning")) << r.output;
+  const auto manifest = nlohmann::json::parse(read_file(dir.path() / "data" / "manifest.json"));
+  for (const char* split : {"train", "val", "test"})
+    EXPECT_GE(manifest["splits"][split]["tokens"].get<long long>(), 1024) << split << "\n" << manifest.dump(1);
+  EXPECT_EQ(manifest["split"]["cut_documents"], 1);
+  ASSERT_EQ(run_cli("prepare --input " + text + " --tokenizer bytes --quiet --out " + dir.str("again")).exit_code, 0);
+  EXPECT_EQ(read_file(dir.path() / "again" / "manifest.json"), read_file(dir.path() / "data" / "manifest.json"));
+  const CliResult trained = run_cli("train " + kTiny + " --data " + dir.str("data") + " --out " + dir.str("run"));
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  const CliResult test = run_cli("eval --checkpoint " + dir.str("run") + " --data " + dir.str("data") + " --split test");
+  EXPECT_EQ(test.exit_code, 0) << test.output;
+}
+
+TEST_F(CliTest, EvalShowsProgressOnLongTexts) {
+  const std::string text = dir_->str("longer.txt");
+  {
+    std::ofstream out(text);  // 2400 bytes: 75 windows of 32 bytes-tokens
+    for (int i = 0; i < 40; ++i) out << "the depth attention of the residual block routes the value. ";
+  }
+  const CliResult r = run_cli("eval --checkpoint " + run() + " --text " + text);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "eval: " + text + ": 2400 of 2400 tokens (100%)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tokens/s, nll so far ")) << r.output;
+  // --quiet, or a short text (here cut by --max-tokens): the result only.
+  for (const std::string& extra : {std::string(" --quiet"), std::string(" --max-tokens 100")}) {
+    const CliResult q = run_cli("eval --checkpoint " + run() + " --text " + text + extra);
+    EXPECT_EQ(q.exit_code, 0) << q.output;
+    EXPECT_FALSE(contains(q.output, "eval: ")) << extra << "\n" << q.output;
+  }
+}
+
+TEST(Cli, FailedPrepareLeavesNoOutputBehind) {
+  TempDir dir("attnres_cli_failed_prepare");
+  const std::string bad = dir.str("bad.jsonl");
+  std::ofstream(bad) << "{\"text\": \"a fine first document\"}\n{\"text\": broken\n";
+  // A directory prepare creates (with a parent) is removed again, with or without a tokenizer to train.
+  for (const std::string& tokenizer : {std::string(" --tokenizer bytes"), std::string(" --vocab-size 300")}) {
+    expect_user_error("prepare --input " + bad + tokenizer + " --quiet --out " + dir.str("new/data"),
+                      {bad + ":2", "malformed JSON"});
+    EXPECT_FALSE(fs::exists(dir.path() / "new")) << tokenizer;
+  }
+  // An existing directory is kept with what was there before, and nothing of this run.
+  fs::create_directories(dir.path() / "mine");
+  std::ofstream(dir.path() / "mine" / "notes.txt") << "keep me";
+  expect_user_error("prepare --input " + bad + " --quiet --out " + dir.str("mine"), {bad + ":2"});
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path() / "mine")) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
+}
+
+TEST(Cli, ConfigFileErrorsGiveFileAndLine) {
+  TempDir dir("attnres_cli_toml");
+  const std::string file = dir.str("c.toml");
+  std::ofstream(file) << "[model]\nd_model = 64\n\n[train]\nbatch_size = -3\n";
+  // A value out of its range, as a wrong type is, is named with the file and line.
+  expect_user_error("config --config " + file, {file + ":5: train.batch_size must be at least 1 (got -3)"});
+  std::ofstream(file) << "[model]\nd_model = 64\n\n[train]\nbatch_size = 2.5\n";
+  expect_user_error("config --config " + file, {file + ":5: 'train.batch_size' must be an integer"});
+  std::ofstream(file) << "[train]\nlr = \"fast\"\n";
+  expect_user_error("config --config " + file, {file + ":2: 'train.lr' must be a number"});
+  expect_user_error("config --preset tiny --set train.batch_size=0",
+                    {"--set train.batch_size=0: train.batch_size must be at least 1 (got 0)"});
+}
+
+TEST_F(CliTest, TokenizersAreMatchedByContent) {
+  TempDir dir("attnres_cli_tokenizers");
+  const std::string corpus = dir_->str("corpus");
+  // A prepared directory holding its own tokenizer (prepare trains it), then moved: still usable.
+  ASSERT_EQ(run_cli("prepare --input " + corpus + " --vocab-size 300 --val-fraction 0.15 --test-fraction 0.15 "
+                    "--quiet --out " + dir.str("data")).exit_code, 0);
+  const auto manifest = nlohmann::json::parse(read_file(dir.path() / "data" / "manifest.json"));
+  EXPECT_EQ(manifest["tokenizer"]["spec"], "sp:tokenizer.model");
+  EXPECT_EQ(manifest["tokenizer"]["hash_algorithm"], "xxh3-64");
+  const std::string hash = manifest["tokenizer"]["hash"].get<std::string>();
+  const CliResult info = run_cli("tokenizer info --tokenizer sp:" + dir.str("data/tokenizer.model"));
+  EXPECT_TRUE(contains(info.output, "hash: " + hash)) << info.output;
+  const CliResult trained = run_cli("train " + kTiny + " --data " + dir.str("data") + " --out " + dir.str("run"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  fs::rename(dir.path() / "data", dir.path() / "moved");
+  const CliResult moved = run_cli("eval --checkpoint " + dir.str("run") + " --data " + dir.str("moved"));
+  EXPECT_EQ(moved.exit_code, 0) << moved.output;
+
+  // The checkpoint names its tokenizer (now moved): a byte-identical copy anywhere is accepted.
+  const std::string text = dir_->str("doc.txt");
+  std::ofstream(text) << "the depth attention of the residual block. the query and the key.\n";
+  const std::string eval = "eval --checkpoint " + dir.str("run") + " --text " + text;
+  expect_user_error(eval, {"tokenizer.model", hash, "pass --tokenizer"});
+  fs::create_directories(dir.path() / "copy");
+  fs::copy_file(dir.path() / "moved" / "tokenizer.model", dir.path() / "copy" / "tok.model");
+  EXPECT_EQ(run_cli(eval + " --tokenizer sp:" + dir.str("copy/tok.model")).exit_code, 0);
+  EXPECT_EQ(run_cli("sample --checkpoint " + dir.str("run") + " --prompt the --max-tokens 3 --tokenizer sp:" +
+                    dir.str("copy/tok.model")).exit_code, 0);
+
+  // A tokenizer retrained at the same path is refused, naming both hashes.
+  ASSERT_EQ(run_cli("tokenizer train --input " + corpus + " --vocab-size 320 --quiet --out " +
+                    dir.str("moved/tokenizer.model")).exit_code, 0);
+  const CliResult other = run_cli("tokenizer info --tokenizer sp:" + dir.str("moved/tokenizer.model"));
+  const std::size_t at = other.output.find("hash: ");
+  ASSERT_NE(at, std::string::npos) << other.output;
+  const std::string other_hash = other.output.substr(at + 6, 16);
+  ASSERT_NE(other_hash, hash);
+  expect_user_error(eval + " --tokenizer sp:" + dir.str("moved/tokenizer.model"), {hash, other_hash});
+  expect_user_error("eval --checkpoint " + dir.str("run") + " --data " + dir.str("moved"), {hash, other_hash});
+}
+
+TEST_F(CliTest, ExperimentMismatchNamesTheKey) {
+  TempDir runs("attnres_cli_exp_mismatch");
+  const std::string base = "experiment " + kTiny + " --arms block,rd --seeds 1 --data " + data() + " --out " +
+                           runs.str("e");
+  ASSERT_EQ(run_cli(base + " --set train.warmup_fraction=0.1").exit_code, 0);
+  expect_user_error(base + " --set train.warmup_fraction=0.2",
+                    {"differs in train.warmup_fraction = 0.1 (experiment.json) vs 0.2 (requested)"});
+}
+
+TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
+  TempDir dir("attnres_cli_sp");
+  {
+    // More distinct characters (CJK) than a 300-piece vocabulary can hold.
+    std::ofstream out(dir.path() / "wide.txt");
+    for (int line = 0; line < 50; ++line) {
+      for (char32_t c = 0x4E00 + line * 20; c < 0x4E00 + line * 20 + 20; ++c) {
+        out << static_cast<char>(0xE0 | (c >> 12)) << static_cast<char>(0x80 | ((c >> 6) & 0x3F))
+            << static_cast<char>(0x80 | (c & 0x3F));
+      }
+      out << "\n";
+    }
+  }
+  const CliResult r = run_cli("tokenizer train --input " + dir.str("wide.txt") +
+                              " --val-fraction 0 --test-fraction 0 --vocab-size 300 --out " + dir.str("tok.model"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "--vocab-size 300 is too small for this text")) << r.output;
+  EXPECT_FALSE(contains(r.output, "character_coverage")) << r.output;
+  EXPECT_FALSE(contains(r.output, ".cc(")) << "SentencePiece's own log lines:\n" << r.output;
+  // A successful run: only attnres' lines, and one document count.
+  {
+    std::ofstream out(dir.path() / "plain.txt");
+    for (int line = 0; line < 400; ++line) out << "the depth attention of residual block " << line << "\n";
+  }
+  const CliResult ok = run_cli("tokenizer train --input " + dir.str("plain.txt") +
+                               " --val-fraction 0 --test-fraction 0 --vocab-size 300 --out " + dir.str("tok.model"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  std::istringstream lines(ok.output);
+  for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("tokenizer train: ", 0), 0u) << line;
+  EXPECT_TRUE(contains(ok.output, "from 1 training documents")) << ok.output;
 }
