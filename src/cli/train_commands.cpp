@@ -480,7 +480,7 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)")->check(at_least(0));
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
   eval_cmd->add_flag("--quiet", eargs->quiet,
-                     "no progress line (shown on stderr for a --text file of 64 windows or more)");
+                     "no progress line (shown on stderr for a --text file of 64 windows of --seq or more)");
   add_device_option(eval_cmd, eargs->device);
   eval_cmd->callback([eargs] { run_eval(*eargs); });
 

@@ -280,13 +280,13 @@ TEST_F(CliTest, EvalShowsProgressOnLongTexts) {
     std::ofstream out(text);  // 2400 bytes: 75 windows of 32 bytes-tokens
     for (int i = 0; i < 40; ++i) out << "the depth attention of the residual block routes the value. ";
   }
-  const CliResult r = run_cli("eval --checkpoint " + run() + " --text " + text);
+  const CliResult r = run_cli("eval --checkpoint " + run() + " --text " + text + " --seq 32");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "eval: " + text + ": 2400 of 2400 tokens (100%)")) << r.output;
   EXPECT_TRUE(contains(r.output, "tokens/s, nll so far ")) << r.output;
   // --quiet, or a short text (here cut by --max-tokens): the result only.
   for (const std::string& extra : {std::string(" --quiet"), std::string(" --max-tokens 100")}) {
-    const CliResult q = run_cli("eval --checkpoint " + run() + " --text " + text + extra);
+    const CliResult q = run_cli("eval --checkpoint " + run() + " --text " + text + " --seq 32" + extra);
     EXPECT_EQ(q.exit_code, 0) << q.output;
     EXPECT_FALSE(contains(q.output, "eval: ")) << extra << "\n" << q.output;
   }
@@ -381,7 +381,7 @@ TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
     // More distinct characters (CJK) than a 300-piece vocabulary can hold.
     std::ofstream out(dir.path() / "wide.txt");
     for (int line = 0; line < 50; ++line) {
-      for (char32_t c = 0x4E00 + line * 20; c < 0x4E00 + line * 20 + 20; ++c) {
+      for (char32_t c = 0x4E00 + 20 * char32_t(line); c < 0x4E00 + 20 * char32_t(line) + 20; ++c) {
         out << static_cast<char>(0xE0 | (c >> 12)) << static_cast<char>(0x80 | ((c >> 6) & 0x3F))
             << static_cast<char>(0x80 | (c & 0x3F));
       }

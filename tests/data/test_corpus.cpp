@@ -192,9 +192,15 @@ TEST(DataSplit, LongDocumentsAreCutIntoPiecesOfEverySplit) {
     const Segment& s = segments[i];
     EXPECT_EQ(s.begin, at) << i;  // contiguous, in text order, covering the text
     EXPECT_GT(s.end, s.begin) << i;
-    if (i > 0) EXPECT_NE(s.split, segments[i - 1].split) << i;  // runs of one split are merged
-    if (s.end < text.size()) EXPECT_NE(static_cast<unsigned char>(text[s.end]) & 0xC0, 0x80) << "inside a character";
-    if (s.split != Split::kTrain) EXPECT_LE(s.end - s.begin, 2 * kPieceBytes) << i;  // one or two pieces
+    if (i > 0) {
+      EXPECT_NE(s.split, segments[i - 1].split) << i;  // runs of one split are merged
+    }
+    if (s.end < text.size()) {
+      EXPECT_NE(static_cast<unsigned char>(text[s.end]) & 0xC0, 0x80) << "inside a character";
+    }
+    if (s.split != Split::kTrain) {
+      EXPECT_LE(s.end - s.begin, 2 * kPieceBytes) << i;  // one or two pieces
+    }
     bytes[static_cast<int>(s.split)] += s.end - s.begin;
     at = s.end;
   }
