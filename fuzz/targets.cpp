@@ -25,6 +25,7 @@
 #include "model/safetensors.hpp"
 #include "train/train_config.hpp"
 #include "util/atomic_file.hpp"
+#include "util/checksum.hpp"
 #include "util/error.hpp"
 
 namespace attnres::fuzz {
@@ -275,7 +276,13 @@ bool run_shard(const std::uint8_t* data, std::size_t size) {
     const std::uint64_t vocab = h.vocab_size;
     json manifest = {{"format", "attnres-token-shards"},
                      {"format_version", data::kManifestVersion},
-                     {"tokenizer", {{"spec", "bytes"}, {"hash", "x"}, {"vocab_size", vocab}, {"eot_id", 0}}},
+                     {"tokenizer",
+                      {{"spec", "bytes"},
+                       {"spec_when_prepared", "bytes"},
+                       {"hash", "x"},
+                       {"hash_algorithm", kChecksumAlgorithm},
+                       {"vocab_size", vocab},
+                       {"eot_id", 0}}},
                      {"token_bytes", h.token_bytes},
                      {"splits",
                       {{"train",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cli_util.hpp"
+#include "common/tiny_model.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -18,10 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // 8 steps of 4 x 32 tokens of a model small enough for tests.
-const std::string kTiny =
-    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
-    "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 --set train.tokens=1024 "
-    "--set train.eval_tokens=256 --set train.checkpoint_every=4 --set train.threads=1";
+const std::string kTiny = kTinyModel + " --set train.tokens=1024 --set train.eval_tokens=256 "
+                                       "--set train.checkpoint_every=4 --set train.threads=1";
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

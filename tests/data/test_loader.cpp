@@ -168,6 +168,27 @@ TEST(DataTokenDataset, ChecksTheTokenizer) {
   expect_error([&] { open_dataset_tokenizer(TokenDataset::open(dir, "train")); }, "changed since");
 }
 
+TEST(DataTokenDataset, ReadsVersionOneManifests) {
+  TempDir tmp;
+  const std::string dir = make_dataset(tmp);
+  const auto bytes = make_tokenizer("bytes");
+  // As version 1 wrote it: no relative spec, fallback or algorithm; a hash64 content hash.
+  nlohmann::json m = manifest(dir);
+  m["format_version"] = 1;
+  m["tokenizer"] = {{"spec", "bytes"}, {"hash", bytes->legacy_content_hash()}, {"vocab_size", 257}, {"eot_id", 256}};
+  save_manifest(dir, m);
+  const TokenDataset d = TokenDataset::open(dir, "train");
+  EXPECT_TRUE(d.made_with(*bytes));
+  EXPECT_EQ(open_dataset_tokenizer(d)->content_hash(), bytes->content_hash());
+  ASSERT_NE(bytes->legacy_content_hash(), bytes->content_hash());
+  m["tokenizer"]["hash"] = bytes->content_hash();  // the new digest in an old manifest: not its tokenizer
+  save_manifest(dir, m);
+  EXPECT_FALSE(TokenDataset::open(dir, "train").made_with(*bytes));
+  m["format_version"] = 3;
+  save_manifest(dir, m);
+  expect_error([&] { TokenDataset::open(dir, "train"); }, "manifest version 3 is not supported (expected 1 or 2");
+}
+
 TEST(DataBatchLoader, WindowsAndEpochOrder) {
   TempDir tmp;
   const std::string dir = make_dataset(tmp);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/cli_util.hpp"
+#include "common/tiny_model.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -22,9 +23,7 @@ namespace {
 // 10 steps of 4 x 32 tokens; one thread per process, so runs compare bit for bit.
 // kExperimentModel for `experiment`, which sets model.residual from each run's arm.
 const std::string kExperimentModel =
-    "--preset tiny --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.mlp_hidden=64 "
-    "--set model.n_blocks=2 --set train.seq_len=32 --set train.batch_size=4 "
-    "--set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
+    kTinyModel + " --set train.eval_tokens=512 --set train.threads=1 --set train.checkpoint_every=3";
 const std::string kModel = kExperimentModel + " --set model.residual=rd";
 const std::string kTen = kModel + " --set train.tokens=1280";
 
