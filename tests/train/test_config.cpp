@@ -25,8 +25,15 @@ namespace {
 ConfigValue other_value(const ConfigKey<TrainConfig>& key, const ConfigValue& v) {
   switch (key.type) {
     case ConfigType::boolean: return !std::get<bool>(v);
-    case ConfigType::integer: return std::get<std::int64_t>(v) + 3;
-    case ConfigType::number: return std::get<double>(v) + 0.1;
+    // Values stay in the key's range: set_config_value checks it.
+    case ConfigType::integer: {
+      const std::int64_t x = std::get<std::int64_t>(v);
+      return key.range.empty() || key.range.contains(double(x + 3)) ? x + 3 : x - 1;
+    }
+    case ConfigType::number: {
+      const double x = std::get<double>(v);
+      return key.range.empty() || key.range.contains(x + 0.1) ? x + 0.1 : x - 0.05;
+    }
     case ConfigType::numbers: return std::vector<double>{0.1, 1.0 / 3.0, 1.0};
     case ConfigType::choice: {
       const auto& c = key.choices;

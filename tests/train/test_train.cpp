@@ -283,7 +283,7 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different experiment"), std::string::npos) << r.output;
   // The differing key, with both values.
-  EXPECT_NE(r.output.find("differs in arms = [\"block\",\"rd\"] (experiment.json) vs [\"block\",\"rd\",\"rd-frozen\"] "
+  EXPECT_NE(r.output.find("arms = [\"block\",\"rd\"] (experiment.json) vs [\"block\",\"rd\",\"rd-frozen\"] "
                           "(requested)"),
             std::string::npos)
       << r.output;
