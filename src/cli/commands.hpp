@@ -70,8 +70,8 @@ void add_train_key_flags(CLI::App* cmd, TrainKeyFlags& flags);
 std::vector<std::string> with_train_key_flags(std::vector<std::string> settings, const TrainKeyFlags& flags);
 
 // The weights of --checkpoint PATH (eval, sample, info): a weights file, a run directory (its
-// model.safetensors) or a training checkpoint (its run's model.safetensors). `path` becomes the
-// file read.
+// model.safetensors, the newest weights) or a training checkpoint (the weights of its step;
+// train/checkpoint.hpp). `path` becomes the file read.
 SafetensorsFile read_model_weights(std::string& path);
 
 // --device cpu|cuda|cuda:N (train/backend.hpp).

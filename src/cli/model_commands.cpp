@@ -14,8 +14,8 @@ void register_model_commands(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Print a checkpoint's model config, parameter names, shapes and counts");
   auto path = std::make_shared<std::string>();
   cmd->add_option("--checkpoint,checkpoint", *path,
-                  "model.safetensors, a run directory, or its checkpoint.safetensors (as --checkpoint or the "
-                  "only argument)")
+                  "model.safetensors, a run directory (its model.safetensors), or one of its "
+                  "checkpoint-STEP.safetensors (as --checkpoint or the only argument)")
       ->required();
   cmd->callback([path] {
     std::string file_path = *path;

@@ -12,11 +12,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
 #include "model/safetensors.hpp"
+#include "train/checkpoint.hpp"
 #include "train/evaluate.hpp"
 #include "train/inference.hpp"
 #include "train/train_config.hpp"
@@ -162,8 +164,10 @@ SafetensorsFile read_model_weights(std::string& path) {
   }
   SafetensorsFile file = read_safetensors(path);
   if (file.metadata.count("state") == 0) return file;
-  // A training checkpoint (weights, AdamW moments, state): its run's weights file holds the same
-  // step's weights with the tokenizer's name.
+  // A training checkpoint (weights, AdamW moments, state): its own weights, of its step.
+  if (std::optional<SafetensorsFile> weights = checkpoint_as_weights(file, path)) return std::move(*weights);
+  // One written before checkpoints named their tokenizer (a run's only checkpoint): its run's
+  // weights file holds the same step's weights with the tokenizer's name.
   const std::string weights = (fs::path(path).parent_path() / "model.safetensors").string();
   require(fs::exists(weights), "'", path, "' is a training checkpoint and '", weights,
           "' (its run's weights) is missing; pass the run's model.safetensors");
@@ -418,13 +422,15 @@ void run_sample(SampleArgs a) {
 }  // namespace
 
 const char* const kCheckpointHelp =
-    "model.safetensors, a run directory, or its checkpoint.safetensors (the run's weights are used)";
+    "model.safetensors, a run directory (its model.safetensors: the newest weights), or one of its "
+    "checkpoint-STEP.safetensors (that step's weights)";
 
 void register_train_commands(CLI::App& app) {
   auto targs = std::make_shared<TrainArgs>();
   auto* train_cmd = app.add_subcommand(
       "train", "Train a model on a prepared data directory (see 'attnres prepare').\n"
-               "Writes OUT/config.toml, metrics.jsonl, model.safetensors and checkpoint.safetensors.");
+               "Writes OUT/config.toml, metrics.jsonl, model.safetensors and checkpoint-STEP.safetensors "
+               "(the newest train.keep_checkpoints of them).");
   add_config_options(train_cmd, targs->preset, targs->config, targs->settings);
   train_cmd->add_option("--data", targs->data, "prepared data directory")->required();
   train_cmd->add_option("--out", targs->out, "run directory")->required();

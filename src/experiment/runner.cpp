@@ -12,6 +12,7 @@
 #include "results/experiment_spec.hpp"
 #include "results/run_result.hpp"
 #include "results/train_result.hpp"
+#include "train/checkpoint.hpp"
 #include "train/evaluate.hpp"
 #include "train/inference.hpp"
 #include "train/trainer.hpp"
@@ -191,11 +192,13 @@ const std::vector<std::string>& per_run_keys() {
 }
 
 bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
-  // Evaluations and checkpoints do not change a run, so milestones and checkpoint_every may differ.
+  // Evaluations and checkpoints do not change a run, so milestones, checkpoint_every and
+  // keep_checkpoints may differ.
   TrainConfig same = group;
   same.tokens = main.tokens;
   same.milestones = main.milestones;
   same.checkpoint_every = main.checkpoint_every;
+  same.keep_checkpoints = main.keep_checkpoints;
   if (to_toml(same) != to_toml(main) || group.total_steps() > main.total_steps()) return false;
   const LrSchedule a = main.schedule(), b = group.schedule();
   for (std::int64_t step = 0; step < group.total_steps(); ++step)
@@ -336,7 +339,7 @@ bool run_experiment(const ExperimentOptions& options) {
       const TrainConfig& config = run.config;
       const std::string config_path = (run_dir / "run.toml").string();
       write_text_atomically(config_path, to_toml(config));
-      const bool resume = fs::exists(run_dir / "checkpoint.safetensors");
+      const bool resume = !list_checkpoints(run_dir.string()).empty();
       const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, run.label, child_threads, device);
       if (rc == 128 + SIGINT || rc == 128 + SIGTERM) return;  // stopped by a signal; resumable
       require(rc == 0, "training ", run.label, " failed (exit status ", rc, "); its log is above, its files in '",

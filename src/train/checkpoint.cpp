@@ -1,9 +1,13 @@
 #include "train/checkpoint.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "model/safetensors.hpp"
 #include "results/train_result.hpp"
@@ -14,13 +18,55 @@ namespace attnres {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+constexpr std::string_view kCheckpointPrefix = "checkpoint-";
+constexpr std::string_view kCheckpointSuffix = ".safetensors";
+constexpr const char* kLegacyCheckpoint = "checkpoint.safetensors";
+
+// STEP of "checkpoint-STEP.safetensors"; empty for any other name.
+std::optional<std::int64_t> checkpoint_step_of(std::string_view name) {
+  if (!name.starts_with(kCheckpointPrefix) || !name.ends_with(kCheckpointSuffix)) return std::nullopt;
+  const std::string_view digits =
+      name.substr(kCheckpointPrefix.size(), name.size() - kCheckpointPrefix.size() - kCheckpointSuffix.size());
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || step < 0) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) {
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%06lld", static_cast<long long>(step));
+  return concat(kCheckpointPrefix, digits, kCheckpointSuffix);
+}
+
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointFile> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == kLegacyCheckpoint) found.push_back({CheckpointFile::kLegacyStep, it->path().string()});
+    else if (const auto step = checkpoint_step_of(name)) found.push_back({*step, it->path().string()});
+  }
+  std::sort(found.begin(), found.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
+    return a.step != b.step ? a.step > b.step : a.path < b.path;
+  });
+  return found;
+}
+
 RunFiles::RunFiles(const std::string& out_dir)
     : dir(out_dir),
       config((fs::path(out_dir) / "config.toml").string()),
       metrics((fs::path(out_dir) / "metrics.jsonl").string()),
       weights((fs::path(out_dir) / "model.safetensors").string()),
-      checkpoint((fs::path(out_dir) / "checkpoint.safetensors").string()),
       result(results::train_result_path(out_dir)) {}
+
+std::string RunFiles::checkpoint(std::int64_t step) const { return (fs::path(dir) / checkpoint_file_name(step)).string(); }
+std::vector<CheckpointFile> RunFiles::checkpoints() const { return list_checkpoints(dir); }
+std::string RunFiles::checkpoint_pattern() const { return (fs::path(dir) / kCheckpointPattern).string(); }
 
 namespace {
 
@@ -53,15 +99,20 @@ TrainState state_from_json(const nlohmann::json& j, const std::string& path) {
 
 // What rank 0 reads from a checkpoint: the state's JSON text and the arrays.
 struct StoredCheckpoint {
+  std::string path;
   std::string state_text;
   std::vector<float> params, m, v;
+  std::string config_differences;  // from the requested configuration; empty when the same
 };
 
-StoredCheckpoint read_checkpoint(const RunFiles& files, const ParamLayout& layout, const TrainConfig& config) {
-  const std::string& ckpt = files.checkpoint;
+// Reads and verifies one checkpoint; an Error says why it is not usable (its digests, values or
+// state). A checkpoint written with another configuration is read: the caller refuses it.
+StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& layout, const TrainConfig& config,
+                                 const RunFiles& files) {
   const SafetensorsFile f = read_safetensors(ckpt);
   require(f.metadata.count("state") == 1, "'", ckpt, "' has no training state");
   StoredCheckpoint stored;
+  stored.path = ckpt;
   stored.state_text = f.metadata.at("state");
   nlohmann::json sj;
   try {
@@ -69,13 +120,18 @@ StoredCheckpoint read_checkpoint(const RunFiles& files, const ParamLayout& layou
   } catch (const nlohmann::json::exception& e) {
     fail("'", ckpt, "': corrupt training state: ", e.what());
   }
+  state_from_json(sj, ckpt);  // readable before it is chosen
   // Compared as configurations, not text: a checkpoint written before a key existed lacks it,
   // and the key takes its default.
   const TrainConfig stored_config = parse_toml_config(sj.value("config", std::string()), ckpt + " (its configuration)");
   const std::vector<ConfigDifference> differences = config_differences(train_config_keys(), stored_config, config);
-  require(differences.empty(), "'", ckpt, "' was written with a different configuration: ",
-          describe_differences(differences, "checkpoint", "requested"),
-          "; resume with the same preset/config/--set values (see ", files.config, ")");
+  if (!differences.empty()) {
+    stored.config_differences =
+        concat("'", ckpt, "' was written with a different configuration: ",
+               describe_differences(differences, "checkpoint", "requested"),
+               "; resume with the same preset/config/--set values (see ", files.config, ")");
+    return stored;
+  }
   for (auto [name, dst] : {std::pair{"params", &stored.params}, std::pair{"adam.m", &stored.m},
                            std::pair{"adam.v", &stored.v}}) {
     const StoredTensor& t = f.at(name, ckpt);
@@ -86,6 +142,33 @@ StoredCheckpoint read_checkpoint(const RunFiles& files, const ParamLayout& layou
     std::memcpy(dst->data(), t.bytes.data(), t.bytes.size());
   }
   return stored;
+}
+
+// The newest of the run's checkpoints that verifies; says on stderr which newer ones it skipped
+// and why. One written with another configuration is an error, not skipped: the older ones were
+// written with the same configuration.
+StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& checkpoints, const ParamLayout& layout,
+                                            const TrainConfig& config, const RunFiles& files) {
+  std::vector<std::string> skipped;  // the reason of each, in order
+  for (const CheckpointFile& c : checkpoints) {
+    std::optional<StoredCheckpoint> stored;
+    try {
+      stored = read_checkpoint(c.path, layout, config, files);
+    } catch (const Error& e) {
+      // The readers' errors name the file; one that does not gets its name here.
+      const std::string_view what = e.what();
+      skipped.push_back(what.find(c.path) != std::string_view::npos ? std::string(what) : concat("'", c.path, "': ", what));
+      std::fprintf(stderr, "attnres: warning: skipping checkpoint '%s' (it does not verify): %s\n", c.path.c_str(),
+                   skipped.back().c_str());
+      continue;
+    }
+    require(stored->config_differences.empty(), stored->config_differences);
+    return std::move(*stored);
+  }
+  std::string list;
+  for (const std::string& reason : skipped) list += "\n  " + reason;
+  fail("'", files.dir, "': none of its ", checkpoints.size(), " checkpoints verifies, so the run cannot resume:", list,
+       "\nto start it over, choose another --out (or remove the run directory)");
 }
 
 // A new run's files: the configuration and an empty metrics log.
@@ -106,26 +189,49 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
       {"adam.m", DType::F32, {layout.total()}, host.m.data()},
       {"adam.v", DType::F32, {layout.total()}, host.v.data()},
   };
-  write_safetensors(files.checkpoint,
+  write_safetensors(files.checkpoint(state.step),
                     {{"state", state_to_json(state, config_toml).dump()},
                      {"config", nlohmann::json(config.model).dump()},
-                     {"adam_steps", std::to_string(host.adam_steps)}},
+                     {"adam_steps", std::to_string(host.adam_steps)},
+                     {"tokenizer", tokenizer.spec()},
+                     {"tokenizer_hash", tokenizer.content_hash()}},
                     tensors);
   save_weights<float>(files.weights, config.model, layout, host.params,
                       {{"step", std::to_string(state.step)},
                        {"tokenizer", tokenizer.spec()},
                        {"tokenizer_hash", tokenizer.content_hash()}});
+  // Only now that the new checkpoint is durable (write_safetensors synced it and its directory).
+  std::size_t kept = 0;
+  for (const CheckpointFile& c : files.checkpoints()) {
+    if (c.step <= state.step && kept < static_cast<std::size_t>(config.keep_checkpoints)) {
+      ++kept;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove(c.path, ec);
+    if (ec)  // the run goes on: an extra old checkpoint costs disk space, not correctness
+      std::fprintf(stderr, "attnres: warning: cannot remove the old checkpoint '%s': %s\n", c.path.c_str(),
+                   ec.message().c_str());
+  }  // A process killed while writing a checkpoint leaves its temporary, and the next write of that
+  // name, which would remove it, may never come: the steps go on.
+  std::error_code ec;
+  for (fs::directory_iterator it(files.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto tmp = name.find(".tmp.");
+    if (name.starts_with(".") && tmp != std::string::npos && checkpoint_step_of(name.substr(1, tmp - 1)))
+      remove_stale_temporaries((fs::path(files.dir) / name.substr(1, tmp - 1)).string());
+  }
 }
 
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,
                          bool resume, TrainBackend& backend, dist::Communicator& comm) {
   StoredCheckpoint stored;  // on rank 0 while resuming; the others receive it below
   if (comm.is_root()) {
-    const bool have_checkpoint = fs::exists(files.checkpoint);
-    require(!have_checkpoint || resume, "'", files.dir,
+    const std::vector<CheckpointFile> checkpoints = files.checkpoints();
+    require(checkpoints.empty() || resume, "'", files.dir,
             "' already holds a training run; pass --resume to continue it, or choose another --out");
     fs::create_directories(files.dir);
-    if (have_checkpoint) stored = read_checkpoint(files, backend.layout(), config);
+    if (!checkpoints.empty()) stored = newest_verified_checkpoint(checkpoints, backend.layout(), config, files);
     else create_run(files, config_toml);
   }
   comm.broadcast(stored.state_text);
@@ -134,16 +240,47 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
     backend.init_params(config.seed);  // the same on every rank: keyed by (seed, tensor name)
     return start;
   }
+  comm.broadcast(stored.path);
   for (auto* a : {&stored.params, &stored.m, &stored.v}) {
     a->resize(static_cast<std::size_t>(backend.layout().total()));
     comm.broadcast(*a);
   }
-  start.state = state_from_json(nlohmann::json::parse(stored.state_text), files.checkpoint);
+  start.state = state_from_json(nlohmann::json::parse(stored.state_text), stored.path);
   start.resumed = true;
+  start.checkpoint = stored.path;
   backend.load_state(stored.params, stored.m, stored.v, start.state.step);
   if (comm.is_root() && fs::exists(files.metrics))
     fs::resize_file(files.metrics, static_cast<std::uintmax_t>(start.state.metrics_bytes));
   return start;
+}
+
+std::optional<SafetensorsFile> checkpoint_as_weights(const SafetensorsFile& checkpoint, const std::string& path) {
+  const auto tokenizer = checkpoint.metadata.find("tokenizer");
+  if (tokenizer == checkpoint.metadata.end()) return std::nullopt;
+  const ModelConfig config = weights_config(checkpoint, path);
+  const ParamLayout layout(config);
+  const StoredTensor& params = checkpoint.at("params", path);
+  require(params.dtype == DType::F32 && params.numel() == layout.total(), "'", path,
+          "': tensor 'params' does not match the model of its config (", layout.total(), " parameters)");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(checkpoint.metadata.at("state"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("'", path, "': corrupt training state: ", e.what());
+  }
+  SafetensorsFile weights;
+  weights.checksummed = checkpoint.checksummed;
+  weights.metadata = {{"config", checkpoint.metadata.at("config")},
+                      {"step", std::to_string(state_from_json(state, path).step)},
+                      {"tokenizer", tokenizer->second}};
+  for (const ParamInfo& p : layout.params()) {
+    StoredTensor& t = weights.tensors[p.name];
+    t.dtype = DType::F32;
+    t.shape = p.shape;
+    const auto* first = params.bytes.data() + static_cast<std::size_t>(p.offset) * sizeof(float);
+    t.bytes.assign(first, first + static_cast<std::size_t>(p.numel) * sizeof(float));
+  }
+  return weights;
 }
 
 }  // namespace attnres

@@ -145,6 +145,9 @@ const ConfigKeys<TrainConfig>& train_config_keys() {
                          "validation tokens per measurement (the split's first windows), at least seq_len + 1"),
             config_field("checkpoint_every", &T::checkpoint_every, ">= 1",
                          "steps between checkpoints (and one at the end)"),
+            config_field("keep_checkpoints", &T::keep_checkpoints, ">= 1",
+                         "checkpoints kept in the run directory (the newest; --resume takes the newest that "
+                         "verifies)"),
             config_field("threads", &T::threads, ">= 0",
                          "OpenMP/OpenBLAS threads (0: OMP_NUM_THREADS if set, else all cores, shared among the "
                          "MPI ranks on a machine)"),

@@ -34,6 +34,7 @@ struct TrainConfig {
   std::vector<double> milestones = {0.125, 0.25, 0.5, 1.0};  // fractions of `tokens`
   std::int64_t eval_tokens = 1 << 16;                        // validation tokens per evaluation
   int checkpoint_every = 200;                                // steps
+  int keep_checkpoints = 2;                                  // the newest this many are kept
   int threads = 0;                                           // 0: all cores
   kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32;  // Linear GEMMs: fp32 or bf16
 

@@ -29,14 +29,14 @@ Geometry make_geometry(const TrainConfig& config, const dist::Communicator& comm
 }
 
 TrainStep::TrainStep(const TrainConfig& config, const Geometry& geometry, TrainBackend& backend,
-                     data::BatchLoader& loader, dist::Communicator& comm, std::string run_dir, std::string checkpoint)
+                     data::BatchLoader& loader, dist::Communicator& comm, std::string run_dir, std::string checkpoints)
     : config_(config),
       geo_(geometry),
       backend_(backend),
       loader_(loader),
       comm_(comm),
       run_dir_(std::move(run_dir)),
-      checkpoint_(std::move(checkpoint)),
+      checkpoints_(std::move(checkpoints)),
       schedule_(config.schedule()),
       batch_(static_cast<std::size_t>(geometry.local_micro * geometry.micro_batch) *
              static_cast<std::size_t>(config.seq_len + 1)),
@@ -60,7 +60,7 @@ StepOutcome TrainStep::run(std::int64_t step) {
   out.loss = comm_.sum(loss) / geo_.micro_batches;  // micro-batch losses are means; the step's is their mean
   out.reduce_seconds = seconds_since(t_reduce);
   require(std::isfinite(out.loss), "the training loss became ", out.loss, " at step ", step, " of '", run_dir_,
-          "'; stopping. The last good checkpoint (step <= ", step, ") is in '", checkpoint_,
+          "'; stopping. The last good checkpoints (step <= ", step, ") are '", checkpoints_,
           "'; lower train.lr or raise train.warmup_fraction");
   out.lr = schedule_.at(step);
   out.grad_norm = backend_.update(out.lr, config_.grad_clip);

@@ -35,9 +35,9 @@ struct StepOutcome {
 
 class TrainStep {
  public:
-  // `run_dir` and `checkpoint` name the files in the NaN guard's error.
+  // `run_dir` and `checkpoints` (their path pattern) name the files in the NaN guard's error.
   TrainStep(const TrainConfig& config, const Geometry& geometry, TrainBackend& backend, data::BatchLoader& loader,
-            dist::Communicator& comm, std::string run_dir, std::string checkpoint);
+            dist::Communicator& comm, std::string run_dir, std::string checkpoints);
 
   // Takes step `step` (0-based: the number of steps already taken).
   StepOutcome run(std::int64_t step);
@@ -48,7 +48,7 @@ class TrainStep {
   TrainBackend& backend_;
   data::BatchLoader& loader_;
   dist::Communicator& comm_;
-  std::string run_dir_, checkpoint_;
+  std::string run_dir_, checkpoints_;
   LrSchedule schedule_;
   std::vector<std::int32_t> batch_;      // this rank's share of a global batch
   dist::PairwiseSum<double> loss_sum_;  // its micro-batches' losses, in tree order

@@ -164,7 +164,8 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   TrainState& state = start.state;
   if (start.resumed) {
     loader.seek(state.loader);
-    log.message(concat("resuming '", files.dir, "' at step ", state.step, "/", total_steps));
+    log.message(concat("resuming '", files.dir, "' at step ", state.step, "/", total_steps, " from '",
+                       start.checkpoint, "'"));
   }
   run_start_messages(log, config, geo, *backend, comm);
   if (config.tokens != total_steps * config.tokens_per_step())
@@ -175,7 +176,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
                        " windows of ", config.seq_len, " = ", val_windows * config.seq_len, " tokens",
                        val_windows < config.eval_tokens / config.seq_len ? " (all the val split holds)" : ""));
 
-  TrainStep step(config, geo, *backend, loader, comm, files.dir, files.checkpoint);
+  TrainStep step(config, geo, *backend, loader, comm, files.dir, files.checkpoint_pattern());
   Milestones milestones(config.milestone_steps(), state.step);
   Speed speed;
   auto checkpoint = [&] {

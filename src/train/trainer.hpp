@@ -41,9 +41,9 @@ struct TrainResult : results::TrainResult {
 };
 
 // Files in OUT: config.toml, metrics.jsonl (one JSON object per step and per evaluation),
-// model.safetensors (weights, config in metadata), checkpoint.safetensors (weights, AdamW
-// moments and the training state) and, once finished, train_result.json; each written
-// atomically. Data parallel over comm's K ranks: the global batch of train.batch_size sequences
+// model.safetensors (weights, config in metadata), the newest train.keep_checkpoints
+// checkpoint-STEP.safetensors (weights, AdamW moments and the training state; train/checkpoint.hpp)
+// and, once finished, train_result.json; each written atomically. Data parallel over comm's K ranks: the global batch of train.batch_size sequences
 // is split into train.micro_batches micro-batches (default: K), each rank computing M/K of them;
 // gradients are summed in a fixed tree order, so any K dividing M (with M/K a power of two) gives
 // the same weights bit for bit. Resume works with another K.

@@ -121,7 +121,8 @@ TEST_F(CliTest, CheckpointsInAnyForm) {
   std::ofstream(text) << "the depth attention of the residual block. the query and the key.\n";
   const CliResult reference = run_cli("eval --checkpoint " + weights + " --text " + text + " --json");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  for (const std::string& form : {run(), run() + "/checkpoint.safetensors"}) {
+  // The newest checkpoint holds the same step's weights as model.safetensors.
+  for (const std::string& form : {run(), newest_checkpoint(run()).string()}) {
     const CliResult r = run_cli("eval --checkpoint " + form + " --text " + text + " --json");
     EXPECT_EQ(r.exit_code, 0) << form << "\n" << r.output;
     EXPECT_EQ(r.output, reference.output) << form;
@@ -192,7 +193,7 @@ TEST_F(CliTest, SplitsAreCheckedBeforeStepOne) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "split 'val'")) << r.output;
   EXPECT_TRUE(contains(r.output, "too few for one window")) << r.output;
-  EXPECT_FALSE(fs::exists(runs.path() / "run" / "checkpoint.safetensors"));
+  EXPECT_FALSE(has_checkpoint(runs.path() / "run"));
 }
 
 TEST_F(CliTest, SilentAdjustmentsAreNoticed) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "train/checkpoint.hpp"
 #include "util/rng.hpp"
 
 namespace attnres::testing {
@@ -41,6 +42,13 @@ inline std::string read_file(const std::filesystem::path& p) {
   s << in.rdbuf();
   return s.str();
 }
+
+// The newest checkpoint of a run directory (train/checkpoint.hpp); empty when it holds none.
+inline std::filesystem::path newest_checkpoint(const std::filesystem::path& run) {
+  const std::vector<CheckpointFile> all = list_checkpoints(run.string());
+  return all.empty() ? std::filesystem::path() : std::filesystem::path(all.front().path);
+}
+inline bool has_checkpoint(const std::filesystem::path& run) { return !newest_checkpoint(run).empty(); }
 
 // A fresh directory under the system temp dir, removed at scope exit.
 class TempDir {

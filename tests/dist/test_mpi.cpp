@@ -124,7 +124,7 @@ TEST_F(MpiTest, MissingDataOnOneRankStopsTheJobNamingTheRank) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("error on rank 1 of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("data1"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(runs.path() / "run" / "checkpoint.safetensors"));
+  EXPECT_FALSE(has_checkpoint(runs.path() / "run"));
 }
 
 TEST_F(MpiTest, AKilledRankEndsTheJobAndLeavesAResumableCheckpoint) {
@@ -140,7 +140,7 @@ TEST_F(MpiTest, AKilledRankEndsTheJobAndLeavesAResumableCheckpoint) {
   pid_t victim = 0;
   while (std::chrono::steady_clock::now() < deadline && victim == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!fs::exists(out / "checkpoint.safetensors") || !fs::exists(out / "metrics.jsonl") ||
+    if (!has_checkpoint(out) || !fs::exists(out / "metrics.jsonl") ||
         fs::file_size(out / "metrics.jsonl") < 2000)
       continue;
     for (const auto& entry : fs::directory_iterator("/proc")) {

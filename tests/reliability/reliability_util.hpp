@@ -75,9 +75,9 @@ inline std::vector<std::string> hidden_files(const std::filesystem::path& dir) {
   return out;
 }
 
-// The step a checkpoint was written at; fails the test if it does not verify.
+// The step the newest checkpoint of a run was written at; fails the test if it does not verify.
 inline std::int64_t checkpoint_step(const std::filesystem::path& run) {
-  const std::string path = (run / "checkpoint.safetensors").string();
+  const std::string path = newest_checkpoint(run).string();
   const SafetensorsFile f = read_safetensors(path);
   EXPECT_TRUE(f.checksummed) << path;
   return nlohmann::json::parse(f.metadata.at("state")).at("step").get<std::int64_t>();

@@ -43,9 +43,9 @@ TEST_P(CheckpointFault, ErrorNamesTheFileKeepsThePreviousCheckpointAndResumesExa
   const fs::path run = runs.path() / "run";
   const std::string train = s.train(run);
   // The second checkpoint (step 4) fails; the first (step 2) must survive it.
-  const CliResult r = run_cli_with(fault_env(fault.rule("checkpoint.safetensors", 2)), train);
+  const CliResult r = run_cli_with(fault_env(fault.rule("checkpoint-", 2)), train);
   ASSERT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find((run / "checkpoint.safetensors").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find((run / checkpoint_file_name(4)).string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(fault.message()), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_step(run), 2);
   EXPECT_TRUE(read_safetensors((run / "model.safetensors").string()).checksummed);
@@ -116,7 +116,8 @@ TEST(AtomicWrite, SyncsTheFileRenamesThenSyncsTheDirectory) {
   std::vector<std::string> lines;
   std::ifstream in(trace);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  for (const std::string name : {"checkpoint.safetensors", "model.safetensors", "train_result.json", "config.toml"}) {
+  for (const std::string& name : std::vector<std::string>{checkpoint_file_name(2), checkpoint_file_name(8),
+                                                          "model.safetensors", "train_result.json", "config.toml"}) {
     const std::string target = (run / name).string();
     const std::string tmp_prefix = (run / ("." + name + ".tmp.")).string();
     bool found = false;

@@ -1,12 +1,14 @@
-// Checksums and finiteness end to end: a flipped byte in a weights file or a checkpoint stops
-// eval, sample and --resume with the file and tensor named; NaN weights or a NaN loss never
+// Checksums and finiteness end to end: a flipped byte in a weights file stops eval and sample,
+// in every kept checkpoint --resume, with the file and tensor named; NaN weights or a NaN loss never
 // print a result with exit 0; files written without checksums still load, with a notice.
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "reliability/reliability_util.hpp"
+#include "train/checkpoint.hpp"
 #include "util/atomic_file.hpp"
 
 using namespace attnres;
@@ -68,21 +70,28 @@ TEST_F(Integrity, AFlippedByteStopsEvalAndSampleNamingFileAndTensor) {
   }
 }
 
-TEST_F(Integrity, AFlippedByteInACheckpointStopsResumeNamingTheTensor) {
+TEST_F(Integrity, AFlippedByteInEveryCheckpointStopsResumeNamingEachFileAndTensor) {
   TempDir runs("attnres_flipped_ckpt");
   const fs::path copy = runs.path() / "run";
   fs::copy(run(), copy);
-  // The last tensor of a checkpoint is adam.v (file order: params, adam.m, adam.v).
-  const std::string bytes = read_file(copy / "checkpoint.safetensors");
-  std::string bad = bytes;
-  bad[bad.size() - 5] ^= 0x01;
-  std::ofstream(copy / "checkpoint.safetensors", std::ios::binary) << bad;
-  fs::remove(copy / "train_result.json");  // unfinished: --resume reads the checkpoint
+  // The last tensor of a checkpoint is adam.v (file order: params, adam.m, adam.v). A flip in
+  // only the newest makes --resume take the one before (tests/reliability/test_checkpoints.cpp).
+  std::map<std::string, std::string> bad;
+  for (const CheckpointFile& c : list_checkpoints(copy.string())) {
+    std::string bytes = read_file(c.path);
+    bytes[bytes.size() - 5] ^= 0x01;
+    std::ofstream(c.path, std::ios::binary) << bytes;
+    bad[c.path] = bytes;
+  }
+  ASSERT_EQ(bad.size(), 2u);
+  fs::remove(copy / "train_result.json");  // unfinished: --resume reads the checkpoints
   const CliResult r = run_cli(TinyRun::get().train(copy) + " --resume");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find((copy / "checkpoint.safetensors").string()), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("tensor 'adam.v' does not match its checksum"), std::string::npos) << r.output;
-  EXPECT_EQ(read_file(copy / "checkpoint.safetensors"), bad);  // nothing written over it
+  for (const auto& [path, bytes] : bad) {
+    EXPECT_NE(r.output.find("'" + path + "': tensor 'adam.v' does not match its checksum"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(read_file(path), bytes);  // nothing written over it
+  }
 }
 
 TEST_F(Integrity, NonFiniteWeightsOrLossesAreErrorsNotResults) {
@@ -115,7 +124,7 @@ TEST_F(Integrity, CheckpointsWithNonFiniteMomentsAreRefused) {
   TempDir runs("attnres_nan_moments");
   const fs::path copy = runs.path() / "run";
   fs::copy(run(), copy);
-  const std::string ckpt = (copy / "checkpoint.safetensors").string();
+  const std::string ckpt = newest_checkpoint(copy).string();
   SafetensorsFile f = read_safetensors(ckpt);
   const float inf = std::numeric_limits<float>::infinity();
   std::memcpy(f.tensors.at("adam.m").bytes.data() + 8, &inf, 4);
@@ -123,10 +132,15 @@ TEST_F(Integrity, CheckpointsWithNonFiniteMomentsAreRefused) {
   for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
   write_safetensors(ckpt, f.metadata, refs);
   fs::remove(copy / "train_result.json");  // unfinished: --resume reads the checkpoint
+  // Skipped, naming the file, tensor and element: the run resumes from the checkpoint before.
   const CliResult r = run_cli(TinyRun::get().train(copy) + " --resume");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("'" + ckpt + "': tensor 'adam.m' holds an infinity (element 2 of"), std::string::npos)
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("skipping checkpoint '" + ckpt + "' (it does not verify): '" + ckpt +
+                          "': tensor 'adam.m' holds an infinity (element 2 of"),
+            std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("at step 6/8"), std::string::npos) << r.output;
+  expect_same_weights(run() / "model.safetensors", copy / "model.safetensors");
 }
 
 TEST_F(Integrity, FilesWithoutChecksumsStillLoadWithANotice) {

@@ -21,7 +21,7 @@ TEST(Signals, OneSignalDuringACheckpointWriteFinishesItAndStops) {
     const fs::path run = runs.path() / "run";
     // Raised from inside the first write to the second checkpoint (step 4).
     const CliResult r =
-        run_cli_with(fault_env("op=write,path=checkpoint.safetensors,nth=2,signal=" + sig + ",count=1"), train(run));
+        run_cli_with(fault_env("op=write,path=checkpoint-,nth=2,signal=" + sig + ",count=1"), train(run));
     EXPECT_EQ(r.exit_code, code) << r.output;
     EXPECT_NE(r.output.find("stopped at step 4"), std::string::npos) << r.output;
     EXPECT_EQ(checkpoint_step(run), 4);
@@ -39,7 +39,7 @@ TEST(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) {
     TempDir runs("attnres_two_signals");
     const fs::path run = runs.path() / "run";
     const CliResult r =
-        run_cli_with(fault_env("op=write,path=checkpoint.safetensors,nth=2,signal=" + sig + ",count=2"), train(run));
+        run_cli_with(fault_env("op=write,path=checkpoint-,nth=2,signal=" + sig + ",count=2"), train(run));
     EXPECT_EQ(r.exit_code, code) << r.output;
     EXPECT_NE(r.output.find("second signal"), std::string::npos) << r.output;
     EXPECT_EQ(checkpoint_step(run), 2);  // the write of step 4 never replaced it
@@ -63,13 +63,13 @@ TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
   const std::string every_step = " --set train.tokens=4096 --set train.checkpoint_every=1";
   const CliResult undisturbed = run_cli(train(runs.path() / "reference") + every_step);
   ASSERT_EQ(undisturbed.exit_code, 0) << undisturbed.output;
-  const std::vector<std::string> slow = {"ATTNRES_FAULT=op=write,path=checkpoint.safetensors,nth=0,delay_ms=10",
+  const std::vector<std::string> slow = {"ATTNRES_FAULT=op=write,path=checkpoint-,nth=0,delay_ms=10",
                                          std::string("LD_PRELOAD=") + ATTNRES_FAULT_SHIM,
                                          "ASAN_OPTIONS=verify_asan_link_order=0"};
   Rng rng(7);
   int interruptions = 0, clean_stops = 0, second_signal_exits = 0;
   for (int attempt = 0; attempt < 40 && !fs::exists(run / "train_result.json"); ++attempt) {
-    const bool resume = fs::exists(run / "checkpoint.safetensors");
+    const bool resume = has_checkpoint(run);
     Process p(train(run) + every_step + (resume ? " --resume" : ""), slow, log);
     ASSERT_TRUE(p.started());
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng.below(400)));
@@ -88,8 +88,11 @@ TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
     // 0: the run had finished. Which of them it was is counted from the log below.
     EXPECT_TRUE(code == 0 || code == 130 || code == 143) << code;
     ++interruptions;
-    if (fs::exists(run / "checkpoint.safetensors")) {
-      checkpoint_step(run);
+    if (has_checkpoint(run)) {  // every kept checkpoint whole and verified, not only the newest
+      for (const CheckpointFile& c : list_checkpoints(run.string()))
+        EXPECT_TRUE(read_safetensors(c.path).checksummed) << c.path;
+      // K = 2, and one more when the process ended between a checkpoint and the pruning after it.
+      EXPECT_LE(list_checkpoints(run.string()).size(), 3u);
       EXPECT_TRUE(read_safetensors((run / "model.safetensors").string()).checksummed);
     }
   }
@@ -102,7 +105,7 @@ TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
               interruptions, clean_stops, second_signal_exits);
   EXPECT_GE(clean_stops, 1);
   EXPECT_GE(second_signal_exits, 1);
-  const bool resume = fs::exists(run / "checkpoint.safetensors");
+  const bool resume = has_checkpoint(run);
   const CliResult last = run_cli(train(run) + every_step + (resume ? " --resume" : ""));
   ASSERT_TRUE(last.exit_code == 0 || fs::exists(run / "train_result.json")) << last.output << read_file(log);
   EXPECT_EQ(hidden_files(run), std::vector<std::string>{});
