@@ -146,6 +146,7 @@ TEST(Protocol, ReuseOfTheMainBaselineNeedsTheSameRunPrefix) {
   EXPECT_TRUE(experiment::same_run_prefix(main, group));
   group.milestones = {0.5, 1.0};  // where a run evaluates does not change it
   group.checkpoint_every = 3;
+  group.keep_checkpoints = 5;  // nor how many checkpoints it keeps
   EXPECT_TRUE(experiment::same_run_prefix(main, group));
   group.tokens = 24 * main.tokens_per_step();  // main does not evaluate at step 24
   EXPECT_FALSE(experiment::same_run_prefix(main, group));

@@ -18,6 +18,7 @@
 #include "common/cli_util.hpp"
 #include "experiment/runner.hpp"
 #include "model/safetensors.hpp"
+#include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/process.hpp"
@@ -113,7 +114,7 @@ TEST_F(TrainTest, ResumeAfterSigkillIsBitIdentical) {
   const fs::path killed = runs.path() / "killed";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + killed.string(), killed, 10, SIGKILL);
   ASSERT_EQ(rc, 128 + SIGKILL);
-  ASSERT_TRUE(fs::exists(killed / "checkpoint.safetensors")) << "killed before the first checkpoint";
+  ASSERT_TRUE(has_checkpoint(killed)) << "killed before the first checkpoint";
   EXPECT_FALSE(fs::exists(killed / "train_result.json"));
   const CliResult resumed = run_cli("train " + kTiny + " --data " + data() + " --out " + killed.string() + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -150,7 +151,7 @@ TEST_F(TrainTest, SigintSavesACheckpointAndExitsCleanly) {
   const fs::path out = runs.path() / "run";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
   EXPECT_EQ(rc, 130);  // interrupted, resumable
-  EXPECT_TRUE(fs::exists(out / "checkpoint.safetensors"));
+  EXPECT_TRUE(has_checkpoint(out));
   EXPECT_FALSE(fs::exists(out / "train_result.json"));
   const CliResult again = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string());
   EXPECT_EQ(again.exit_code, 1);
@@ -165,9 +166,9 @@ TEST_F(TrainTest, NonFiniteLossStopsWithTheLastGoodCheckpoint) {
   const fs::path out = runs.path() / "run";
   const int rc = train_and_signal(kTiny + " --data " + data() + " --out " + out.string(), out, 6, SIGINT);
   ASSERT_EQ(rc, 130);
-  // Poison the weights in the checkpoint: finite (a NaN would be refused at load), but so large
-  // that the next step's loss overflows.
-  const std::string ckpt = (out / "checkpoint.safetensors").string();
+  // Poison the weights in the newest checkpoint: finite (a NaN would be refused at load), but so
+  // large that the next step's loss overflows.
+  const std::string ckpt = newest_checkpoint(out).string();
   SafetensorsFile f = read_safetensors(ckpt);
   auto& params = f.tensors.at("params");
   for (std::size_t i = 0; i + 4 <= params.bytes.size(); i += 4) {
@@ -211,7 +212,7 @@ TEST_F(TrainTest, BadConfigurationsNameTheKey) {
   expect_error(base + " --device cuda:x", "cuda:N");
   // Without the CUDA backend, or without a GPU, --device cuda is a clear error, not a crash.
   expect_error(base + " --device cuda", "cuda");
-  EXPECT_FALSE(fs::exists(runs.path() / "x" / "checkpoint.safetensors"));
+  EXPECT_FALSE(has_checkpoint(runs.path() / "x"));
 }
 
 TEST_F(TrainTest, EvalSampleAndMismatchedInputs) {
@@ -292,12 +293,41 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   EXPECT_NE(r.output.find("rd-wide"), std::string::npos) << r.output;
 }
 
+// An experiment whose run stopped part-way (here: its last checkpoint lost and its results not
+// yet written) resumes that run from the newest checkpoint left when the command is rerun, and
+// ends with the results of the undisturbed run.
+TEST_F(TrainTest, ExperimentResumesAnUnfinishedRunFromItsNewestCheckpoint) {
+  TempDir runs("attnres_experiment_resume");
+  const std::string cmd = "experiment " + without_residual(kTiny) +
+                          " --set train.tokens=2048 --arms rd --seeds 1 --data " + data() + " --out " + runs.str("exp");
+  ASSERT_EQ(run_cli(cmd).exit_code, 0);
+  const fs::path run = runs.path() / "exp/runs/rd/seed-1";
+  // 16 steps, a checkpoint every 4: the newest two kept.
+  const std::vector<CheckpointFile> kept = list_checkpoints(run.string());
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].step, 16);
+  EXPECT_EQ(kept[1].step, 12);
+  const nlohmann::json result = nlohmann::json::parse(read_file(run / "result.json"));
+  const std::string weights = read_file(run / "model.safetensors");
+  const std::vector<double> curve = losses(run / "metrics.jsonl");
+  for (const fs::path& f : {run / "result.json", run / "train_result.json", fs::path(kept[0].path)}) fs::remove(f);
+
+  const CliResult r = run_cli(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 12/16"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(run / "model.safetensors"), weights);
+  EXPECT_EQ(losses(run / "metrics.jsonl"), curve);
+  const nlohmann::json again = nlohmann::json::parse(read_file(run / "result.json"));
+  EXPECT_EQ(again.at("test_nll"), result.at("test_nll"));
+  EXPECT_EQ(again.at("milestones"), result.at("milestones"));
+}
+
 namespace {
 
 // A config text as the code before the key table wrote it: train.micro_batches and
-// train.precision only when set (so not at their defaults).
+// train.precision only when set (so not at their defaults), and no train.keep_checkpoints.
 std::string without_newer_keys(std::string text) {
-  for (const std::string line : {"micro_batches = 0\n", "precision = \"fp32\"\n"}) {
+  for (const std::string line : {"micro_batches = 0\n", "precision = \"fp32\"\n", "keep_checkpoints = 2\n"}) {
     const auto at = text.find(line);
     EXPECT_NE(at, std::string::npos) << text;
     if (at != std::string::npos) text.erase(at, line.size());
@@ -313,15 +343,17 @@ TEST_F(TrainTest, OldFormatRunResumesAndMismatchesNameTheKey) {
   const std::string args = kTiny + " --data " + data() + " --out " + out.string();
   CliResult r = run_cli("train " + args + " --stop-at-step 8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Make the run directory one written before every key was written.
-  const std::string ckpt = (out / "checkpoint.safetensors").string();
-  SafetensorsFile f = read_safetensors(ckpt);
+  // Make the run directory one written before every key was written, with its one checkpoint
+  // as checkpoints were then: checkpoint.safetensors, without the tokenizer's name.
+  SafetensorsFile f = read_safetensors(newest_checkpoint(out).string());
   nlohmann::json state = nlohmann::json::parse(f.metadata.at("state"));
   state["config"] = without_newer_keys(state["config"].get<std::string>());
   f.metadata["state"] = state.dump();
+  ASSERT_EQ(f.metadata.erase("tokenizer"), 1u);
   std::vector<TensorRef> refs;
   for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
-  write_safetensors(ckpt, f.metadata, refs);
+  for (const CheckpointFile& c : list_checkpoints(out.string())) fs::remove(c.path);
+  write_safetensors((out / "checkpoint.safetensors").string(), f.metadata, refs);
   const std::string config_toml = without_newer_keys(read_file(out / "config.toml"));
   std::ofstream(out / "config.toml") << config_toml;
 
@@ -338,6 +370,11 @@ TEST_F(TrainTest, OldFormatRunResumesAndMismatchesNameTheKey) {
   EXPECT_NE(r.output.find("resuming '" + out.string() + "' at step 8"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(out / "train_result.json"));
   EXPECT_EQ(losses(out / "metrics.jsonl").size(), 48u);
+  // The old checkpoint counted as the oldest: gone once two newer ones were written.
+  const std::vector<CheckpointFile> kept = list_checkpoints(out.string());
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].step, 48);
+  EXPECT_EQ(kept[1].step, 44);
 }
 
 TEST_F(TrainTest, ExperimentCreatedBeforeNewerKeysIsStillAccepted) {
