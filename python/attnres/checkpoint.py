@@ -3,14 +3,18 @@
 Accepted inputs (docs/training.md, src/train/trainer.cpp):
   * ``model.safetensors``: one tensor per parameter (named as in docs/model.md), the model config as
     JSON under metadata ``config``, the tokenizer spec under ``tokenizer``, the step under ``step``;
-  * ``checkpoint.safetensors``: the training state, whose ``params`` tensor is every parameter flat
-    in ParamLayout order (attnres.model.param_layout), with ``config`` in its metadata;
-  * a run directory holding either (model.safetensors preferred: it names the tokenizer).
+  * ``checkpoint-STEP.safetensors`` (``checkpoint.safetensors`` in runs written before attnres kept
+    several): the training state, whose ``params`` tensor is every parameter flat in ParamLayout
+    order (attnres.model.param_layout), with ``config`` (and, newer ones, ``tokenizer``) in its
+    metadata;
+  * a run directory holding either (model.safetensors preferred: it names the tokenizer; else the
+    newest checkpoint).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Dict, Mapping, Optional
 
 import numpy as np
@@ -21,22 +25,39 @@ from .config import ModelConfig
 from .model import AttnResModel, param_layout
 
 WEIGHTS_FILE = "model.safetensors"
-CHECKPOINT_FILE = "checkpoint.safetensors"
+# The names attnres's trainer gives checkpoints (src/train/checkpoint.cpp, checkpoint_file_name).
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-([0-9]+)\.safetensors")
+LEGACY_CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
 class CheckpointError(ValueError):
     """A file that is not an attnres checkpoint of the model it claims; the message names it."""
 
 
+def checkpoints(run_dir: str) -> list:
+    """The checkpoint files of a run directory, newest (highest step) first; an older run's
+    checkpoint.safetensors counts as the oldest."""
+    found = []
+    for name in os.listdir(run_dir):
+        m = CHECKPOINT_PATTERN.fullmatch(name)
+        if m:
+            found.append((int(m.group(1)), name))
+        elif name == LEGACY_CHECKPOINT_FILE:
+            found.append((-1, name))
+    return [os.path.join(run_dir, name) for _, name in sorted(found, key=lambda s: (-s[0], s[1]))]
+
+
 def resolve(path: str) -> str:
     """The weights file a path means: the file itself, or a run directory's model.safetensors
-    (else its checkpoint.safetensors)."""
+    (else its newest checkpoint)."""
     if os.path.isdir(path):
-        for name in (WEIGHTS_FILE, CHECKPOINT_FILE):
-            candidate = os.path.join(path, name)
-            if os.path.isfile(candidate):
-                return candidate
-        raise CheckpointError(f"'{path}' holds neither {WEIGHTS_FILE} nor {CHECKPOINT_FILE}")
+        candidate = os.path.join(path, WEIGHTS_FILE)
+        if os.path.isfile(candidate):
+            return candidate
+        found = [c for c in checkpoints(path) if os.path.isfile(c)]
+        if found:
+            return found[0]
+        raise CheckpointError(f"'{path}' holds neither {WEIGHTS_FILE} nor a checkpoint (checkpoint-STEP.safetensors)")
     if not os.path.isfile(path):
         raise CheckpointError(f"'{path}' does not exist")
     return path
@@ -86,7 +107,7 @@ def state_dict_of(file: str, config: ModelConfig, arrays: Mapping[str, np.ndarra
 def load(path: str, *, dtype=torch.float32, device=None) -> AttnResModel:
     """An AttnResModel built from a checkpoint's own config, holding its weights.
 
-    path: model.safetensors, checkpoint.safetensors, or a run directory. The model is in eval mode
+    path: model.safetensors, a checkpoint-STEP.safetensors, or a run directory. The model is in eval mode
     (it has no dropout, so this only matters to code that checks) with gradients enabled, ready for
     inference or fine-tuning. ``model.tokenizer_spec`` is the checkpoint's tokenizer (None if it does
     not name one) and ``model.metadata`` its safetensors metadata.

@@ -384,7 +384,7 @@ def residual_mode(config: ModelConfig) -> ResidualMode:
 
 def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
     """Every parameter (name, shape) in the order of src/model/param_layout.cpp: the order of the flat
-    `params` tensor of checkpoint.safetensors."""
+    `params` tensor of a checkpoint-STEP.safetensors."""
     c, mode = config, residual_mode(config)
     d, h, V = c.d_model, c.mlp_hidden, c.vocab_size
     out = [("tok_emb.weight", (V, d))]

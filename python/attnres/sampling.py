@@ -94,7 +94,7 @@ def sample_token(logits: Sequence[float], temperature: float, top_k: int, rng: R
 def _tokenizer_of(model: AttnResModel, tokenizer) -> Tokenizer:
     if tokenizer is None:
         if model.tokenizer_spec is None:
-            raise ValueError("the model does not name its tokenizer (checkpoint.safetensors does not); "
+            raise ValueError("the model does not name its tokenizer (a checkpoint written before attnres recorded it does not); "
                              "pass tokenizer='bytes' | 'gpt2:DIR' | 'sp:FILE'")
         tokenizer = model.tokenizer_spec
     tok = make_tokenizer(tokenizer)

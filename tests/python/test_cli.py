@@ -1,7 +1,7 @@
 """The package against the C++ code on checkpoints trained here by the built `attnres` binary, in every
 residual mode and control: fp32 logits and depth weights against the C++ Model (through the test
 helper attnres_cpp_forward: the CLI prints neither), the loss against `attnres eval --text`, sampling
-against `attnres sample`, checkpoint.safetensors against model.safetensors, and a model saved from
+against `attnres sample`, the newest checkpoint against model.safetensors, and a model saved from
 Python read back by `attnres eval`."""
 import json
 import os
@@ -14,6 +14,7 @@ import torch
 import support
 import attnres
 from attnres import safetensors
+from attnres.checkpoint import checkpoints
 
 LOGIT_TOLERANCE = 1e-5  # the issue's bound: fp32 against fp32, max |a - b| / max |b|
 WEIGHT_TOLERANCE = 1e-5  # depth weights are in [0, 1]: absolute
@@ -78,7 +79,7 @@ class CliTest(unittest.TestCase):
     def test_checkpoint_file_holds_the_same_weights(self):
         for name, run in self.runs.items():
             a = attnres.load(os.path.join(run, "model.safetensors"))
-            b = attnres.load(os.path.join(run, "checkpoint.safetensors"))  # flat params in ParamLayout order
+            b = attnres.load(checkpoints(run)[0])  # the newest checkpoint: flat params in ParamLayout order
             for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
                 self.assertTrue(torch.equal(x, y), f"{name}: {n}")
 
