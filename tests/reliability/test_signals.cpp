@@ -70,8 +70,14 @@ TEST(Signals, RepeatedSignalsDuringWritesNeverLeaveAPartialCheckpoint) {
   int interruptions = 0, clean_stops = 0, second_signal_exits = 0;
   for (int attempt = 0; attempt < 40 && !fs::exists(run / "train_result.json"); ++attempt) {
     const bool resume = has_checkpoint(run);
+    const std::uintmax_t logged = fs::exists(log) ? fs::file_size(log) : 0;
     Process p(train(run) + every_step + (resume ? " --resume" : ""), slow, log);
     ASSERT_TRUE(p.started());
+    // On a loaded machine a process can take longer to start than the pause below: wait for its
+    // first line (its signal handlers are installed by then), then signal at a random moment.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline && (!fs::exists(log) || fs::file_size(log) == logged))
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng.below(400)));
     p.signal(attempt % 2 == 0 ? SIGINT : SIGTERM);
     int code = -1;
