@@ -15,7 +15,7 @@ import support
 import attnres_ref as R  # the oracle; sets torch's default dtype to float64 (the package must not care)
 import attnres
 from attnres import safetensors
-from attnres.checkpoint import CheckpointError
+from attnres.checkpoint import CheckpointError, resolve
 from attnres.config import ConfigError, ModelConfig
 
 
@@ -306,6 +306,13 @@ class FilesTest(unittest.TestCase):
         with self.assertRaisesRegex(CheckpointError, "neither model.safetensors nor a checkpoint"):
             os.makedirs(self.tmp("empty"))
             attnres.load(self.tmp("empty"))
+        # A run directory without model.safetensors: its newest checkpoint (by step, not by name).
+        os.makedirs(self.tmp("run"))
+        for step, scale in ((8, 1.0), (10, 0.0), (9, 1.0)):
+            safetensors.save(self.tmp(f"run/checkpoint-{step:06d}.safetensors"), {"params": flat * scale}, meta)
+        safetensors.save(self.tmp("run/checkpoint.safetensors"), {"params": flat}, meta)  # an older run's: the oldest
+        self.assertEqual(resolve(self.tmp("run")), self.tmp("run/checkpoint-000010.safetensors"))
+        self.assertEqual(float(attnres.load(self.tmp("run")).tok_emb.weight.abs().sum()), 0.0)
 
     def test_config_is_as_strict_as_attnres(self):
         c = config_dict("block")
