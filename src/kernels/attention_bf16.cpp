@@ -121,9 +121,9 @@ ATTNRES_AVX512_INLINE void rows_times(const float* p_t, const float* v, int hd, 
 
 // Per-head copies shared by the blocks of a call.
 struct HeadCopies {
-  std::int64_t heads = 0, tq = 0, tk = 0, rows_q = 0, rows_k = 0;
-  float* q_t = nullptr;  // [head][hd][tq]
+  std::int64_t heads = 0, tq = 0, rows_q = 0, rows_k = 0;
   std::int64_t panels = 0;  // floats per head of k_p and v_p
+  float* q_t = nullptr;  // [head][hd][tq]
   float* k_p = nullptr;  // [head] key panels (pack_key_panels)
   float* v_p = nullptr;  // [head] value panels     (backward)
   float* do_t = nullptr; // [head][hd][tq]          (backward)
