@@ -45,6 +45,19 @@ struct KvCache {
   std::vector<Real> k, v;
 };
 
+// Hands out consecutive slices of the activation arena; with base == nullptr it only counts, so one
+// pass sizes the arena and a second lays it out.
+template <class Real>
+struct ArenaCarver {
+  Real* base = nullptr;
+  std::int64_t used = 0;
+  Real* take(std::int64_t n) {
+    Real* p = base != nullptr ? base + used : nullptr;
+    used += n;
+    return p;
+  }
+};
+
 template <class Real>
 class Model {
  public:
@@ -108,6 +121,7 @@ class Model {
     Real* logits_final = nullptr;
     Real* x_final = nullptr;
     Real* rstd_final = nullptr;
+    const Real* final_input = nullptr;  // the final norm's input in the last forward (a trunk buffer)
     // RD's value route (decoupled, frozen): the read emits its normalised input directly (the
     // norm is fused into the read), and the backward recomputes it, so it is not kept per layer
     // and RD needs no more activation memory than Block.
@@ -127,10 +141,26 @@ class Model {
     Real *rope_cos = nullptr, *rope_sin = nullptr;
   };
 
-  void carve(Real* base, std::int64_t& used);
+  void carve(ArenaCarver<Real>& arena);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
+  // Embedding, the mode's trunk, final norm; and back. The trunk of a residual family returns the
+  // final norm's input; its backward starts from that input's gradient in buf_.dh.
   void forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache = nullptr);
   void backward_trunk(std::int64_t batch, int seq);
+  const Real* forward_single_stream(std::int64_t batch, int seq, KvCache<Real>* cache);  // single_stream.cpp
+  void backward_single_stream(std::int64_t batch, int seq);
+
+  // The sublayer bodies (sublayers.cpp), from normalised inputs to the output (out = f, or
+  // out += f with accumulate), saving their activations in sub[j]. Attention takes Q, K and V
+  // from xq, xk and xv (one buffer in most modes). Their backward overwrites dxq and accumulates
+  // into dxk and dxv where they alias an earlier one; the weight gradients accumulate. xv ==
+  // nullptr: Wv's gradient is left to the caller (RD recomputes its value input later).
+  void attention_forward(int j, const Real* xq, const Real* xk, const Real* xv, Real* out, bool accumulate,
+                         std::int64_t batch, int seq, KvCache<Real>* cache);
+  void attention_backward(int j, const Real* dout, const Real* xq, const Real* xk, const Real* xv, Real* dxq,
+                          Real* dxk, Real* dxv, std::int64_t batch, int seq);
+  void mlp_forward(int j, const Real* x, Real* out, bool accumulate);
+  void mlp_backward(int j, const Real* dout, const Real* x, Real* dx);
   // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
   const Real* residual(int index) const;
   Real* dresidual(int index);
