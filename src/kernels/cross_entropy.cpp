@@ -104,43 +104,81 @@ ATTNRES_AVX512_TARGET double softmax_row_avx512(float* row, int vocab, std::int3
 }
 #endif
 
-// bf16 (float models): the three GEMMs on bf16-rounded operands with the weight packed once per
-// call for the logits and once for the input gradient (not once per chunk of rows); the softmax
-// and its statistics in fp32, on 16 lanes where AVX-512 is available.
-double lm_head_cross_entropy_bf16(const float* x, const float* w, const std::int32_t* targets, std::int64_t n, int d,
-                                  int vocab, const CrossEntropyScratch<float>& scratch, float grad_scale, float* dx,
-                                  float* dw) {
+// The chunk loop of both precisions: per chunk of rows, the logits, each row's loss (and its
+// softmax gradient in place), then dX and dW. Head supplies the three steps.
+template <class Real, class Head>
+double chunked_cross_entropy(const Head& head, const Real* x, const std::int32_t* targets, std::int64_t n, int d,
+                             int vocab, const CrossEntropyScratch<Real>& scratch, Real grad_scale, Real* dx) {
   const bool with_grad = dx != nullptr;
-  thread_local Bf16PackedB w_t, w_n;  // op(B) = W^T for the logits, W for dX
-  w_t.pack(true, vocab, d, w, d);
-  if (with_grad) w_n.pack(false, d, vocab, w, d);
-#if ATTNRES_AVX512_CODE
-  const bool wide = avx512::cpu_has_avx512();
-#endif
   double total = 0;
   for (std::int64_t r0 = 0; r0 < n; r0 += scratch.rows) {
     const std::int64_t rows = std::min(scratch.rows, n - r0);
-    float* logits = scratch.logits;
-    gemm_bf16_packed(false, rows, 1.0f, x + r0 * d, d, w_t, 0.0f, logits, vocab);
+    Real* logits = scratch.logits;
+    head.logits(logits, x + r0 * d, rows);
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMin)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* row = logits + r * vocab;
-      const std::int32_t target = targets[r0 + r];
-#if ATTNRES_AVX512_CODE
-      if (wide) {
-        scratch.row_loss[r] = softmax_row_avx512(row, vocab, target, grad_scale, with_grad);
-        continue;
-      }
-#endif
-      scratch.row_loss[r] = softmax_row(row, vocab, target, grad_scale, with_grad);
-    }
+    for (std::int64_t r = 0; r < rows; ++r)
+      scratch.row_loss[r] = head.row(logits + r * vocab, targets[r0 + r], grad_scale, with_grad);
     for (std::int64_t r = 0; r < rows; ++r) total += scratch.row_loss[r];
-    if (with_grad) {
-      gemm_bf16_packed(false, rows, 1.0f, logits, vocab, w_n, 0.0f, dx + r0 * d, d);
-      gemm_bf16(true, false, vocab, d, rows, 1.0f, logits, vocab, x + r0 * d, d, 1.0f, dw, d);
-    }
+    if (with_grad) head.backward(dx + r0 * d, logits, x + r0 * d, rows);
   }
   return total;
+}
+
+// The Linear head in the model's precision (fp32 or double models; Real's own GEMMs).
+template <class Real>
+struct LinearHead {
+  const Real* w;
+  Real* dw;
+  int d, vocab;
+  MatmulPrecision precision;
+  void logits(Real* out, const Real* x, std::int64_t rows) const {
+    linear_forward(out, x, w, rows, d, vocab, false, precision);
+  }
+  double row(Real* logits, std::int32_t target, Real grad_scale, bool with_grad) const {
+    return softmax_row(logits, vocab, target, grad_scale, with_grad);
+  }
+  void backward(Real* dx, const Real* dlogits, const Real* x, std::int64_t rows) const {
+    linear_backward_input(dx, dlogits, w, rows, d, vocab, false, precision);
+    linear_backward_weight(dw, dlogits, x, rows, d, vocab, precision);
+  }
+};
+
+// bf16 (float models): the three GEMMs on bf16-rounded operands with the weight packed once per
+// call for the logits and once for the input gradient (not once per chunk of rows); the softmax
+// and its statistics in fp32, on 16 lanes where AVX-512 is available.
+struct Bf16Head {
+  const Bf16PackedB& w_t;  // op(B) = W^T for the logits
+  const Bf16PackedB& w_n;  // W for dX
+  float* dw;
+  int d, vocab;
+  bool wide;  // AVX-512 softmax
+  void logits(float* out, const float* x, std::int64_t rows) const {
+    gemm_bf16_packed(false, rows, 1.0f, x, d, w_t, 0.0f, out, vocab);
+  }
+  double row(float* logits, std::int32_t target, float grad_scale, bool with_grad) const {
+#if ATTNRES_AVX512_CODE
+    if (wide) return softmax_row_avx512(logits, vocab, target, grad_scale, with_grad);
+#endif
+    return softmax_row(logits, vocab, target, grad_scale, with_grad);
+  }
+  void backward(float* dx, const float* dlogits, const float* x, std::int64_t rows) const {
+    gemm_bf16_packed(false, rows, 1.0f, dlogits, vocab, w_n, 0.0f, dx, d);
+    gemm_bf16(true, false, vocab, d, rows, 1.0f, dlogits, vocab, x, d, 1.0f, dw, d);
+  }
+};
+
+double lm_head_cross_entropy_bf16(const float* x, const float* w, const std::int32_t* targets, std::int64_t n, int d,
+                                  int vocab, const CrossEntropyScratch<float>& scratch, float grad_scale, float* dx,
+                                  float* dw) {
+  thread_local Bf16PackedB w_t, w_n;
+  w_t.pack(true, vocab, d, w, d);
+  if (dx != nullptr) w_n.pack(false, d, vocab, w, d);
+  bool wide = false;
+#if ATTNRES_AVX512_CODE
+  wide = avx512::cpu_has_avx512();
+#endif
+  const Bf16Head head{w_t, w_n, dw, d, vocab, wide};
+  return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
 }
 }  // namespace
 
@@ -151,22 +189,8 @@ double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* t
   if constexpr (std::is_same_v<Real, float>)
     if (precision == MatmulPrecision::bf16)
       return lm_head_cross_entropy_bf16(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
-  const bool with_grad = dx != nullptr;
-  double total = 0;
-  for (std::int64_t r0 = 0; r0 < n; r0 += scratch.rows) {
-    const std::int64_t rows = std::min(scratch.rows, n - r0);
-    Real* logits = scratch.logits;
-    linear_forward(logits, x + r0 * d, w, rows, d, vocab, false, precision);
-#pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMin)
-    for (std::int64_t r = 0; r < rows; ++r)
-      scratch.row_loss[r] = softmax_row(logits + r * vocab, vocab, targets[r0 + r], grad_scale, with_grad);
-    for (std::int64_t r = 0; r < rows; ++r) total += scratch.row_loss[r];
-    if (with_grad) {
-      linear_backward_input(dx + r0 * d, logits, w, rows, d, vocab, false, precision);
-      linear_backward_weight(dw, logits, x + r0 * d, rows, d, vocab, precision);
-    }
-  }
-  return total;
+  const LinearHead<Real> head{w, dw, d, vocab, precision};
+  return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
 }
 
 template double lm_head_cross_entropy<float>(const float*, const float*, const std::int32_t*, std::int64_t, int,
