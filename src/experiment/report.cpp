@@ -253,6 +253,11 @@ std::string render_html(const ExperimentSummary& s) {
     h += table_titled("Jensen");
   }
 
+  if (!s.connections.empty()) {
+    h += "<h2>Depth connections</h2>\n<p class=\"lead\">The mixing weights of modes whose depth connections are "
+         "not depth distributions (signed, not normalised), averaged over seeds.</p>\n" +
+         table_titled("Depth connections");
+  }
   if (!s.systems.empty()) {
     h += "<h2>Systems</h2>\n" + table_titled("Systems");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "experiment/stats.hpp"
+#include "kernels/dwa.hpp"
 #include "model/topology.hpp"
 #include "util/error.hpp"
 
@@ -66,6 +67,25 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
     s.js_nats /= double(counted);  // stays NaN (not available) with one route
   }
   return layers;
+}
+
+std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
+                                                     const std::string& path) {
+  std::vector<results::Connections> out;
+  if (config.residual != ResidualMode::denseformer) return out;
+  results::Connections dwa;
+  dwa.name = "dwa";
+  for (int block = 1; block <= config.n_layers; ++block) {
+    const std::vector<int> sources = kernels::dwa_sources(block, config.dwa_dilation, config.dwa_period);
+    if (sources.empty()) continue;
+    const std::string name = "dwa." + std::to_string(block) + ".alpha";
+    const std::vector<double> alpha = weights.at(name, path).values<double>();
+    require(alpha.size() == sources.size(), path, ": tensor '", name, "' has ", alpha.size(), " values, expected ",
+            sources.size());
+    dwa.rows.push_back({block, sources, alpha});
+  }
+  out.push_back(std::move(dwa));
+  return out;
 }
 
 }  // namespace attnres::experiment

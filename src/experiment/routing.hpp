@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/loader.hpp"
+#include "model/safetensors.hpp"
 #include "results/run_result.hpp"
 #include "train/inference.hpp"
 
@@ -18,5 +19,10 @@ namespace attnres::experiment {
 // The model must keep its depth routing (InferenceBackend::routing(): the CPU backend does).
 std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens);
+
+// The static depth connections of a mode (results::Connections) from its weights file, as
+// result.json records them: DenseFormer's DWA weights ("dwa"). Empty for modes without.
+std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
+                                                     const std::string& path);
 
 }  // namespace attnres::experiment

@@ -354,7 +354,9 @@ bool run_experiment(const ExperimentOptions& options) {
       // On the CPU in fp32, whatever the training device and precision (docs/cuda.md).
       const std::unique_ptr<InferenceBackend> model =
           make_inference_backend("cpu", config.model, config.batch_size, config.seq_len);
-      model->load_weights((run_dir / "model.safetensors").string());
+      const std::string weights_path = (run_dir / "model.safetensors").string();
+      const SafetensorsFile weights = read_safetensors(weights_path);
+      model->load_weights(weights, weights_path);
       const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
       const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
       const EvalResult test_eval = evaluate_split(*model, test, config.batch_size, config.seq_len, config.eval_tokens);
@@ -370,6 +372,7 @@ bool run_experiment(const ExperimentOptions& options) {
       result.curve = tr.curve;
       if (config.model.uses_depth_reads())
         result.routing = routing_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
+      result.connections = static_connections(config.model, weights, weights_path);
       results::write_run_result(run.result_path, result);
       status.message(concat(run.label, ": done, test NLL ", test_eval.nll));
     }

@@ -83,6 +83,48 @@ double val_nll_at(const RunResult& r, std::int64_t tokens) {
 
 double test_nll_of(const RunResult& r, std::int64_t) { return r.test_nll; }
 
+// Per arm and connection name, the mean of each weight over the arm's runs. The rows and sources
+// are fixed by the model config, so every seed must agree on them.
+std::vector<ArmConnections> summarize_connections(const ExperimentSummary& s) {
+  std::vector<ArmConnections> out;
+  for (const auto& arm : s.spec.arms) {
+    std::vector<const RunResult*> runs;
+    for (const auto seed : s.spec.seeds)
+      if (const RunResult* r = s.find_run(arm, seed)) runs.push_back(r);
+    if (runs.empty()) continue;
+    const RunResult& first = *runs.front();
+    for (const RunResult* r : runs)
+      require(r->connections.size() == first.connections.size(), path_of(s, *r), ": key 'connections' has ",
+              r->connections.size(), " entries but ", path_of(s, first), " has ", first.connections.size(),
+              " (same arm)");
+    for (std::size_t c = 0; c < first.connections.size(); ++c) {
+      ArmConnections ac;
+      ac.arm = arm;
+      ac.n_seeds = static_cast<int>(runs.size());
+      ac.connections = first.connections[c];
+      for (auto& row : ac.connections.rows) std::fill(row.weights.begin(), row.weights.end(), 0.0);
+      for (const RunResult* r : runs) {
+        const results::Connections& rc = r->connections[c];
+        const auto same_shape = [&] {
+          if (rc.name != ac.connections.name || rc.rows.size() != ac.connections.rows.size()) return false;
+          for (std::size_t i = 0; i < rc.rows.size(); ++i)
+            if (rc.rows[i].target != ac.connections.rows[i].target ||
+                rc.rows[i].sources != ac.connections.rows[i].sources)
+              return false;
+          return true;
+        };
+        require(same_shape(), path_of(s, *r), ": key 'connections' entry '", rc.name, "' does not have the rows and ",
+                "sources of ", path_of(s, first), "'s '", first.connections[c].name, "'");
+        for (std::size_t i = 0; i < rc.rows.size(); ++i)
+          for (std::size_t k = 0; k < rc.rows[i].weights.size(); ++k)
+            ac.connections.rows[i].weights[k] += rc.rows[i].weights[k] / static_cast<double>(runs.size());
+      }
+      out.push_back(std::move(ac));
+    }
+  }
+  return out;
+}
+
 std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
   std::vector<ArmRouting> out;
   for (const auto& arm : s.spec.arms) {
@@ -238,6 +280,7 @@ void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   for (const auto m : s.spec.milestones) s.milestones.push_back(compare(s, "val", m, val_nll_at));
   s.test = compare(s, "test", s.spec.tokens, test_nll_of, !s.reused_baseline);
   s.routing = summarize_routing(s);
+  s.connections = summarize_connections(s);
   s.systems = summarize_systems(s);
 }
 
@@ -289,6 +332,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.validation = s.milestones;
   out.test = s.test;
   out.routing = s.routing;
+  out.connections = s.connections;
   out.systems = s.systems;
 }
 

@@ -22,6 +22,7 @@ namespace attnres::experiment {
 
 // The schema types the summary is made of, by their names in this namespace.
 using results::ArmComparison;
+using results::ArmConnections;
 using results::ArmRouting;
 using results::ArmSystems;
 using results::Comparison;
@@ -50,6 +51,7 @@ struct ExperimentSummary {
   std::vector<Comparison> milestones;  // validation NLL, one per experiment milestone
   Comparison test;                     // test-split NLL at the end of training
   std::vector<ArmRouting> routing;     // arms with depth routing and at least one finished run
+  std::vector<ArmConnections> connections;  // per arm and name, arms whose runs record connections
   std::vector<ArmSystems> systems;     // every arm with at least one finished run
   std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
 

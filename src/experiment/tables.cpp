@@ -197,6 +197,28 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
     }
   }
 
+  for (const auto& a : s.connections) {
+    // Targets are rows, sources columns (blank where a row does not read that source).
+    int max_source = 0;
+    for (const auto& row : a.connections.rows) max_source = std::max(max_source, row.sources.back());
+    Table t;
+    t.title = "Depth connections: " + a.arm + " '" + a.connections.name + "' (mean over " +
+              std::to_string(a.n_seeds) + (a.n_seeds == 1 ? " seed)" : " seeds)");
+    t.header = {"target"};
+    for (int k = 0; k <= max_source; ++k) t.header.push_back(k == 0 ? "emb" : "X" + std::to_string(k));
+    for (const auto& row : a.connections.rows) {
+      std::vector<std::string> cells(static_cast<std::size_t>(max_source) + 2);
+      cells[0] = std::to_string(row.target);
+      for (std::size_t k = 0; k < row.sources.size(); ++k)
+        cells[static_cast<std::size_t>(row.sources[k]) + 1] = format_number(row.weights[k], 3);
+      t.rows.push_back(std::move(cells));
+    }
+    if (a.connections.name == "dwa")
+      t.notes = {"DenseFormer: row i is the DWA after block i, Y_i = sum_j alpha_j X_j over the block outputs it "
+                 "reads (emb = X_0); identity initialisation puts 1 on X_i. Weights are signed."};
+    tables.push_back(std::move(t));
+  }
+
   if (!s.systems.empty()) {
     Table t;
     t.title = "Systems (mean over finished seeds; ratios against " + s.spec.baseline + ")";

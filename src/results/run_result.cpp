@@ -58,6 +58,40 @@ void from_json(JsonObject& in, LayerRouting& l) {
   }
 }
 
+json to_json(const Connections& c) {
+  json rows = json::array();
+  for (const auto& r : c.rows) rows.push_back({{"target", r.target}, {"sources", r.sources}, {"weights", r.weights}});
+  return {{"name", c.name}, {"rows", std::move(rows)}};
+}
+
+void from_json(JsonObject& in, Connections& c) {
+  const JsonValue name = in.get("name");
+  c.name = name.string();
+  if (c.name.empty()) name.bad("must not be empty");
+  for (const JsonValue& entry : in.get("rows").array()) {
+    JsonObject row = entry.object();
+    ConnectionRow r;
+    const JsonValue target = row.get("target");
+    r.target = static_cast<int>(target.integer());
+    if (r.target < 0) target.bad("must not be negative");
+    if (!c.rows.empty() && r.target <= c.rows.back().target) target.bad("must be larger than the row before's");
+    const JsonValue sources = row.get("sources");
+    for (const JsonValue& s : sources.array()) {
+      const auto source = s.integer();
+      if (source < 0) s.bad("must not be negative");
+      if (!r.sources.empty() && source <= r.sources.back()) s.bad("must be larger than the source before");
+      r.sources.push_back(static_cast<int>(source));
+    }
+    if (r.sources.empty()) sources.bad("must name at least one source");
+    const JsonValue weights = row.get("weights");
+    for (const JsonValue& w : weights.array()) r.weights.push_back(w.number());
+    if (r.weights.size() != r.sources.size())
+      weights.bad(concat("has ", r.weights.size(), " entries but 'sources' has ", r.sources.size()));
+    row.finish();
+    c.rows.push_back(std::move(r));
+  }
+}
+
 json to_json(const RunResult& r) {
   json milestones = json::array(), curve = json::array();
   for (const auto& m : r.milestones) milestones.push_back(to_json(m));
@@ -75,6 +109,11 @@ json to_json(const RunResult& r) {
     json layers = json::array();
     for (const auto& l : r.routing) layers.push_back(to_json(l));
     j["routing"] = {{"layers", std::move(layers)}};
+  }
+  if (!r.connections.empty()) {
+    json connections = json::array();
+    for (const auto& c : r.connections) connections.push_back(to_json(c));
+    j["connections"] = std::move(connections);
   }
   return j;
 }
@@ -127,6 +166,15 @@ void from_json(JsonObject& in, RunResult& r) {
       else layers.bad(concat("gives 'v_mean' for some layers but not for layer ", l.layer));
     }
     std::sort(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
+  }
+
+  if (const auto connections = in.find("connections"); connections && !connections->is_null()) {
+    std::set<std::string> names;
+    for (const JsonValue& entry : connections->array()) {
+      Connections c = read_object<Connections>(entry);
+      if (!names.insert(c.name).second) entry.bad(concat("repeats the connections '", c.name, "'"));
+      r.connections.push_back(std::move(c));
+    }
   }
 }
 

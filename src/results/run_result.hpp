@@ -22,6 +22,21 @@ struct LayerRouting {
   double js_nats = kNotAvailable;  // per-token JS averaged over tokens; NaN when the runner gave none
 };
 
+// The depth connections of a baseline mode (baselines-spec §6.5): mixing weights that are signed
+// and not normalised, so they are not depth distributions. One row per consumer, one weight per
+// stream source it reads: source 0 is the embedding X_0, source s block s's output X_s.
+// DenseFormer ("dwa"): row i is the DWA after block i, its static alpha.
+struct ConnectionRow {
+  int target = 0;
+  std::vector<int> sources;     // increasing
+  std::vector<double> weights;  // one per source
+};
+
+struct Connections {
+  std::string name;
+  std::vector<ConnectionRow> rows;  // increasing targets
+};
+
 struct RunResult {
   std::string arm;
   std::int64_t seed = 0;
@@ -33,6 +48,7 @@ struct RunResult {
   std::int64_t peak_rss_bytes = 0;
   std::vector<LossPoint> curve;       // may be empty
   std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
+  std::vector<Connections> connections;  // empty: none, no "connections" key
 };
 
 // Reading checks what one file can show: types, ranges, distributions summing to 1, a value route
@@ -40,6 +56,8 @@ struct RunResult {
 // fits its experiment (arm, seed, milestones) is the summary's check.
 nlohmann::json to_json(const LayerRouting& l);
 void from_json(JsonObject& in, LayerRouting& l);
+nlohmann::json to_json(const Connections& c);
+void from_json(JsonObject& in, Connections& c);
 nlohmann::json to_json(const RunResult& r);
 void from_json(JsonObject& in, RunResult& r);
 

@@ -148,6 +148,19 @@ void from_json(JsonObject& in, JsLayerMean& m) {
   m.layers = static_cast<int>(in.get("layers").integer());
 }
 
+json to_json(const ArmConnections& a) {
+  json j = to_json(a.connections);
+  j["arm"] = a.arm;
+  j["seeds"] = a.n_seeds;
+  return j;
+}
+
+void from_json(JsonObject& in, ArmConnections& a) {
+  a.arm = in.get("arm").string();
+  a.n_seeds = static_cast<int>(in.get("seeds").integer());
+  from_json(in, a.connections);
+}
+
 json to_json(const ArmRouting& a) {
   json layers = json::array();
   for (const auto& l : a.layers) {
@@ -239,6 +252,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
   j["validation"] = array_json(r.validation);
   j["test"] = to_json(r.test);
   j["routing"] = array_json(r.routing);
+  if (!r.connections.empty()) j["connections"] = array_json(r.connections);  // absent in older summaries
   j["systems"] = array_json(r.systems);
 }
 
@@ -248,6 +262,8 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   r.validation = read_array<Comparison>(in.get("validation"));
   r.test = read_object<Comparison>(in.get("test"));
   r.routing = read_array<ArmRouting>(in.get("routing"));
+  // Optional: summaries written before attnres recorded connections have none.
+  if (const auto connections = in.find("connections")) r.connections = read_array<ArmConnections>(*connections);
   r.systems = read_array<ArmSystems>(in.get("systems"));
 }
 

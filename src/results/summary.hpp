@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "results/experiment_spec.hpp"
+#include "results/run_result.hpp"
 #include "results/strict_json.hpp"
 
 namespace attnres::results {
@@ -90,6 +91,13 @@ struct ArmRouting {
   JsLayerMean multi_source_layers;  // mean over layers with more than one source
 };
 
+// An arm's depth connections (run_result.hpp's Connections), each weight the mean over the seeds.
+struct ArmConnections {
+  std::string arm;
+  int n_seeds = 0;
+  Connections connections;
+};
+
 struct ArmSystems {
   std::string arm;
   int runs = 0;  // finished seeds averaged
@@ -115,6 +123,7 @@ struct ArmsResults {
   std::vector<Comparison> validation;  // one per milestone
   Comparison test;                     // the test split after training (no baseline values when reused)
   std::vector<ArmRouting> routing;     // arms with depth routing and a finished run
+  std::vector<ArmConnections> connections;  // per arm and connection name, arms that record them
   std::vector<ArmSystems> systems;     // arms with a finished run
 };
 
@@ -144,6 +153,8 @@ nlohmann::json to_json(const ArmComparison& a);
 void from_json(JsonObject& in, ArmComparison& a);
 nlohmann::json to_json(const Comparison& c);
 void from_json(JsonObject& in, Comparison& c);
+nlohmann::json to_json(const ArmConnections& a);
+void from_json(JsonObject& in, ArmConnections& a);
 nlohmann::json to_json(const JsLayerMean& m);
 void from_json(JsonObject& in, JsLayerMean& m);
 nlohmann::json to_json(const ArmRouting& a);  // with its layers

@@ -375,6 +375,31 @@ TEST_F(CliTest, ExperimentMismatchNamesTheKey) {
                     {"differs in train.warmup_fraction = 0.1 (experiment.json) vs 0.2 (requested)"});
 }
 
+TEST_F(CliTest, ExperimentRecordsDenseFormerConnections) {
+  TempDir runs("attnres_cli_exp_dwa");
+  const std::string out = runs.str("e");
+  const CliResult r =
+      run_cli("experiment " + kTiny + " --arms prenorm,denseformer --seeds 1 --data " + data() + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out + "/runs/denseformer/seed-1/result.json");
+  const nlohmann::json result = nlohmann::json::parse(in);
+  ASSERT_TRUE(result.contains("connections")) << result.dump(1);
+  const nlohmann::json& dwa = result["connections"][0];
+  EXPECT_EQ(dwa["name"], "dwa");
+  const int layers = 2;  // kTinyModel's n_layers
+  ASSERT_EQ(static_cast<int>(dwa["rows"].size()), layers);  // 1 x 1: a DWA after every block
+  for (int i = 0; i < layers; ++i) {
+    EXPECT_EQ(dwa["rows"][i]["target"], i + 1);
+    EXPECT_EQ(dwa["rows"][i]["sources"].size(), static_cast<std::size_t>(i + 2));  // X_0 .. X_{i+1}
+  }
+  std::ifstream prenorm(out + "/runs/prenorm/seed-1/result.json");
+  EXPECT_FALSE(nlohmann::json::parse(prenorm).contains("connections"));
+  ASSERT_EQ(run_cli("report --experiment " + out).exit_code, 0);
+  std::ifstream md(out + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "Depth connections: denseformer 'dwa'")) << text;
+}
+
 TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   TempDir dir("attnres_cli_sp");
   {

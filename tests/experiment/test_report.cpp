@@ -59,6 +59,24 @@ TEST(Report, WritesMarkdownAndSelfContainedHtml) {
   EXPECT_EQ(html.find("inf\""), std::string::npos);
 }
 
+TEST(Report, DepthConnectionsTable) {
+  SyntheticExperiment exp;
+  for (int seed : {1, 2, 3}) {
+    nlohmann::json r = testing::make_result("prenorm", seed);
+    r["connections"] = nlohmann::json::array(
+        {{{"name", "dwa"}, {"rows", {{{"target", 1}, {"sources", {0, 1}}, {"weights", {0.25, 1.0}}},
+                                     {{"target", 2}, {"sources", {0, 2}}, {"weights", {-0.5, 1.125}}}}}}});
+    testing::write_json(exp.result_path("prenorm", seed), r);
+  }
+  const ReportFiles files = write_report(summarize(exp.dir()), exp.dir() + "/out");
+  const std::string md = read_text_file(files.markdown);
+  EXPECT_NE(md.find("Depth connections: prenorm 'dwa' (mean over 3 seeds)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| target | emb | X1 | X2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | -0.500 |  | 1.125 |"), std::string::npos) << md;  // X1 is not read by row 2
+  const std::string html = read_text_file(files.html);
+  EXPECT_NE(html.find("<h2>Depth connections</h2>"), std::string::npos);
+}
+
 TEST(Report, HtmlWithoutRoutingOrCurves) {
   SyntheticExperiment exp;
   // Only prenorm and the baseline finished, without curves or routing.

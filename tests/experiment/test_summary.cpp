@@ -112,6 +112,45 @@ TEST(Summary, RoutingAndJensenShannon) {
   EXPECT_FALSE(s.routing[2].two_routes);  // rd-tied: one route
 }
 
+// DenseFormer-style connections (signed weights per target and source) on prenorm's runs.
+json dwa_connections(double first) {
+  return json::array({{{"name", "dwa"},
+                       {"rows", {{{"target", 1}, {"sources", {0, 1}}, {"weights", {first, 1.0}}},
+                                 {{"target", 2}, {"sources", {0, 1, 2}}, {"weights", {-0.5, 0.25, 1.0}}}}}}});
+}
+
+TEST(Summary, ConnectionsAreMeanOverSeedsAndReported) {
+  SyntheticExperiment exp;
+  for (int seed : {1, 2, 3}) {
+    json r = make_result("prenorm", seed);
+    r["connections"] = dwa_connections(0.1 * seed);
+    write_json(exp.result_path("prenorm", seed), r);
+  }
+  const ExperimentSummary s = compute_summary(exp.dir());
+  ASSERT_EQ(s.connections.size(), 1u);  // the other arms record none
+  const ArmConnections& c = s.connections[0];
+  EXPECT_EQ(c.arm, "prenorm");
+  EXPECT_EQ(c.n_seeds, 3);
+  EXPECT_EQ(c.connections.name, "dwa");
+  ASSERT_EQ(c.connections.rows.size(), 2u);
+  EXPECT_NEAR(c.connections.rows[0].weights[0], 0.2, 1e-12);  // (0.1 + 0.2 + 0.3) / 3
+  EXPECT_NEAR(c.connections.rows[1].weights[0], -0.5, 1e-12);
+  EXPECT_EQ(c.connections.rows[1].sources, (std::vector<int>{0, 1, 2}));
+  const results::Summary file = summary_file(s);
+  const json j = results::to_json(file);
+  EXPECT_EQ(j["connections"][0]["arm"], "prenorm");
+  EXPECT_NEAR(j["connections"][0]["rows"][0]["weights"][0].get<double>(), 0.2, 1e-12);
+
+  json r = make_result("prenorm", 3);  // a seed with other rows: named, with the seed it disagrees with
+  r["connections"] = dwa_connections(0.3);
+  r["connections"][0]["rows"][1]["sources"] = {0, 2};
+  r["connections"][0]["rows"][1]["weights"] = {0.5, 0.5};
+  write_json(exp.result_path("prenorm", 3), r);
+  const std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("runs/prenorm/seed-3/result.json: key 'connections' entry 'dwa'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("runs/prenorm/seed-1/result.json"), std::string::npos) << msg;
+}
+
 TEST(Summary, JsFallsBackToMeanDistributionsWithoutPerTokenValues) {
   SyntheticExperiment exp;
   for (int seed : {1, 2}) {

@@ -125,6 +125,7 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   r.test_nll = 4.4;
   r.peak_rss_bytes = 1 << 20;
   r.routing = {{0, 1, {1.0}, {1.0}, 0.0}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1}};
+  r.connections = {{"dwa", {{1, {0, 1}, {0.125, 1.5}}, {2, {0, 2}, {-0.25, 1.0}}}}};
   write_run_result(tmp.file("r.json"), r);
   const RunResult back = read_run_result(tmp.file("r.json"));
   EXPECT_EQ(to_json(back), to_json(r));
@@ -163,6 +164,17 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
       {[](json& r) { r["peak_rss_bytes"] = -1; }, "key 'peak_rss_bytes' must not be negative"},
       {[](json& r) { r.erase("step_time_ms"); }, "key 'step_time_ms' is missing"},
       {[](json& r) { r["routing"] = 3; }, "key 'routing' must be an object"},
+      {[](json& r) { r["connections"] = {{{"name", "dwa"}, {"rows", {{{"target", 1}, {"sources", {0, 1}}, {"weights", {1.0}}}}}}}; },
+       "key 'connections[0].rows[0].weights' has 1 entries but 'sources' has 2"},
+      {[](json& r) { r["connections"] = {{{"name", "dwa"}, {"rows", {{{"target", 1}, {"sources", {1, 0}}, {"weights", {1.0, 1.0}}}}}}}; },
+       "key 'connections[0].rows[0].sources[1]' must be larger than the source before"},
+      {[](json& r) {
+         const json c = {{"name", "dwa"}, {"rows", {{{"target", 1}, {"sources", {0}}, {"weights", {1.0}}}}}};
+         r["connections"] = {c, c};
+       },
+       "key 'connections[1]' repeats the connections 'dwa'"},
+      {[](json& r) { r["connections"] = {{{"name", "dwa"}, {"rows", json::array()}, {"mean", 1}}}; },
+       "key 'connections[0].mean' is not part"},
       {[](json& r) { r = json::array(); }, "key '(top level)' must be an object"},
   };
   for (const auto& c : cases) {
