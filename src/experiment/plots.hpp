@@ -27,6 +27,10 @@ double heatmap_scale(const ExperimentSummary& summary);
 std::string plot_heatmap(const ExperimentSummary& summary, const ArmRouting& arm, bool v_route, double vmax);
 std::string plot_heatmap_legend(double vmax);
 
+// One arm's depth connections (signed weights, targets as rows, sources as columns) on a diverging
+// scale of its own (connection_plots.cpp).
+std::string plot_connections(const ExperimentSummary& summary, const ArmConnections& connections);
+
 // (d) JS between the two routes per attention sublayer, nats and bits, with each arm's layer mean.
 std::string plot_js(const ExperimentSummary& summary);
 

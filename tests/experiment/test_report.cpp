@@ -75,6 +75,9 @@ TEST(Report, DepthConnectionsTable) {
   EXPECT_NE(md.find("| 2 | -0.500 |  | 1.125 |"), std::string::npos) << md;  // X1 is not read by row 2
   const std::string html = read_text_file(files.html);
   EXPECT_NE(html.find("<h2>Depth connections</h2>"), std::string::npos);
+  EXPECT_NE(html.find("dwa&#39;: mean depth-connection weights"), std::string::npos);  // the heatmap
+  EXPECT_NE(html.find("target 2, source 0: -0.500"), std::string::npos);                     // a cell's tooltip
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
 }
 
 TEST(Report, HtmlWithoutRoutingOrCurves) {
