@@ -6,7 +6,10 @@ way the benchmark times its own step (bench/torch_model.py runs this from python
     forward and the loss, as a PyTorch user would run bf16 on a CPU (weights, gradients and the
     optimizer stay fp32);
   * a step is zero_grad, forward, cross-entropy, backward, clip_grad_norm_(1.0) and
-    torch.optim.AdamW (decay on matrices only; foreach=True, the faster of torch's two paths here);
+    torch.optim.AdamW (decay where attnres decays: matrices, and DenseFormer's DWA weights when
+    dwa_weight_decay; foreach=True, the faster of torch's two paths here);
+  * every residual mode of the package and the value residual: `attnres bench --arms` passes the
+    arm's model config (denseformer, denseformer-4x5, any arm+vres) as --model-json;
   * OMP_WAIT_POLICY=PASSIVE unless the environment sets it or --stock is given, as the attnres
     binary does for itself (src/cli/main.cpp), so that `attnres bench` runs both under the same
     setting (its workers inherit the binary's environment). Debian's torch runs its own ops on
@@ -43,7 +46,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from .config import ModelConfig  # noqa: E402
-from .model import AttnResModel  # noqa: E402
+from .model import AttnResModel, weight_decayed  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -126,9 +129,10 @@ def run(args):
     rss_start = vm_kb("VmRSS") * 1024
 
     model = AttnResModel(cfg, seed=args.seed)
-    params = list(model.parameters())
-    decay = [t for t in params if t.dim() == 2]
-    no_decay = [t for t in params if t.dim() != 2]
+    named = list(model.named_parameters())
+    params = [t for _, t in named]
+    decay = [t for n, t in named if weight_decayed(cfg, n, tuple(t.shape))]
+    no_decay = [t for n, t in named if not weight_decayed(cfg, n, tuple(t.shape))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, foreach=args.foreach)
     g = torch.Generator().manual_seed(args.seed + 1)

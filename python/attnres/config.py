@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping, Union
 
 RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
 VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
+VRES_PARAMETERS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}  # per layer after the first
+MAX_HEAD_DIM = 256  # kernels::kMaxHeadDim (src/kernels/attention.hpp)
+MAX_SOURCES = 256  # kernels::kMaxSources (src/kernels/depth_read.hpp): 2 * n_layers + 1 at most
+
+
+def _unknown_residual(residual) -> str:
+    return f"unknown residual mode '{residual}' (expected {', '.join(RESIDUALS)})"
 
 
 class ConfigError(ValueError):
@@ -74,6 +82,11 @@ class ModelConfig:
         return self.residual == "rd" and self.value_route in ("decoupled", "average")
 
     @property
+    def vres_parameters(self) -> int:
+        """Learned value-residual scalars per attention layer after the first (0 without value_residual)."""
+        return VRES_PARAMETERS[self.vres_mode] if self.value_residual else 0
+
+    @property
     def route(self) -> str:
         """How attention sublayers read: `tied` (one route) unless this is rd."""
         return self.value_route if self.residual == "rd" else "tied"
@@ -83,8 +96,7 @@ class ModelConfig:
             if not ok:
                 raise ConfigError(f"{where}: {message}")
 
-        require(self.residual in RESIDUALS,
-                f"unknown residual mode '{self.residual}' (expected {', '.join(RESIDUALS)})")
+        require(self.residual in RESIDUALS, _unknown_residual(self.residual))
         require(self.value_route in VALUE_ROUTES,
                 f"unknown value route '{self.value_route}' (expected {', '.join(VALUE_ROUTES)})")
         require(self.vres_mode in VRES_MODES,
@@ -96,6 +108,10 @@ class ModelConfig:
         require(self.n_heads >= 1 and self.d_model % self.n_heads == 0,
                 f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
         require(self.head_dim % 2 == 0, f"head_dim = d_model / n_heads must be even for RoPE (got {self.head_dim})")
+        require(self.head_dim <= MAX_HEAD_DIM, f"head_dim = d_model / n_heads must be at most {MAX_HEAD_DIM} "
+                f"(got {self.head_dim})")
+        require(self.n_sublayers + 1 <= MAX_SOURCES,
+                f"n_layers is too large for depth reads (at most {(MAX_SOURCES - 1) // 2}, got {self.n_layers})")
         require(self.mlp_hidden >= 1, f"mlp_hidden must be at least 1 (got {self.mlp_hidden})")
         require(self.norm_eps >= 0, "norm_eps must be non-negative")
         require(self.rope_theta > 0, f"rope_theta must be positive (got {self.rope_theta})")
@@ -123,6 +139,11 @@ class ModelConfig:
                 raise ConfigError(f"{where}: model config is not valid JSON: {e}") from None
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: model config must be a JSON object")
+        residual = value.get("residual")
+        if isinstance(residual, str) and residual not in RESIDUALS:
+            # Before the keys: a mode this package does not know brings keys it does not know either
+            # (a newer attnres's), and the mode is the error worth naming.
+            raise ConfigError(f"{where}: {_unknown_residual(residual)}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
         for key, v in value.items():
@@ -136,8 +157,8 @@ class ModelConfig:
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise ConfigError(f"{where}: model config key '{key}' must be an integer")
             elif kind == "float":
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ConfigError(f"{where}: model config key '{key}' must be a number")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ConfigError(f"{where}: model config key '{key}' must be a finite number")
                 v = float(v)
             elif not isinstance(v, str):
                 raise ConfigError(f"{where}: model config key '{key}' must be a string")

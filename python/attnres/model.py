@@ -17,7 +17,9 @@ Efficiency (this is also the PyTorch side of `attnres bench`, attnres.bench_work
 
 A residual mode is one class (ResidualMode): the parameters it adds to each layer and to the model,
 the modules holding them, and the trunk that turns the embedding into the final hidden state. New
-modes register themselves in MODES.
+modes register themselves in MODES. The baselines of /work/shared/docs/baselines-spec.md:
+DenseFormer (§1) is the mode DenseFormer; ResFormer's value residual (§5) is an option of every
+mode, inside the attention sublayer (ValueResidual).
 """
 from __future__ import annotations
 
@@ -47,10 +49,42 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-class Attention(nn.Module):
-    """Causal multi-head attention; Q and K from x_qk, V from x_v (RD reads them separately)."""
+class ValueResidual:
+    """ResFormer's value residual (baselines-spec §5), an option of every residual mode: attention
+    layers after the first use V' = lambda1 V_1 + lambda2 V_n, V_1 the first attention layer's
+    projected values, V_n their own (before the head split; RoPE never touches V). vres_mode: fixed
+    (0.5, 0.5), learned_convex (p, 1 - p), learned_pair (p1, p2), constant (vres_lambda1,
+    vres_lambda2); the learned scalars are `layers.{i}.attn.vres_lambda` (i >= 1), initialised to
+    (vres_lambda1, vres_lambda2)[:n] (src/kernels/value_residual.cpp)."""
 
-    def __init__(self, d: int, n_heads: int):
+    def __init__(self, config: ModelConfig):
+        self.mode = config.vres_mode
+        self.constants = (config.vres_lambda1, config.vres_lambda2)
+        self.n_params = config.vres_parameters  # learned scalars per layer after the first: 0, 1 or 2
+
+    def initial(self) -> List[float]:
+        return list(self.constants[:self.n_params])
+
+    def lambdas(self, param):
+        if self.mode == "fixed":
+            return 0.5, 0.5
+        if self.mode == "learned_convex":
+            return param[0], 1.0 - param[0]
+        if self.mode == "learned_pair":
+            return param[0], param[1]
+        return self.constants
+
+    def mix(self, v1, vn, param):
+        lambda1, lambda2 = self.lambdas(param)
+        return lambda1 * v1 + lambda2 * vn
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention; Q and K from x_qk, V from x_v (RD reads them separately). With a
+    value residual, layer 0 hands its projected values to the pass and later layers mix them in
+    (the KV cache holds the mixed values, as the C++ decode does)."""
+
+    def __init__(self, d: int, n_heads: int, vres: Optional[ValueResidual] = None, layer: int = 0):
         super().__init__()
         self.n_heads = n_heads
         self.scale = 1.0 / math.sqrt(d // n_heads)
@@ -58,6 +92,9 @@ class Attention(nn.Module):
         self.wk = nn.Linear(d, d, bias=False)
         self.wv = nn.Linear(d, d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
+        self.vres = vres
+        if vres is not None and layer >= 1 and vres.n_params > 0:  # the first layer keeps its own values
+            self.vres_lambda = nn.Parameter(torch.tensor(vres.initial()))
 
     def forward(self, x_qk, x_v, ctx: "_Pass", layer: int):
         B, T, d = x_qk.shape
@@ -68,7 +105,13 @@ class Attention(nn.Module):
 
         q = ctx.rope(heads(F.linear(x_qk, self.wq.weight * self.scale)))
         k = ctx.rope(heads(F.linear(x_qk, self.wk.weight)))
-        v = heads(F.linear(x_v, self.wv.weight))
+        v = F.linear(x_v, self.wv.weight)
+        if self.vres is not None:
+            if layer == 0:
+                ctx.v1 = v
+            else:
+                v = self.vres.mix(ctx.v1, v, getattr(self, "vres_lambda", None))
+        v = heads(v)
         if ctx.cache is not None:
             k, v = ctx.cache.append(layer, k, v)
         s = torch.matmul(q, k.transpose(-1, -2))
@@ -93,10 +136,10 @@ class Layer(nn.Module):
     """One transformer layer: attention sublayer 2i and MLP sublayer 2i+1. A residual mode may add
     its own modules (e.g. the depth reads attn_res and mlp_res)."""
 
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, index: int, vres: Optional[ValueResidual]):
         super().__init__()
         self.attn_norm = RMSNorm(c.d_model, c.norm_eps)
-        self.attn = Attention(c.d_model, c.n_heads)
+        self.attn = Attention(c.d_model, c.n_heads, vres, index)
         self.mlp_norm = RMSNorm(c.d_model, c.norm_eps)
         self.mlp = SwiGLU(c.d_model, c.mlp_hidden)
 
@@ -126,6 +169,11 @@ class ReadWeights:
              block partial sum after sublayer j's write-back (C++ ReadPlan::sources).
     qk:      [B, T, n_sources], the softmax weights of the read (of the Q/K route for rd attention).
     v:       [B, T, n_sources], rd attention reads only: the V route (uniform 1/n for `frozen`).
+    mixer:   "softmax" for an AttnRes read; "dwa" for a DenseFormer DWA (DenseFormer.trunk): the DWA
+             after block i (1-based) is read 2i (its output feeds layer i, or the final norm when
+             i = n_layers), sources are the block outputs X_j it averages (EMBEDDING for X_0, 2j - 1
+             for X_j, the stream after sublayer 2j - 1: C++ DwaPlan::sources), and qk is its static
+             weights dwa.{i}.alpha broadcast to [B, T, n_sources] (any sign, not normalised).
     """
 
     read: int
@@ -134,6 +182,7 @@ class ReadWeights:
     v: Optional[torch.Tensor]
     n_sublayers: int
     sublayers_per_block: int
+    mixer: str = "softmax"
 
     @property
     def kind(self) -> str:
@@ -152,11 +201,14 @@ class ReadWeights:
         return [self.qk] if self.v is None else [self.qk, self.v]
 
     def source_labels(self) -> List[str]:
-        """'emb' for b_0, 'b{n}' for a finished block n, 'b{n}^{i}' for block n's partial sum of i sublayers."""
+        """'emb' for b_0, 'b{n}' for a finished block n, 'b{n}^{i}' for block n's partial sum of i sublayers;
+        for a DWA 'emb' for X_0 and 'x{j}' for block j's output X_j."""
         S, out = self.sublayers_per_block, []
         for s in self.sources:
             if s == EMBEDDING:
                 out.append("emb")
+            elif self.mixer == "dwa":
+                out.append(f"x{(s + 1) // 2}")
             elif (s + 1) % S == 0:
                 out.append(f"b{(s + 1) // S}")
             else:
@@ -187,8 +239,9 @@ class KVCache:
 
 
 class _Pass:
-    """What one forward pass shares: RoPE rows and causal mask for its positions, the cache, and the
-    list receiving depth weights (None: not requested)."""
+    """What one forward pass shares: RoPE rows and causal mask for its positions, the cache, the
+    list receiving depth weights (None: not requested) and, with a value residual, the first
+    attention layer's projected values V_1 of this pass's tokens (set by layer 0)."""
 
     def __init__(self, model: "AttnResModel", T: int, start: int, cache: Optional[KVCache], record):
         w = model.tok_emb.weight
@@ -197,6 +250,7 @@ class _Pass:
         self.mask = mask[start:start + T, :start + T]
         self.cache = cache
         self.record = record
+        self.v1 = None
 
     def rope(self, x):  # x: [B, H, T, hd], rotate-half (HF Llama) convention
         h = x.shape[-1] // 2
@@ -248,12 +302,69 @@ class ResidualMode:
 class PreNorm(ResidualMode):
     """`prenorm`: the standard pre-norm residual stream x_{j+1} = x_j + f_j(RMSNorm(x_j))."""
 
+    @staticmethod
+    def block(layer, i, x, ctx):
+        """Layer i as a pre-norm block: both sublayers with their residual adds."""
+        a = layer.attn_norm(x)
+        x = x + layer.attn(a, a, ctx, i)
+        return x + layer.mlp(layer.mlp_norm(x))
+
     def trunk(self, model, emb, ctx):
         x = emb
         for i, layer in enumerate(model.layers):
-            a = layer.attn_norm(x)
-            x = x + layer.attn(a, a, ctx, i)
-            x = x + layer.mlp(layer.mlp_norm(x))
+            x = self.block(layer, i, x, ctx)
+        return x
+
+
+def dwa_sources(block: int, dilation: int, period: int) -> List[int]:
+    """DenseFormer's k x p schedule (baselines-spec §1.1, kernels::dwa_sources): block i (1-based) has a
+    DWA iff i % period == 0; it reads X_j for 0 <= j <= i with j = i (mod dilation), increasing j, so
+    the block's own output last. Empty: no DWA (X_i passes on)."""
+    if block < 1 or block % period != 0:
+        return []
+    return list(range(block % dilation, block + 1, dilation))
+
+
+class Dwa(nn.Module):
+    """The weights of one DWA, `dwa.{i}.alpha` [n_sources]: plain learned scalars, identity at init."""
+
+    def __init__(self, n_sources: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(n_sources))
+
+
+class DenseFormer(PreNorm):
+    """`denseformer` (baselines-spec §1): pre-norm blocks X_i = B_i(Y_{i-1}) (X_0 = Y_0 = the embedding);
+    after every dwa_period-th block a DWA Y_i = sum_j alpha_{i,j} X_j over every dwa_dilation-th block
+    output (dwa_sources) feeds the next block, other blocks pass Y_i = X_i on; Y_L feeds the final
+    norm. With return_weights each DWA records its alpha (a ReadWeights with mixer "dwa")."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.plans = [(i, src) for i in range(1, config.n_layers + 1)
+                      if (src := dwa_sources(i, config.dwa_dilation, config.dwa_period))]
+
+    def final_params(self):
+        return [(f"dwa.{i}.alpha", (len(src),)) for i, src in self.plans]
+
+    def build(self, model):
+        model.dwa = nn.ModuleDict({str(i): Dwa(len(src)) for i, src in self.plans})
+
+    def trunk(self, model, emb, ctx):
+        c = self.config
+        x, outputs = emb, [emb]  # the block outputs X_0 .. X_i: every one is a potential source
+        plans = dict(self.plans)
+        for i, layer in enumerate(model.layers):
+            x = self.block(layer, i, x, ctx)
+            outputs.append(x)
+            src = plans.get(i + 1)
+            if src:
+                alpha = model.dwa[str(i + 1)].alpha
+                x = _mix(alpha, [outputs[j] for j in src])
+                if ctx.record is not None:
+                    ids = tuple(EMBEDDING if j == 0 else 2 * j - 1 for j in src)
+                    per_token = x.new_ones(x.shape[:-1] + (1,)) * alpha  # [B, T, n], a graph node as AttnRes's
+                    ctx.record.append(ReadWeights(2 * (i + 1), ids, per_token, None, c.n_sublayers, 2, mixer="dwa"))
         return x
 
 
@@ -368,13 +479,11 @@ class RdAttnRes(BlockAttnRes):
         return norm(h), norm(h_v)
 
 
-MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes}
+MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes,
+         "denseformer": DenseFormer}
 
 
 def residual_mode(config: ModelConfig) -> ResidualMode:
-    if config.value_residual:
-        raise ValueError("value_residual has no PyTorch implementation in this package yet "
-                         "(tests/reference/attnres_ref.py has one)")
     try:
         return MODES[config.residual](config)
     except KeyError:
@@ -392,6 +501,8 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
         p = f"layers.{i}."
         out += [(p + "attn_norm.weight", (d,))]
         out += [(p + f"attn.{w}.weight", (d, d)) for w in ("wq", "wk", "wv", "wo")]
+        if i >= 1 and c.vres_parameters > 0:  # the first attention layer keeps its own values
+            out += [(p + "attn.vres_lambda", (c.vres_parameters,))]
         out += [(p + "mlp_norm.weight", (d,)), (p + "mlp.w_gate.weight", (h, d)), (p + "mlp.w_up.weight", (h, d)),
                 (p + "mlp.w_down.weight", (d, h))]
         out += [(p + name, shape) for name, shape in mode.layer_params(i)]
@@ -400,6 +511,12 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
     if not c.tie_embeddings:
         out += [("lm_head.weight", (V, d))]
     return out
+
+
+def weight_decayed(config: ModelConfig, name: str, shape: Tuple[int, ...]) -> bool:
+    """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices, and DenseFormer's
+    DWA weights when dwa_weight_decay; never norm weights, queries or value-residual lambdas."""
+    return len(shape) == 2 or (name.startswith("dwa.") and config.dwa_weight_decay)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -414,8 +531,9 @@ class AttnResModel(nn.Module):
         self.config = config.validate()
         self.mode = residual_mode(config)
         c = config
+        vres = ValueResidual(c) if c.value_residual else None
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.layers = nn.ModuleList(Layer(c) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(Layer(c, i, vres) for i in range(c.n_layers))
         self.mode.build(self)
         self.final_norm = RMSNorm(c.d_model, c.norm_eps)
         if not c.tie_embeddings:
@@ -430,7 +548,8 @@ class AttnResModel(nn.Module):
     def init_weights(self, seed: int = 0) -> None:
         """The project's initialisation scheme (docs/model.md) with torch's generator (not the C++
         values): matrices N(0, 0.02), wo and w_down N(0, 0.02/sqrt(2 n_layers)), norm and key-norm
-        weights 1, pseudo-queries 0."""
+        weights 1, pseudo-queries 0, DWA weights the identity (1 on the block's own output, last),
+        value-residual lambdas (vres_lambda1, vres_lambda2)[:n]."""
         g = torch.Generator().manual_seed(seed)
         std_out = 0.02 / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():
@@ -439,6 +558,11 @@ class AttnResModel(nn.Module):
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * std)
             elif name.endswith("query"):
                 p.zero_()
+            elif name.endswith("attn.vres_lambda"):
+                p.copy_(torch.tensor(ValueResidual(self.config).initial()))
+            elif name.startswith("dwa."):
+                p.zero_()
+                p[-1] = 1.0
             else:
                 p.fill_(1.0)
 
@@ -503,4 +627,6 @@ class AttnResModel(nn.Module):
         c = self.config
         route = f", value_route={c.value_route}" if c.residual == "rd" else ""
         blocks = f", n_blocks={c.n_blocks}" if c.residual in ("block", "rd") else ""
-        return f"residual={c.residual}{blocks}{route}, params={self.num_params():,}"
+        dwa = f", dwa={c.dwa_dilation}x{c.dwa_period}" if c.residual == "denseformer" else ""
+        vres = f", value_residual={c.vres_mode}" if c.value_residual else ""
+        return f"residual={c.residual}{blocks}{route}{dwa}{vres}, params={self.num_params():,}"

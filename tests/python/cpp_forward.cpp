@@ -5,7 +5,8 @@
 //   WEIGHTS: model.safetensors; INPUTS: tensor "inputs", I32 or I64 [B, T];
 //   OUT (F32): "logits" [B, T, vocab] from Model<float>::logits, and for every read r and route q
 //   "read.<r>.route.<q>" [B, T, n_sources] from Model<float>::read_weights after that forward, with
-//   "read.<r>.sources" (I32) its ReadPlan::sources (model/topology.hpp).
+//   "read.<r>.sources" (I32) its ReadPlan::sources (model/topology.hpp); for every DenseFormer DWA
+//   "dwa.<block>.sources" (I32, DwaPlan::sources) and "dwa.<block>.alpha" (F32, the weights it mixes with).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
     const std::vector<ReadPlan>& plans = model.topology().reads();
     const int n_reads = static_cast<int>(plans.size());
     alphas.reserve(static_cast<std::size_t>(2 * n_reads));
-    sources.reserve(static_cast<std::size_t>(n_reads));
+    const std::vector<DwaPlan>& dwas = model.topology().dwas();
+    sources.reserve(static_cast<std::size_t>(n_reads) + dwas.size());
     for (int r = 0; r < n_reads; ++r) {
       const ReadPlan& plan = plans[static_cast<std::size_t>(r)];
       const auto n = static_cast<std::int64_t>(plan.sources.size());
@@ -58,6 +60,14 @@ int main(int argc, char** argv) {
         out.push_back({"read." + std::to_string(r) + ".route." + std::to_string(q), DType::F32, {B, T, n},
                        alphas.back().data()});
       }
+    }
+    for (const DwaPlan& p : dwas) {
+      const auto n = static_cast<std::int64_t>(p.sources.size());
+      const std::string name = "dwa." + std::to_string(p.block);
+      sources.emplace_back(p.sources.begin(), p.sources.end());
+      out.push_back({name + ".sources", DType::I32, {n}, sources.back().data()});
+      const ParamInfo& alpha = model.layout().at(name + ".alpha");
+      out.push_back({name + ".alpha", DType::F32, {n}, model.params().data() + alpha.offset});
     }
     write_safetensors(out_path, {}, out);
   } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
 """The package against the C++ code on checkpoints trained here by the built `attnres` binary, in every
-residual mode and control: fp32 logits and depth weights against the C++ Model (through the test
+residual mode and control and the baselines (support.CLI_BASELINES): fp32 logits and depth weights against the C++ Model (through the test
 helper attnres_cpp_forward: the CLI prints neither), the loss against `attnres eval --text`, sampling
 against `attnres sample`, the newest checkpoint against model.safetensors, and a model saved from
 Python read back by `attnres eval`."""
@@ -33,6 +33,13 @@ class CliTest(unittest.TestCase):
             support.cli("train", *support.TINY, "--set", f"model.residual={residual}", "--set",
                         f"model.value_route={route}", "--data", cls.data, "--out", out)
             cls.runs[name] = out
+        baselines = dict(support.BASELINES)
+        for name in support.CLI_BASELINES:
+            out = cls.tmp("runs", name)
+            support.cli("train", *support.TINY, *support.set_flags(baselines[name]), "--data", cls.data, "--out", out)
+            written = attnres.read_config(out).to_json()
+            assert all(written[k] == v for k, v in baselines[name].items()), (name, written)
+            cls.runs[name] = out
         with open(cls.tmp("corpus", "doc3.txt")) as f:
             cls.text = f.read()[:600]
         with open(cls.tmp("doc.txt"), "w") as f:
@@ -49,21 +56,47 @@ class CliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return safetensors.load(path_out)[0]
 
+    def perturbed(self, name):
+        """The baseline run's model with its own parameters (DWA weights, value-residual lambdas) moved far
+        from their initial values (8 training steps barely move them), saved for the C++ to read."""
+        model = attnres.load(self.runs[name])
+        g = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for n, t in model.named_parameters():
+                if n.startswith("dwa.") or n.endswith("vres_lambda"):
+                    t.add_(torch.randn(t.shape, generator=g) * 0.5)
+        path = self.tmp(f"{name}-perturbed.safetensors")
+        attnres.save(model, path, tokenizer="bytes")
+        return path
+
     def test_logits_and_depth_weights_match_the_cpp_model(self):
         g = torch.Generator().manual_seed(11)
         inputs = torch.randint(0, 257, (2, 32), generator=g)
-        for name, run in self.runs.items():
+        cases = [(name, os.path.join(run, "model.safetensors")) for name, run in self.runs.items()]
+        cases += [(f"{name} perturbed", self.perturbed(name)) for name in support.CLI_BASELINES]
+        for name, weights in cases:
             with self.subTest(name):
-                model = attnres.load(run)
+                model = attnres.load(weights)
                 self.assertEqual(model.tokenizer_spec, "bytes")
-                self.assertEqual(model.source_path, os.path.join(run, "model.safetensors"))
-                cpp = self.cpp_forward(os.path.join(run, "model.safetensors"), inputs)
+                self.assertEqual(model.source_path, weights)
+                cpp = self.cpp_forward(weights, inputs)
                 with torch.no_grad():
-                    logits, reads = model(inputs, return_weights=True)
+                    logits, all_reads = model(inputs, return_weights=True)
                 ref = cpp["logits"]
                 err = np.abs(logits.numpy() - ref).max() / np.abs(ref).max()
                 self.assertLess(err, LOGIT_TOLERANCE, f"{name}: logits")
-                n_reads = len([k for k in cpp if k.endswith(".sources")])
+                # DenseFormer's DWAs: the C++ DwaPlan's sources and the weights it mixes with
+                dwas = [r for r in all_reads if r.mixer == "dwa"]
+                self.assertEqual([f"dwa.{r.read // 2}.sources" for r in dwas],
+                                 sorted((k for k in cpp if k.startswith("dwa.") and k.endswith(".sources")),
+                                        key=lambda k: int(k.split(".")[1])), name)
+                for r in dwas:
+                    self.assertEqual(list(r.sources), cpp[f"dwa.{r.read // 2}.sources"].tolist(), f"{name} DWA {r.read}")
+                    self.assertTrue(np.array_equal(r.qk[1, 5].numpy(), cpp[f"dwa.{r.read // 2}.alpha"]), name)
+                if model.config.residual == "denseformer":
+                    self.assertTrue(dwas, name)
+                reads = [r for r in all_reads if r.mixer == "softmax"]
+                n_reads = len([k for k in cpp if k.startswith("read.") and k.endswith(".sources")])
                 self.assertEqual(len(reads), n_reads, name)
                 for r in reads:
                     self.assertEqual(list(r.sources), cpp[f"read.{r.read}.sources"].tolist(), f"{name} read {r.read}")
@@ -72,12 +105,15 @@ class CliTest(unittest.TestCase):
                         self.assertLess(np.abs(alpha.numpy() - want).max(), WEIGHT_TOLERANCE,
                                         f"{name}: read {r.read} route {q}")
                     self.assertNotIn(f"read.{r.read}.route.{len(r.routes)}", cpp, f"{name}: read {r.read} routes")
-                if name not in ("prenorm", "rd_average"):  # trained queries: the weights are not uniform
+                if reads and name != "rd_average":  # trained queries: the weights are not uniform
                     spread = max((r.qk - 1 / r.qk.shape[-1]).abs().max().item() for r in reads)
                     self.assertGreater(spread, 1e-3, name)
 
     def test_checkpoint_file_holds_the_same_weights(self):
         for name, run in self.runs.items():
+            # every model key of the C++ config loads, and the package writes back the same keys and values
+            written = json.loads(safetensors.load(os.path.join(run, "model.safetensors"))[1]["config"])
+            self.assertEqual(attnres.read_config(run).to_json(), written, name)
             a = attnres.load(os.path.join(run, "model.safetensors"))
             b = attnres.load(checkpoints(run)[0])  # the newest checkpoint: flat params in ParamLayout order
             for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
@@ -97,7 +133,7 @@ class CliTest(unittest.TestCase):
 
     def test_sampling_matches_attnres_sample(self):
         prompt = "the depth "
-        for name in ("block", "rd"):
+        for name in ("block", "rd", "denseformer_vres_pair", "rd_vres_convex"):  # the vres decode caches V'
             model = attnres.load(self.runs[name])
             tok = attnres.make_tokenizer("bytes")
             for temperature, top_k, seed in ((0, 0, 1), (1.0, 0, 3), (0.7, 5, 4), (1.3, 40, 5)):

@@ -2,6 +2,7 @@
 residual mode and control (logits, loss, depth weights, every gradient), and the package's own
 contracts: parameter layout, KV-cache decoding, the invariants of the spec, bf16 autocast, the
 safetensors reader/writer and checkpoint loading with its errors."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,6 +25,17 @@ def config_dict(residual, route="decoupled", tie=False, **kw):
              value_route=route, tie_embeddings=tie, norm_eps=1e-6, rope_theta=10000.0, max_seq_len=16)
     c.update(kw)
     return c
+
+
+def all_configs(tie=True):
+    """(name, config) of every AttnRes variant and every baseline (support.VARIANTS, support.BASELINES)."""
+    return ([(name, config_dict(residual, route, tie)) for name, residual, route in support.VARIANTS] +
+            [(name, config_dict(**dict(settings, tie=tie))) for name, settings in support.BASELINES])
+
+
+def dwa_ids(sources):
+    """DwaPlan::sources of block outputs X_j: the embedding, or the stream after sublayer 2j - 1."""
+    return tuple(attnres.model.EMBEDDING if j == 0 else 2 * j - 1 for j in sources)
 
 
 def tokens(seed=1, B=2, T=9, V=11):
@@ -57,9 +69,8 @@ def oracle_reads(record):
 
 class OracleTest(unittest.TestCase):
     def test_parameter_layout_is_the_checkpoint_layout(self):
-        for name, residual, route in support.VARIANTS:
-            for tie in (True, False):
-                c = config_dict(residual, route, tie)
+        for tie in (True, False):
+            for name, c in all_configs(tie):
                 want = R.param_shapes(R.parse_config(c))  # in ParamLayout order
                 got = attnres.param_layout(ModelConfig.from_json(c))
                 self.assertEqual([n for n, _ in got], list(want), name)
@@ -85,9 +96,19 @@ class OracleTest(unittest.TestCase):
         loss = m.loss(toks)
         self.assertLess(abs(loss.item() - ref_loss.item()) / ref_loss.item(), logit_tol, f"{name}: loss")
 
-        expected = oracle_reads(rec)
+        dense = c["residual"] == "denseformer"
+        if dense:  # the DWAs: the oracle's schedule and weights, the same for every token
+            B, T = toks[:, :-1].shape
+            dwas = [(i, src) for i in range(1, c["n_layers"] + 1)
+                    if (src := R.dwa_sources(i, cfg["dwa_dilation"], cfg["dwa_period"]))]
+            expected = [(P[f"dwa.{i}.alpha"].expand(B, T, len(src)), None) for i, src in dwas]
+            self.assertEqual([(r.read, r.sources, r.mixer) for r in reads],
+                             [(2 * i, dwa_ids(src), "dwa") for i, src in dwas], f"{name}: DWAs")
+            self.assertEqual(reads[-1].kind, "final" if dwas[-1][0] == c["n_layers"] else "attention")
+        else:
+            expected = oracle_reads(rec)
         self.assertEqual(len(reads), len(expected), f"{name}: number of reads")
-        if c["residual"] != "prenorm":
+        if c["residual"] not in ("prenorm", "denseformer"):
             self.assertEqual(len(reads), 2 * c["n_layers"] + 1)
         for r, (qk, v) in zip(reads, expected):
             self.assertEqual(r.qk.shape, qk.shape, f"{name}: read {r.read}")
@@ -95,7 +116,9 @@ class OracleTest(unittest.TestCase):
             self.assertEqual(r.v is None, v is None, f"{name}: read {r.read} routes")
             if v is not None:
                 self.assertLess((r.v - v).abs().max().item(), logit_tol, f"{name}: read {r.read} V weights")
-            self.assertLess((r.qk.sum(-1) - 1).abs().max().item(), 1e-5)
+            if not dense:
+                self.assertEqual(r.mixer, "softmax")
+                self.assertLess((r.qk.sum(-1) - 1).abs().max().item(), 1e-5)
 
         loss.backward()
         params = dict(m.named_parameters())
@@ -106,25 +129,29 @@ class OracleTest(unittest.TestCase):
                 continue
             self.assertIsNotNone(g, f"{name}: no gradient for {n}")
             self.assertLess(rel(g, t.grad), grad_tol, f"{name}: grad {n}")
-        # the check is not vacuous: nonzero queries make the reads non-uniform
-        if c["residual"] != "prenorm":
+        # the check is not vacuous: nonzero queries make the reads non-uniform, the DWAs are not the identity
+        if c["residual"] not in ("prenorm", "denseformer"):
             self.assertGreater(max((r.qk - 1 / r.qk.shape[-1]).abs().max().item() for r in reads), 0.05)
+        for r in reads if dense else []:
+            self.assertGreater((r.qk[0, 0] - torch.eye(r.qk.shape[-1])[-1]).abs().max().item(), 0.05)
 
     def test_float64_matches_the_oracle_in_every_mode(self):
-        for name, residual, route in support.VARIANTS:
+        for name, c in all_configs():
             with self.subTest(name):
-                self.compare(name, config_dict(residual, route, tie=True), torch.float64, 1e-12, 1e-10)
+                self.compare(name, c, torch.float64, 1e-12, 1e-10)
         self.compare("rd untied", config_dict("rd", "decoupled", tie=False), torch.float64, 1e-12, 1e-10)
         self.compare("full, n_blocks=1 block", config_dict("block", n_blocks=1), torch.float64, 1e-12, 1e-10)
+        self.compare("denseformer untied", config_dict("denseformer", tie=False, dwa_dilation=2), torch.float64,
+                     1e-12, 1e-10)
+        self.compare("full_vres_fixed", config_dict("full", value_residual=True), torch.float64, 1e-12, 1e-10)
 
     def test_float32_matches_the_oracle(self):
-        for name, residual, route in support.VARIANTS:
+        for name, c in all_configs():
             with self.subTest(name):
-                self.compare(name, config_dict(residual, route, tie=True), torch.float32, 1e-5, 1e-3)
+                self.compare(name, c, torch.float32, 1e-5, 1e-3)
 
     def test_kv_cache_decoding_matches_the_full_pass(self):
-        for name, residual, route in support.VARIANTS:
-            c = config_dict(residual, route)
+        for name, c in all_configs(tie=False):
             m = model_with(c, R.random_params(R.parse_config(c), seed=4, std=0.3, query_std=1.0))
             toks = tokens(2, T=10)[:, :10]
             with torch.no_grad():
@@ -156,6 +183,53 @@ class OracleTest(unittest.TestCase):
             for residual in ("block", "full"):
                 m = model_with(config_dict(residual, norm_eps=1e-12), P0)
                 self.assertLess(rel(m(toks), pre(toks)), 1e-9, residual)
+
+    def test_baseline_invariants(self):
+        """baselines-spec §1.6 and §5.5: DenseFormer at its identity init is pre-norm bit for bit; the value
+        residual with constant (0, 1) is the mode without it bit for bit; the initial values are C++'s."""
+        toks = tokens(9)
+        with torch.no_grad():
+            for dilation, period, layers in ((1, 1, 4), (4, 5, 10), (2, 3, 6)):
+                c = config_dict("denseformer", n_layers=layers, dwa_dilation=dilation, dwa_period=period)
+                dense = attnres.AttnResModel(ModelConfig.from_json(c), dtype=torch.float64, seed=2)
+                for i, src in ((i, R.dwa_sources(i, dilation, period)) for i in range(1, layers + 1)):
+                    if src:  # identity: 1 on the block's own output, last
+                        self.assertEqual(dense.dwa[str(i)].alpha.tolist(), [0.0] * (len(src) - 1) + [1.0])
+                pre = model_with(dict(c, residual="prenorm"),
+                                 {n: t for n, t in dense.state_dict().items() if not n.startswith("dwa.")})
+                self.assertTrue(torch.equal(dense(toks), pre(toks)), f"denseformer {dilation}x{period} at init")
+                dense.dwa[str(period)].alpha[0] = 0.5
+                self.assertGreater(rel(dense(toks), pre(toks)), 1e-3)
+
+            for name, c in all_configs():
+                if not c.get("value_residual"):
+                    continue
+                m = attnres.AttnResModel(ModelConfig.from_json(c), dtype=torch.float64, seed=3)
+                want = {"learned_convex": [c.get("vres_lambda1", 0.5)],
+                        "learned_pair": [c.get("vres_lambda1", 0.5), c.get("vres_lambda2", 0.5)]}.get(c.get("vres_mode", "fixed"))
+                for i, layer in enumerate(m.layers):
+                    got = getattr(layer.attn, "vres_lambda", None)
+                    self.assertEqual(None if got is None else got.tolist(), want if i >= 1 else None, f"{name} {i}")
+                P = R.random_params(R.parse_config(c), seed=5, std=0.3, query_std=1.0)
+                plain = {n: t for n, t in P.items() if "vres_lambda" not in n}
+                without = model_with(dict(c, value_residual=False), plain)
+                identity = model_with(dict(c, vres_mode="constant", vres_lambda1=0.0, vres_lambda2=1.0), plain)
+                self.assertTrue(torch.equal(identity(toks), without(toks)), f"{name}: constant (0, 1)")
+                self.assertGreater(rel(model_with(c, P)(toks), without(toks)), 1e-3, f"{name}: V' changes the model")
+
+    def test_unknown_residual_modes_are_refused(self):
+        """A mode the package lacks (the C++ may have more: mudd, hc, mhc) is an error naming it and the known ones,
+        also with keys of its own; the config's list of modes is the one the model implements."""
+        from attnres.config import RESIDUALS
+        self.assertEqual(tuple(attnres.model.MODES), RESIDUALS)
+        known = "prenorm, full, block, rd, denseformer"
+        for residual in ("mudd", "hc", "mhc"):
+            with self.assertRaisesRegex(ConfigError, f"x.safetensors: unknown residual mode '{residual}' "
+                                                     f"\\(expected {known}\\)"):
+                ModelConfig.from_json(dict(config_dict(residual), mudd_expand=2), where="x.safetensors")
+            with self.assertRaisesRegex(ValueError, f"residual mode '{residual}' has no PyTorch implementation "
+                                                    f"\\(known: {known}\\)"):
+                attnres.model.residual_mode(dataclasses.replace(ModelConfig(), residual=residual))
 
     def test_bf16_autocast_runs_close_to_fp32(self):
         c = config_dict("rd")
@@ -325,12 +399,29 @@ class FilesTest(unittest.TestCase):
                              (dict(c, n_heads=3), "n_heads \\(3\\) must divide"),
                              (dict(c, d_model=True), "'d_model' must be an integer"),
                              (dict(c, tie_embeddings=1), "'tie_embeddings' must be true or false"),
-                             (dict(c, extra=1), "unknown model config key 'extra'")):
+                             (dict(c, extra=1), "unknown model config key 'extra'"),
+                             (dict(c, vres_mode="learned"), "unknown value 'learned' of vres_mode"),
+                             (dict(c, dwa_dilation=0), "dwa_dilation and dwa_period must be at least 1"),
+                             (dict(c, dwa_period=-1), "dwa_dilation and dwa_period must be at least 1"),
+                             (dict(c, dwa_period=2.0), "'dwa_period' must be an integer"),
+                             (dict(c, value_residual="true"), "'value_residual' must be true or false"),
+                             (dict(c, dwa_weight_decay=0), "'dwa_weight_decay' must be true or false"),
+                             (dict(c, vres_lambda1="0.5"), "'vres_lambda1' must be a finite number"),
+                             (dict(c, vres_lambda2=float("nan")), "'vres_lambda2' must be a finite number"),
+                             (dict(c, d_model=1024, n_heads=2), "head_dim = d_model / n_heads must be at most 256"),
+                             (dict(c, n_layers=128, n_blocks=1), "n_layers is too large for depth reads")):
             with self.assertRaisesRegex(ConfigError, message):
                 ModelConfig.from_json(bad, where="x.safetensors")
         # full ignores n_blocks; rd with n_blocks = 2 * n_layers is allowed (one sublayer per block)
         ModelConfig.from_json(dict(c, residual="full", n_blocks=3))
         ModelConfig.from_json(dict(c, residual="rd", n_blocks=8))
+        # Every key of the baselines loads, with any residual mode (value_residual composes with every one).
+        every = dict(c, residual="denseformer", dwa_dilation=3, dwa_period=2, dwa_weight_decay=False, value_residual=True,
+                     vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=1)
+        self.assertEqual(ModelConfig.from_json(json.dumps(every)).to_json(), dict(every, vres_lambda2=1.0))
+        self.assertEqual(list(ModelConfig.from_json(every).to_json()), list(ModelConfig().to_json()))
+        self.assertEqual(ModelConfig.from_json(every).vres_parameters, 2)
+        self.assertEqual(ModelConfig.from_json(dict(every, value_residual=False)).vres_parameters, 0)
 
 
 class BenchWorkerTest(unittest.TestCase):
@@ -360,6 +451,23 @@ class BenchWorkerTest(unittest.TestCase):
             self.assertEqual(r["params"], sum(int(np.prod(s)) for _, s in
                                               attnres.param_layout(ModelConfig.from_json(cfg))))
             self.assertLess(abs(r["loss_first"] - np.log(64)), 0.1)  # near-uniform at initialisation
+        # the baseline arms of `attnres bench` (denseformer, denseformer-4x5, ARM+vres) reach the worker as configs
+        for name, settings in support.BASELINES:
+            cfg = json.dumps(config_dict(**dict(settings, vocab_size=64, max_seq_len=8)))
+            r = self.worker("--model-json", cfg, "--batch", "1", "--seq", "8", "--steps", "1", "--warmup", "0",
+                            "--threads", "1")
+            self.assertEqual(r["params"], sum(int(np.prod(s)) for _, s in
+                                              attnres.param_layout(ModelConfig.from_json(cfg))), name)
+
+    def test_weight_decay_is_attnres_policy(self):
+        """ParamInfo::decay, as the oracle's trainer has it: matrices, DWA weights when dwa_weight_decay."""
+        for decay in (True, False):
+            c = config_dict("denseformer", value_residual=True, vres_mode="learned_pair", dwa_weight_decay=decay)
+            cfg, config = R.parse_config(c), ModelConfig.from_json(c)
+            got = {n for n, s in attnres.param_layout(config) if attnres.model.weight_decayed(config, n, s)}
+            want = {n for n, t in R.random_params(cfg).items() if R.decayed(cfg, n, t)}
+            self.assertEqual(got, want)
+            self.assertEqual(any(n.startswith("dwa.") for n in got), decay)
 
     def test_matmul_rate(self):
         """--matmul-rate: the bf16 (or fp32) torch.matmul rate `attnres bench` compares its reference with."""
