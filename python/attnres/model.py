@@ -341,30 +341,32 @@ class DenseFormer(PreNorm):
 
     def __init__(self, config):
         super().__init__(config)
-        self.plans = [(i, src) for i in range(1, config.n_layers + 1)
-                      if (src := dwa_sources(i, config.dwa_dilation, config.dwa_period))]
+        self.plans = {i: src for i in range(1, config.n_layers + 1)
+                      if (src := dwa_sources(i, config.dwa_dilation, config.dwa_period))}  # block -> sources
+        self.read_outputs = {j for src in self.plans.values() for j in src}  # the X_j some DWA reads
 
     def final_params(self):
-        return [(f"dwa.{i}.alpha", (len(src),)) for i, src in self.plans]
+        return [(f"dwa.{i}.alpha", (len(src),)) for i, src in self.plans.items()]
 
     def build(self, model):
-        model.dwa = nn.ModuleDict({str(i): Dwa(len(src)) for i, src in self.plans})
+        model.dwa = nn.ModuleDict({str(i): Dwa(len(src)) for i, src in self.plans.items()})
 
     def trunk(self, model, emb, ctx):
         c = self.config
-        x, outputs = emb, [emb]  # the block outputs X_0 .. X_i: every one is a potential source
-        plans = dict(self.plans)
-        for i, layer in enumerate(model.layers):
-            x = self.block(layer, i, x, ctx)
-            outputs.append(x)
-            src = plans.get(i + 1)
-            if src:
-                alpha = model.dwa[str(i + 1)].alpha
-                x = _mix(alpha, [outputs[j] for j in src])
-                if ctx.record is not None:
-                    ids = tuple(EMBEDDING if j == 0 else 2 * j - 1 for j in src)
-                    per_token = x.new_ones(x.shape[:-1] + (1,)) * alpha  # [B, T, n], a graph node as AttnRes's
-                    ctx.record.append(ReadWeights(2 * (i + 1), ids, per_token, None, c.n_sublayers, 2, mixer="dwa"))
+        x, outputs = emb, {0: emb}  # the block outputs X_j that a DWA reads
+        for i, layer in enumerate(model.layers, start=1):
+            x = self.block(layer, i - 1, x, ctx)
+            if i in self.read_outputs:
+                outputs[i] = x
+            src = self.plans.get(i)
+            if src is None:
+                continue
+            alpha = model.dwa[str(i)].alpha
+            x = _mix(alpha, [outputs[j] for j in src])
+            if ctx.record is not None:
+                ids = tuple(EMBEDDING if j == 0 else 2 * j - 1 for j in src)
+                per_token = x.new_ones(x.shape[:-1] + (1,)) * alpha  # [B, T, n], a graph node as AttnRes's
+                ctx.record.append(ReadWeights(2 * i, ids, per_token, None, c.n_sublayers, 2, mixer="dwa"))
         return x
 
 

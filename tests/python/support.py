@@ -24,18 +24,20 @@ VARIANTS = [("prenorm", "prenorm", "decoupled"), ("full", "full", "decoupled"), 
 
 # The baselines (baselines-spec §1, §5): (name, model config settings). DenseFormer 1 x 1, 2 x 2 and 4 x 5
 # (10 layers: DWAs after blocks 5 and 10, reading [1, 5] and [2, 6, 10]); the value residual in every
-# vres_mode and with prenorm, block, rd and denseformer.
+# vres_mode (learned ones from their defaults and from other initial values) and with prenorm, block, rd and
+# denseformer.
 BASELINES = [("denseformer", dict(residual="denseformer")),
              ("denseformer_2x2", dict(residual="denseformer", dwa_dilation=2, dwa_period=2)),
              ("denseformer_4x5", dict(residual="denseformer", dwa_dilation=4, dwa_period=5, n_layers=10)),
              ("prenorm_vres_fixed", dict(residual="prenorm", value_residual=True)),
-             ("prenorm_vres_convex", dict(residual="prenorm", value_residual=True, vres_mode="learned_convex")),
+             ("prenorm_vres_convex", dict(residual="prenorm", value_residual=True, vres_mode="learned_convex",
+                                          vres_lambda1=0.75)),
              ("prenorm_vres_pair", dict(residual="prenorm", value_residual=True, vres_mode="learned_pair")),
              ("block_vres_constant", dict(residual="block", value_residual=True, vres_mode="constant",
                                           vres_lambda1=2.0, vres_lambda2=-0.5)),
              ("rd_vres_convex", dict(residual="rd", value_residual=True, vres_mode="learned_convex")),
              ("rd_average_vres_pair", dict(residual="rd", value_route="average", value_residual=True,
-                                           vres_mode="learned_pair")),
+                                           vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=0.875)),
              ("denseformer_vres_pair", dict(residual="denseformer", value_residual=True, vres_mode="learned_pair"))]
 # The ones tests/python/test_cli.py trains with the attnres binary: every vres_mode once.
 CLI_BASELINES = ["denseformer", "denseformer_4x5", "prenorm_vres_fixed", "block_vres_constant", "rd_vres_convex",
