@@ -120,6 +120,15 @@ def run_matmul_rates(args):
           flush=True)
 
 
+def optimizer(model, foreach=True):
+    """torch.optim.AdamW with attnres's decay groups: [decayed (weight_decay 0.1), the rest (0)]."""
+    named = list(model.named_parameters())
+    decay = [t for n, t in named if weight_decayed(model.config, n, tuple(t.shape))]
+    no_decay = [t for n, t in named if not weight_decayed(model.config, n, tuple(t.shape))]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, foreach=foreach)
+
+
 def run(args):
     cfg = ModelConfig.from_json(args.model_json, where="--model-json")
     if args.seq > cfg.max_seq_len:
@@ -129,12 +138,8 @@ def run(args):
     rss_start = vm_kb("VmRSS") * 1024
 
     model = AttnResModel(cfg, seed=args.seed)
-    named = list(model.named_parameters())
-    params = [t for _, t in named]
-    decay = [t for n, t in named if weight_decayed(cfg, n, tuple(t.shape))]
-    no_decay = [t for n, t in named if not weight_decayed(cfg, n, tuple(t.shape))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8, foreach=args.foreach)
+    params = list(model.parameters())
+    opt = optimizer(model, args.foreach)
     g = torch.Generator().manual_seed(args.seed + 1)
     V, B, T = cfg.vocab_size, args.batch, args.seq
     bf16 = args.precision == "bf16"

@@ -452,8 +452,9 @@ class BenchWorkerTest(unittest.TestCase):
                                               attnres.param_layout(ModelConfig.from_json(cfg))))
             self.assertLess(abs(r["loss_first"] - np.log(64)), 0.1)  # near-uniform at initialisation
         # the baseline arms of `attnres bench` (denseformer, denseformer-4x5, ARM+vres) reach the worker as configs
-        for name, settings in support.BASELINES:
-            cfg = json.dumps(config_dict(**dict(settings, vocab_size=64, max_seq_len=8)))
+        baselines = dict(support.BASELINES)
+        for name in ("denseformer_4x5", "rd_vres_convex", "denseformer_vres_pair"):  # a process each: a few
+            cfg = json.dumps(config_dict(**dict(baselines[name], vocab_size=64, max_seq_len=8)))
             r = self.worker("--model-json", cfg, "--batch", "1", "--seq", "8", "--steps", "1", "--warmup", "0",
                             "--threads", "1")
             self.assertEqual(r["params"], sum(int(np.prod(s)) for _, s in
@@ -468,6 +469,13 @@ class BenchWorkerTest(unittest.TestCase):
             want = {n for n, t in R.random_params(cfg).items() if R.decayed(cfg, n, t)}
             self.assertEqual(got, want)
             self.assertEqual(any(n.startswith("dwa.") for n in got), decay)
+            # the bench worker's AdamW groups are these
+            from attnres.bench_worker import optimizer
+            m = attnres.AttnResModel(config)
+            groups = optimizer(m).param_groups
+            self.assertEqual([g["weight_decay"] for g in groups], [0.1, 0.0])
+            self.assertEqual({id(t) for t in groups[0]["params"]}, {id(t) for n, t in m.named_parameters() if n in want})
+            self.assertEqual(len(groups[0]["params"]) + len(groups[1]["params"]), len(list(m.parameters())))
 
     def test_matmul_rate(self):
         """--matmul-rate: the bf16 (or fp32) torch.matmul rate `attnres bench` compares its reference with."""
