@@ -51,6 +51,21 @@ class ModelConfig:
     vres_mode: str = "fixed"
     vres_lambda1: float = 0.5
     vres_lambda2: float = 0.5
+    # Hyper-connections and mHC (baselines-spec §3-4; residual "hc" / "mhc", which this package
+    # does not build yet: the keys are here so that every checkpoint's config reads).
+    hc_n: int = 4
+    hc_dynamic: bool = True
+    hc_tanh: bool = True
+    hc_scale_init: float = 0.01
+    hc_reduce: str = "sum"
+    mhc_n: int = 4
+    mhc_sinkhorn_iters: int = 20
+    mhc_sinkhorn_order: str = "col_row"
+    mhc_alpha_init: float = 0.01
+    mhc_phi_std: float = 0.02
+    mhc_bias_init: str = "home_pm3"
+    mhc_pre_eps: float = 0.0
+    mhc_reduce: str = "sum"
 
     @property
     def head_dim(self) -> int:

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string>& arm_names() {
   static const std::vector<std::string> names = {"prenorm",   "full",       "block",     "rd",
                                                  "rd-tied",   "rd-average", "rd-frozen", "denseformer",
-                                                 "denseformer-4x5"};
+                                                 "denseformer-4x5", "hc", "hc-static", "mhc"};
   return names;
 }
 
@@ -50,6 +50,9 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   else if (base == "rd-frozen") m.residual = ResidualMode::rd, m.value_route = ValueRoute::frozen;
   else if (base == "denseformer") m.residual = ResidualMode::denseformer, m.dwa_dilation = 1, m.dwa_period = 1;
   else if (base == "denseformer-4x5") m.residual = ResidualMode::denseformer, m.dwa_dilation = 4, m.dwa_period = 5;
+  else if (base == "hc") m.residual = ResidualMode::hc, m.hc_dynamic = true;  // hc_n etc. from the config
+  else if (base == "hc-static") m.residual = ResidualMode::hc, m.hc_dynamic = false;
+  else if (base == "mhc") m.residual = ResidualMode::mhc;
   else fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")");
   return m;
 }

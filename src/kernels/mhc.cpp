@@ -55,6 +55,8 @@ inline int acc_count(int n) { return stream_coefficient_count(n) + 3; }
 
 }  // namespace
 
+std::string to_string(SinkhornOrder order) { return order == SinkhornOrder::col_row ? "col_row" : "row_col"; }
+
 std::int64_t sinkhorn_work_size(int n, int iters) { return (2 * static_cast<std::int64_t>(iters) + 1) * n * n; }
 
 template <class Real>

@@ -10,7 +10,9 @@
 // recomputes the sigmoids and the Sinkhorn iterates from z.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string>
 
 #include "kernels/streams.hpp"
 
@@ -19,6 +21,8 @@ namespace attnres::kernels {
 // Sinkhorn-Knopp half-step order per iteration: columns then rows (the paper's eq. 9, row sums
 // exact) or rows then columns (Megatron / DeepSeek-V4 code, column sums exact).
 enum class SinkhornOrder { col_row, row_col };
+inline constexpr std::array kSinkhornOrders = {SinkhornOrder::col_row, SinkhornOrder::row_col};
+std::string to_string(SinkhornOrder order);
 
 // out [n, n] = Sinkhorn(exp(logits - max logits)) with iters >= 1 iterations of two half-steps.
 template <class Real>

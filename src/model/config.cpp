@@ -15,6 +15,8 @@ std::string to_string(ResidualMode mode) {
     case ResidualMode::block: return "block";
     case ResidualMode::rd: return "rd";
     case ResidualMode::denseformer: return "denseformer";
+    case ResidualMode::hc: return "hc";
+    case ResidualMode::mhc: return "mhc";
   }
   return "?";
 }
@@ -29,10 +31,17 @@ std::string to_string(ValueRoute route) {
   return "?";
 }
 
+std::string to_string(StreamReadout readout) { return readout == StreamReadout::sum ? "sum" : "mean"; }
+
+std::string to_string(MhcBiasInit init) { return init == MhcBiasInit::home_pm3 ? "home_pm3" : "zero"; }
+
 ResidualMode parse_residual_mode(const std::string& text) {
-  for (auto m : kResidualModes)
+  std::vector<std::string> names;
+  for (auto m : kResidualModes) {
     if (to_string(m) == text) return m;
-  fail("unknown residual mode '", text, "' (expected prenorm, full, block, rd or denseformer)");
+    names.push_back(to_string(m));
+  }
+  fail("unknown residual mode '", text, "' (expected ", join_choices(names), ")");
 }
 
 ValueRoute parse_value_route(const std::string& text) {
@@ -43,6 +52,7 @@ ValueRoute parse_value_route(const std::string& text) {
 
 const ConfigKeys<ModelConfig>& model_config_keys() {
   using M = ModelConfig;
+  static const std::string kStreamRange = "[1, " + std::to_string(kernels::kMaxStreams) + "]";
   static const ConfigKeys<ModelConfig> keys = config_section<M>(
       "model",
       {
@@ -81,16 +91,32 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
                        "value_residual: lambda1 (constant), or its initial value (learned)"),
           config_field("vres_lambda2", &M::vres_lambda2, "",
                        "value_residual: lambda2 (constant), or its initial value (learned_pair)"),
+          config_field("hc_n", &M::hc_n, kStreamRange, "hc: residual streams n"),
+          config_field("hc_dynamic", &M::hc_dynamic, "",
+                       "hc: dynamic coefficients s * tanh(RMSNorm(H) W) + (A, B); false: static A, B only"),
+          config_field("hc_tanh", &M::hc_tanh, "", "hc dynamic: tanh on the projections (false: the paper's W/O tanh)"),
+          config_field("hc_scale_init", &M::hc_scale_init, "", "hc dynamic: s_alpha and s_beta at init"),
+          config_choice("hc_reduce", &M::hc_reduce, kStreamReadouts, "hc: exit readout, sum or mean of the streams"),
+          config_field("mhc_n", &M::mhc_n, kStreamRange, "mhc: residual streams n"),
+          config_field("mhc_sinkhorn_iters", &M::mhc_sinkhorn_iters, ">= 1", "mhc: Sinkhorn-Knopp iterations"),
+          config_choice("mhc_sinkhorn_order", &M::mhc_sinkhorn_order, kernels::kSinkhornOrders,
+                        "mhc: col_row (the paper's eq. 9: row sums exact) or row_col (Megatron, DeepSeek-V4)"),
+          config_field("mhc_alpha_init", &M::mhc_alpha_init, "", "mhc: alpha_pre, alpha_post and alpha_res at init"),
+          config_field("mhc_phi_std", &M::mhc_phi_std, ">= 0", "mhc: phi ~ N(0, mhc_phi_std) at init; 0: phi = 0"),
+          config_choice("mhc_bias_init", &M::mhc_bias_init, kMhcBiasInits,
+                        "mhc: the bias at init, home_pm3 (+-3 around the home stream j mod n, H_res 6I - 3) or zero"),
+          config_field("mhc_pre_eps", &M::mhc_pre_eps, ">= 0", "mhc: added to H_pre (DeepSeek-V4 and Megatron: 1e-6)"),
+          config_choice("mhc_reduce", &M::mhc_reduce, kStreamReadouts, "mhc: exit readout, sum or mean of the streams"),
       });
   return keys;
 }
 
 int ModelConfig::effective_blocks() const {
   switch (residual) {
-    case ResidualMode::prenorm:
-    case ResidualMode::denseformer: return 1;
     case ResidualMode::full: return n_sublayers();
-    default: return n_blocks;
+    case ResidualMode::block:
+    case ResidualMode::rd: return n_blocks;
+    default: return 1;
   }
 }
 

@@ -5,20 +5,31 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "kernels/mhc.hpp"
 #include "kernels/value_residual.hpp"
 #include "util/config_key.hpp"
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd, denseformer };
+enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc };
 enum class ValueRoute { decoupled, tied, average, frozen };
-inline constexpr std::array kResidualModes = {ResidualMode::prenorm, ResidualMode::full, ResidualMode::block,
-                                              ResidualMode::rd, ResidualMode::denseformer};
+inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
+                                              ResidualMode::rd,          ResidualMode::denseformer,
+                                              ResidualMode::hc,          ResidualMode::mhc};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
+// Hyper-connections' exit: the sum of the n streams (the papers') or their mean (Megatron's mHC).
+enum class StreamReadout { sum, mean };
+inline constexpr std::array kStreamReadouts = {StreamReadout::sum, StreamReadout::mean};
+// mHC's bias at init (baselines-spec §4.1): home_pm3 = +3 on the sublayer's home stream in H_pre
+// and -3 elsewhere, 0 for H_post, 6I - 3 for H_res (PaddleFleet's "A.6 values"); zero = all 0.
+enum class MhcBiasInit { home_pm3, zero };
+inline constexpr std::array kMhcBiasInits = {MhcBiasInit::home_pm3, MhcBiasInit::zero};
 
 std::string to_string(ResidualMode mode);
 std::string to_string(ValueRoute route);
+std::string to_string(StreamReadout readout);
+std::string to_string(MhcBiasInit init);
 ResidualMode parse_residual_mode(const std::string& text);  // throws Error naming the valid values
 ValueRoute parse_value_route(const std::string& text);
 
@@ -46,13 +57,38 @@ struct ModelConfig {
   kernels::VresMode vres_mode = kernels::VresMode::fixed;
   double vres_lambda1 = 0.5;  // constant: the lambdas; learned: their initial values
   double vres_lambda2 = 0.5;
+  // Hyper-connections (baselines-spec §3): n residual streams, one HC module per sublayer, home
+  // stream j mod n of sublayer j; static (A, B) or dynamic (plus s * tanh(RMSNorm(H) W)).
+  int hc_n = 4;
+  bool hc_dynamic = true;
+  bool hc_tanh = true;
+  double hc_scale_init = 0.01;  // s_alpha and s_beta at init
+  StreamReadout hc_reduce = StreamReadout::sum;
+  // mHC (baselines-spec §4): coefficients from the flattened n-stream state through sigmoid, 2
+  // sigmoid and Sinkhorn-Knopp.
+  int mhc_n = 4;
+  int mhc_sinkhorn_iters = 20;
+  kernels::SinkhornOrder mhc_sinkhorn_order = kernels::SinkhornOrder::col_row;
+  double mhc_alpha_init = 0.01;  // alpha_pre, alpha_post, alpha_res at init
+  double mhc_phi_std = 0.02;     // phi ~ N(0, std); 0: phi = 0
+  MhcBiasInit mhc_bias_init = MhcBiasInit::home_pm3;
+  double mhc_pre_eps = 0;        // added to H_pre (DeepSeek-V4 / Megatron: 1e-6)
+  StreamReadout mhc_reduce = StreamReadout::sum;
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
   // Blocks actually used by the depth reads (full: one per sublayer; prenorm: none).
   int effective_blocks() const;
   int sublayers_per_block() const { return n_sublayers() / effective_blocks(); }
-  bool uses_depth_reads() const { return residual != ResidualMode::prenorm && residual != ResidualMode::denseformer; }
+  bool uses_depth_reads() const {
+    return residual == ResidualMode::full || residual == ResidualMode::block || residual == ResidualMode::rd;
+  }
+  // hc and mhc carry n residual streams per token (1 in every other mode).
+  bool uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
+  int n_streams() const {
+    return residual == ResidualMode::hc ? hc_n : residual == ResidualMode::mhc ? mhc_n : 1;
+  }
+  StreamReadout stream_readout() const { return residual == ResidualMode::mhc ? mhc_reduce : hc_reduce; }
   // Learned value-residual scalars per attention layer after the first (0 when none).
   int vres_parameters() const { return value_residual ? kernels::vres_parameter_count(vres_mode) : 0; }
   bool has_value_query() const {

@@ -9,6 +9,8 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/hyper_connection.hpp"
+#include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "util/error.hpp"
@@ -64,10 +66,22 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
   auto take = [&](std::int64_t n) { return arena.take(n); };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden;
   const bool reads = topo_.has_reads();
+  const bool streams = config_.uses_streams();
+  const std::int64_t ns = config_.n_streams(), m = k::stream_coefficient_count(config_.n_streams());
+  const bool hc = config_.residual == ResidualMode::hc;
   Buffers& b = buf_;
   b.emb = take(bt * d);
   for (int j = 0; j < config_.n_sublayers(); ++j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
+    if (streams) {
+      s.streams = take(bt * ns * d);
+      s.h = take(bt * d);
+      if (!hc || config_.hc_dynamic) {
+        s.coef = take(bt * m);
+        s.stream_act = take(bt * m);
+        s.stream_rms = take(hc ? bt * ns : bt);
+      }
+    }
     if (reads) {
       const ReadPlan& p = topo_.read(j);
       const auto n_src = static_cast<std::int64_t>(p.sources.size());
@@ -89,7 +103,18 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
       s.act = take(bt * H);
     }
     s.out = take(bt * d);
-    if (with_grad_) s.dout = take(bt * d);
+    if (with_grad_ && !streams) s.dout = take(bt * d);
+  }
+  if (streams) {
+    b.streams_final = take(bt * ns * d);
+    b.h_final = take(bt * d);
+    b.stream_scratch = take(hc ? k::hc_scratch_size(bt, config_.hc_n, config_.d_model)
+                               : k::mhc_scratch_size(bt, config_.mhc_n, config_.mhc_sinkhorn_iters));
+    if (with_grad_) {
+      for (Real*& g : b.dstreams) g = take(bt * ns * d);
+      b.dbeta = take(bt * ns);
+      b.dy = take(bt * d);
+    }
   }
   if (reads) {
     const auto n_src = static_cast<std::int64_t>(topo_.read(topo_.final_read()).sources.size());
@@ -165,7 +190,8 @@ Real* Model<Real>::dresidual(int index) {
 template <class Real>
 void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = forward_single_stream(batch, seq, cache);
+  buf_.final_input =
+      config_.uses_streams() ? forward_streams(batch, seq, cache) : forward_single_stream(batch, seq, cache);
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
@@ -175,7 +201,12 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
   Buffers& b = buf_;
   k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, b.final_input, w_.final_norm, b.rstd_final, n_tok_,
                       config_.d_model, b.reduce);
-  backward_single_stream(batch, seq);  // from dh, the final norm's input gradient
+  // from dh, the final norm's input gradient
+  if (config_.uses_streams()) {
+    backward_streams(batch, seq);
+  } else {
+    backward_single_stream(batch, seq);
+  }
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
 
@@ -198,7 +229,8 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   const std::int64_t n = n_tok_, d = config_.d_model;
   std::fill(grads_.begin(), grads_.end(), Real(0));
   k::zero(buf_.demb, n * d);
-  for (Sublayer& s : buf_.sub) k::zero(s.dout, n * d);
+  for (Sublayer& s : buf_.sub)
+    if (s.dout != nullptr) k::zero(s.dout, n * d);
   for (Real* g : buf_.ddwa_out)
     if (g != nullptr) k::zero(g, n * d);
   if (buf_.dv1 != nullptr) k::zero(buf_.dv1, n * d);

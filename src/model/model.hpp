@@ -12,6 +12,7 @@
 
 #include "kernels/dwa.hpp"
 #include "kernels/precision.hpp"
+#include "kernels/streams.hpp"
 #include "kernels/value_residual.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
@@ -109,14 +110,20 @@ class Model {
     Real* rstd = nullptr;
     Real *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *lse = nullptr;  // attention
     Real *gate = nullptr, *up = nullptr, *act = nullptr;                             // MLP
-    Real* out = nullptr;   // partial sum after this sublayer's write-back
-    Real* dout = nullptr;  // its gradient
+    Real* out = nullptr;   // partial sum after this sublayer's write-back (hc, mhc: the body's output y)
+    Real* dout = nullptr;  // its gradient (single-stream modes)
+    // hc, mhc: the n-stream state entering this sublayer [bt, n, d] (h above is the module's read,
+    // the sublayer input) and the module's per-token coefficients for the backward: coef [bt,
+    // n(n+2)], HC's tanh values or mHC's z (stream_act, same size), and the RMS factors (HC: [bt, n],
+    // mHC: [bt]); static HC keeps none of them.
+    Real* streams = nullptr;
+    Real *coef = nullptr, *stream_act = nullptr, *stream_rms = nullptr;
   };
   struct Buffers {
     Real* emb = nullptr;
     Real* demb = nullptr;
     std::vector<Sublayer> sub;
-    Real* h_final = nullptr;
+    Real* h_final = nullptr;  // the final read's output, or (hc, mhc) the streams' readout
     Real* rms_final = nullptr;
     Real* logits_final = nullptr;
     Real* x_final = nullptr;
@@ -132,6 +139,14 @@ class Model {
     // backward from V_1 and the layer's raw V, which are kept), and dL/dV_1 summed over layers.
     Real* vmix = nullptr;
     Real* dv1 = nullptr;
+    // hc, mhc: the state after the last sublayer, the modules' scratch; in the backward the state
+    // gradients of two consecutive sublayers (ping-pong), the output weights' per-token gradient
+    // and the body output's gradient.
+    Real* streams_final = nullptr;
+    Real* stream_scratch = nullptr;
+    Real* dstreams[2] = {nullptr, nullptr};
+    Real* dbeta = nullptr;
+    Real* dy = nullptr;
     // Gradient scratch shared by all sublayers.
     Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
     Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
@@ -149,6 +164,11 @@ class Model {
   void backward_trunk(std::int64_t batch, int seq);
   const Real* forward_single_stream(std::int64_t batch, int seq, KvCache<Real>* cache);  // single_stream.cpp
   void backward_single_stream(std::int64_t batch, int seq);
+  const Real* forward_streams(std::int64_t batch, int seq, KvCache<Real>* cache);  // stream_trunk.cpp
+  void backward_streams(std::int64_t batch, int seq);
+  // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
+  // sub[j] (static HC: A and B).
+  kernels::StreamCoefficients<Real> stream_coefficients(int j) const;
 
   // The sublayer bodies (sublayers.cpp), from normalised inputs to the output (out = f, or
   // out += f with accumulate), saving their activations in sub[j]. Attention takes Q, K and V

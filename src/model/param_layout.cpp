@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/dwa.hpp"
+#include "kernels/streams.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -48,6 +49,10 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
       add_fixed("dwa." + std::to_string(i) + ".alpha", std::move(identity), c.dwa_weight_decay);
     }
   }
+  for (int j = 0; j < c.n_sublayers() && c.uses_streams(); ++j) {
+    if (c.residual == ResidualMode::hc) add_hyper_connection(c, j);
+    if (c.residual == ResidualMode::mhc) add_mhc(c, j);
+  }
   if (reads) {
     add("final_res.query", {d}, ParamKind::query);
     add("final_res.key_norm.weight", {d}, ParamKind::norm_weight);
@@ -70,8 +75,48 @@ void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKi
   params_.push_back(std::move(info));
 }
 
-void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay) {
-  add(std::move(name), {static_cast<std::int64_t>(values.size())}, ParamKind::fixed);
+// HC module of sublayer j (baselines-spec §3.1, §6.2): the init that equals pre-norm, A_m = e_{j mod n},
+// A_r = I, B = 1, W = 0, s = hc_scale_init; no decay on A, B and s, decay on the dynamic W.
+void ParamLayout::add_hyper_connection(const ModelConfig& c, int j) {
+  const int n = c.hc_n, home = j % n;
+  const std::int64_t d = c.d_model;
+  const std::string p = "hc." + std::to_string(j) + ".";
+  std::vector<double> A(static_cast<std::size_t>(n * (n + 1)), 0.0);
+  for (int i = 0; i < n; ++i) {
+    A[static_cast<std::size_t>(i * (n + 1))] = i == home ? 1.0 : 0.0;  // column 0: A_m
+    A[static_cast<std::size_t>(i * (n + 1) + 1 + i)] = 1.0;           // columns 1..n: A_r = I
+  }
+  add_fixed(p + "A", std::move(A), false, {n, n + 1});
+  add_fixed(p + "B", std::vector<double>(static_cast<std::size_t>(n), 1.0), false);
+  if (!c.hc_dynamic) return;
+  add_fixed(p + "w_alpha", std::vector<double>(static_cast<std::size_t>((n + 1) * d), 0.0), true, {n + 1, d});
+  add_fixed(p + "w_beta", std::vector<double>(static_cast<std::size_t>(d), 0.0), true);
+  add_fixed(p + "s_alpha", {c.hc_scale_init}, false);
+  add_fixed(p + "s_beta", {c.hc_scale_init}, false);
+  add(p + "norm.weight", {d}, ParamKind::norm_weight);
+}
+
+// mHC module of sublayer j (baselines-spec §4.1, §6.2): phi [n(n+2), n d] ~ N(0, mhc_phi_std) from
+// its own named stream, alpha = mhc_alpha_init, the bias by mhc_bias_init; decay on phi only.
+void ParamLayout::add_mhc(const ModelConfig& c, int j) {
+  const int n = c.mhc_n, home = j % n, m = kernels::stream_coefficient_count(n);
+  const std::string p = "mhc." + std::to_string(j) + ".";
+  add(p + "phi", {m, static_cast<std::int64_t>(n) * c.d_model}, ParamKind::matrix, c.mhc_phi_std);
+  add_fixed(p + "alpha", std::vector<double>(3, c.mhc_alpha_init), false);
+  std::vector<double> b(static_cast<std::size_t>(m), 0.0);
+  if (c.mhc_bias_init == MhcBiasInit::home_pm3) {
+    for (int i = 0; i < n; ++i) b[static_cast<std::size_t>(i)] = i == home ? 3.0 : -3.0;  // pre; post stays 0
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) b[static_cast<std::size_t>(2 * n + i * n + k)] = i == k ? 3.0 : -3.0;  // 6I - 3
+  }
+  add_fixed(p + "b", std::move(b), false);
+}
+
+void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,
+                            std::vector<std::int64_t> shape) {
+  if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
+  add(std::move(name), std::move(shape), ParamKind::fixed);
+  require(params_.back().numel == static_cast<std::int64_t>(values.size()), "add_fixed: shape mismatch");
   params_.back().init_values = std::move(values);
   params_.back().decay = decay;
 }
@@ -95,6 +140,10 @@ void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> 
     Real* out = params.data() + p.offset;
     switch (p.kind) {
       case ParamKind::matrix: {
+        if (p.init_std == 0) {  // (mHC's phi = 0) exact zeros, no draws
+          for (std::int64_t i = 0; i < p.numel; ++i) out[i] = Real(0);
+          break;
+        }
         Rng rng(seed, p.name);
         for (std::int64_t i = 0; i < p.numel; ++i) out[i] = static_cast<Real>(rng.normal() * p.init_std);
         break;

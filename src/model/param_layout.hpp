@@ -16,7 +16,8 @@ enum class ParamKind {
   norm_weight,  // ones (RMSNorm weights and depth-read key-norm weights); no decay
   query,        // zeros (pseudo-queries, spec §2); no decay
   fixed,        // the layout's own init_values, no RNG (DenseFormer's identity DWA weights, the
-                // value-residual lambdas: baselines-spec §6.1); decay as the mode's policy says
+                // value-residual lambdas, the HC and mHC coefficients: baselines-spec §6.1); decay
+                // as the mode's policy says
 };
 
 struct ParamInfo {
@@ -25,7 +26,7 @@ struct ParamInfo {
   std::int64_t offset = 0;
   std::int64_t numel = 0;
   ParamKind kind = ParamKind::matrix;
-  double init_std = 0;              // matrices only
+  double init_std = 0;              // matrices only (0: zeros, no RNG)
   std::vector<double> init_values;  // fixed only: numel values
   bool decay = false;               // weight-decayed (matrices; fixed ones by their mode's policy)
 
@@ -43,7 +44,10 @@ class ParamLayout {
 
  private:
   void add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
-  void add_fixed(std::string name, std::vector<double> values, bool decay);
+  // shape empty: one dimension of values.size().
+  void add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
+  void add_hyper_connection(const ModelConfig& c, int j);
+  void add_mhc(const ModelConfig& c, int j);
 
   std::vector<ParamInfo> params_;
   std::int64_t total_ = 0;

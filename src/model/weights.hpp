@@ -29,6 +29,21 @@ struct LayerWeights {
   Real* vres_lambda = nullptr;  // value_residual with learned lambdas, layers >= 1
 };
 
+// The stream module in front of sublayer j (hc, mhc): HC's A .. norm, or mHC's phi, alpha, bias.
+template <class Real>
+struct StreamModuleWeights {
+  Real* A = nullptr;  // hc.{j}.A [n, n+1]
+  Real* B = nullptr;
+  Real* w_alpha = nullptr;  // dynamic HC: [n+1, d]
+  Real* w_beta = nullptr;
+  Real* s_alpha = nullptr;
+  Real* s_beta = nullptr;
+  Real* norm = nullptr;
+  Real* phi = nullptr;  // mhc.{j}.phi [n(n+2), n d]
+  Real* alpha = nullptr;
+  Real* bias = nullptr;
+};
+
 template <class Real>
 struct ModelWeights {
   Real* tok_emb = nullptr;
@@ -38,6 +53,7 @@ struct ModelWeights {
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
   std::vector<Real*> dwa_alpha;  // denseformer: one per Topology::dwas() entry
+  std::vector<StreamModuleWeights<Real>> stream_modules;  // hc, mhc: one per sublayer
 };
 
 template <class Real>
@@ -74,6 +90,21 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
   for (int i = 1; i <= config.n_layers; ++i)
     if (Real* alpha = get("dwa." + std::to_string(i) + ".alpha")) w.dwa_alpha.push_back(alpha);
+  for (int j = 0; j < config.n_sublayers() && config.uses_streams(); ++j) {
+    const std::string hc = "hc." + std::to_string(j) + ".", mhc = "mhc." + std::to_string(j) + ".";
+    StreamModuleWeights<Real> m;
+    m.A = get(hc + "A");
+    m.B = get(hc + "B");
+    m.w_alpha = get(hc + "w_alpha");
+    m.w_beta = get(hc + "w_beta");
+    m.s_alpha = get(hc + "s_alpha");
+    m.s_beta = get(hc + "s_beta");
+    m.norm = get(hc + "norm.weight");
+    m.phi = get(mhc + "phi");
+    m.alpha = get(mhc + "alpha");
+    m.bias = get(mhc + "b");
+    w.stream_modules.push_back(m);
+  }
   return w;
 }
 

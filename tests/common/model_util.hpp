@@ -18,9 +18,25 @@ struct Variant {
   int dwa_dilation = 1, dwa_period = 1;  // denseformer
   bool value_residual = false;
   kernels::VresMode vres_mode = kernels::VresMode::fixed;
+  // hc, mhc: the streams, HC's dynamic part and tanh, mHC's Sinkhorn order, the readout.
+  int n_streams = 2;
+  bool hc_dynamic = true, hc_tanh = true;
+  kernels::SinkhornOrder sinkhorn_order = kernels::SinkhornOrder::col_row;
+  StreamReadout readout = StreamReadout::sum;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
+    if (residual == ResidualMode::hc) {
+      c.hc_n = n_streams;
+      c.hc_dynamic = hc_dynamic;
+      c.hc_tanh = hc_tanh;
+      c.hc_reduce = readout;
+    }
+    if (residual == ResidualMode::mhc) {
+      c.mhc_n = n_streams;
+      c.mhc_sinkhorn_order = sinkhorn_order;
+      c.mhc_reduce = readout;
+    }
     c.residual = residual;
     c.value_route = route;
     c.dwa_dilation = dwa_dilation;
@@ -30,7 +46,10 @@ struct Variant {
     return c;
   }
   // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
-  bool on_cuda() const { return residual != ResidualMode::denseformer && !value_residual; }
+  bool on_cuda() const {
+    return residual != ResidualMode::denseformer && !config_uses_streams() && !value_residual;
+  }
+  bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
 
 inline std::vector<Variant> all_variants() {
@@ -47,7 +66,16 @@ inline std::vector<Variant> all_variants() {
           {"prenorm_vres", ResidualMode::prenorm, ValueRoute::decoupled, 1, 1, true, VresMode::fixed},
           {"rd_vres_convex", ResidualMode::rd, ValueRoute::decoupled, 1, 1, true, VresMode::learned_convex},
           {"denseformer_vres_pair", ResidualMode::denseformer, ValueRoute::decoupled, 1, 1, true,
-           VresMode::learned_pair}};
+           VresMode::learned_pair},
+          // Hyper-connections and mHC with few streams (n = 2, 3) to keep the checks fast.
+          {.name = "hc", .residual = ResidualMode::hc, .n_streams = 3},
+          {.name = "hc_static", .residual = ResidualMode::hc, .n_streams = 2, .hc_dynamic = false},
+          {.name = "hc_no_tanh", .residual = ResidualMode::hc, .n_streams = 3, .hc_tanh = false},
+          {.name = "hc_vres_pair", .residual = ResidualMode::hc, .value_residual = true,
+           .vres_mode = VresMode::learned_pair, .n_streams = 2},
+          {.name = "mhc", .residual = ResidualMode::mhc, .n_streams = 3},
+          {.name = "mhc_row_col_mean", .residual = ResidualMode::mhc, .n_streams = 2,
+           .sinkhorn_order = kernels::SinkhornOrder::row_col, .readout = StreamReadout::mean}};
 }
 
 // The variants the CUDA backend runs.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "common/model_util.hpp"
 #include "model/model.hpp"
@@ -359,4 +360,220 @@ TEST(Invariants, BaselineParametersInitByNameAndFollowTheDecayPolicy) {
   }
   c.dwa_dilation = 0;
   EXPECT_THROW(c.validate(), Error);
+}
+
+namespace {
+
+// Logits and every shared parameter's gradient of two double models with the same shared weights.
+void expect_close_function(Model<double>& a, Model<double>& b, double tolerance, const std::string& what) {
+  const auto tokens = random_tokens(B, T, a.config().vocab_size, 9);
+  std::vector<std::int32_t> inputs;
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < T; ++t) inputs.push_back(tokens[r * (T + 1) + t]);
+  std::vector<double> la(B * T * a.config().vocab_size), lb(la.size());
+  a.logits(inputs, B, T, la);
+  b.logits(inputs, B, T, lb);
+  EXPECT_LT(max_rel_error(lb, la), tolerance) << what << ": logits";
+  a.forward_backward(tokens, B, T);
+  b.forward_backward(tokens, B, T);
+  for (const auto& p : a.layout().params()) {
+    const ParamInfo& q = b.layout().at(p.name);
+    const std::span<const double> ga(a.grads().data() + p.offset, p.numel), gb(b.grads().data() + q.offset, q.numel);
+    EXPECT_LT(max_rel_error(gb, ga), tolerance) << what << ": grad " << p.name;
+  }
+}
+
+// A prenorm model with random weights, and a model of `streams`'s config at its initialisation
+// with prenorm's weights for the shared tensors.
+void expect_init_equals_prenorm(ModelConfig streams, double tolerance, const std::string& what) {
+  ModelConfig pre = streams;
+  pre.residual = ResidualMode::prenorm;
+  Model<double> a(pre, B, T, true), b(streams, B, T, true);
+  randomize_weights(a, 3);
+  init_params<double>(b.layout(), 3, b.params());
+  for (const auto& p : b.layout().params())
+    if (const ParamInfo* q = a.layout().find(p.name))
+      std::memcpy(b.params().data() + p.offset, a.params().data() + q->offset, sizeof(double) * p.numel);
+  expect_close_function(a, b, tolerance, what);
+}
+
+}  // namespace
+
+TEST(Invariants, HyperConnectionsAtInitEqualPrenormUpToTheFinalNormsEpsilon) {
+  // baselines-spec §3.1, §6.1: every stream stays the pre-norm stream and the readout is n x, which
+  // the final RMSNorm removes (exactly as eps -> 0). Gradients of the shared weights agree too.
+  for (bool dynamic : {true, false}) {
+    for (int n : {1, 3, 4}) {
+      ModelConfig c = tiny_config(ResidualMode::hc, ValueRoute::decoupled, 3);
+      c.hc_n = n;
+      c.hc_dynamic = dynamic;
+      c.norm_eps = 0;
+      const std::string what = "hc n=" + std::to_string(n) + (dynamic ? " dynamic" : " static");
+      expect_init_equals_prenorm(c, 1e-12, what);
+      c.norm_eps = 1e-6;  // eps / n^2 instead of eps in the final norm
+      expect_init_equals_prenorm(c, 1e-5, what + " eps 1e-6");
+    }
+  }
+}
+
+TEST(Invariants, MhcWithZeroPhiAndZeroPostBiasEqualsPrenormUpToEpsilon) {
+  // baselines-spec §4.1, §6.1: with phi = 0 and b_post = 0 the streams stay equal; H_pre only scales
+  // the sublayer input (its RMSNorm removes that), H_post = 1, H_res is doubly stochastic.
+  for (auto order : kernels::kSinkhornOrders) {
+    for (auto bias : kMhcBiasInits) {
+      ModelConfig c = tiny_config(ResidualMode::mhc, ValueRoute::decoupled, 3);
+      c.mhc_n = 3;
+      c.mhc_phi_std = 0;
+      c.mhc_bias_init = bias;
+      c.mhc_sinkhorn_order = order;
+      c.norm_eps = 0;
+      expect_init_equals_prenorm(c, 1e-12, "mhc " + kernels::to_string(order) + " bias " + to_string(bias));
+    }
+  }
+  // At the default phi ~ N(0, 0.02) it is only approximately prenorm.
+  ModelConfig c = tiny_config(ResidualMode::mhc, ValueRoute::decoupled, 3);
+  c.norm_eps = 0;
+  ModelConfig pre = c;
+  pre.residual = ResidualMode::prenorm;
+  Model<double> a(pre, B, T, false), b(c, B, T, false);
+  init_params<double>(b.layout(), 3, b.params());
+  EXPECT_NE(b.params()[b.layout().at("mhc.0.phi").offset], 0.0);
+}
+
+TEST(Invariants, StreamParameterCountsMatchTheSpec) {
+  // baselines-spec §6.3, extra over prenorm at the S (16 x 576) and M (24 x 832) presets, n = 4.
+  for (auto [layers, d, hc_dynamic, hc_static, mhc] :
+       {std::tuple{16, 576, 129856, 768, 1770336}, std::tuple{24, 832, 280800, 1152, 3835152}}) {
+    ModelConfig pre;
+    pre.vocab_size = 1000;
+    pre.d_model = d;
+    pre.n_layers = layers;
+    pre.n_heads = d / 64;
+    pre.mlp_hidden = 16;
+    pre.residual = ResidualMode::prenorm;
+    const std::int64_t base = ParamLayout(pre).total();
+    ModelConfig c = pre;
+    c.residual = ResidualMode::hc;
+    EXPECT_EQ(ParamLayout(c).total() - base, hc_dynamic);
+    c.hc_dynamic = false;
+    EXPECT_EQ(ParamLayout(c).total() - base, hc_static);
+    c.residual = ResidualMode::mhc;
+    EXPECT_EQ(ParamLayout(c).total() - base, mhc);
+  }
+}
+
+TEST(Invariants, StreamParametersInitByNameAndFollowTheDecayPolicy) {
+  ModelConfig c = tiny_config(ResidualMode::hc, ValueRoute::decoupled, 2);
+  c.hc_n = 3;
+  c.hc_scale_init = 0.25;
+  const ParamLayout layout(c);
+  std::vector<float> a(layout.total());
+  init_params<float>(layout, 1, std::span<float>(a));
+  auto values = [&](const ParamLayout& l, const std::vector<float>& v, const std::string& name) {
+    const ParamInfo& p = l.at(name);
+    return std::vector<float>(v.begin() + p.offset, v.begin() + p.offset + p.numel);
+  };
+  // A = [A_m | A_r] with A_m = e_{j mod n}, A_r = I (row-major n x (n+1)); sublayer 1's home is stream 1,
+  // sublayer 3's is stream 0.
+  EXPECT_EQ(values(layout, a, "hc.1.A"), (std::vector<float>{0, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(values(layout, a, "hc.3.A"), (std::vector<float>{1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(layout.at("hc.0.A").shape, (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(layout.at("hc.0.w_alpha").shape, (std::vector<std::int64_t>{4, c.d_model}));
+  EXPECT_EQ(values(layout, a, "hc.2.B"), (std::vector<float>{1, 1, 1}));
+  EXPECT_EQ(values(layout, a, "hc.2.s_alpha"), (std::vector<float>{0.25f}));
+  EXPECT_EQ(values(layout, a, "hc.2.s_beta"), (std::vector<float>{0.25f}));
+  for (float w : values(layout, a, "hc.0.w_alpha")) EXPECT_EQ(w, 0.0f);
+  for (float w : values(layout, a, "hc.0.norm.weight")) EXPECT_EQ(w, 1.0f);
+  for (const char* name : {"A", "B", "s_alpha", "s_beta", "norm.weight"})
+    EXPECT_FALSE(layout.at(std::string("hc.1.") + name).weight_decay()) << name;
+  for (const char* name : {"w_alpha", "w_beta"}) EXPECT_TRUE(layout.at(std::string("hc.1.") + name).weight_decay());
+  c.hc_dynamic = false;
+  EXPECT_EQ(ParamLayout(c).find("hc.0.w_alpha"), nullptr);
+
+  ModelConfig m = tiny_config(ResidualMode::mhc, ValueRoute::decoupled, 2);
+  m.mhc_n = 2;
+  m.mhc_alpha_init = 0.125;
+  const ParamLayout ml(m);
+  std::vector<float> b(ml.total());
+  init_params<float>(ml, 1, std::span<float>(b));
+  EXPECT_EQ(ml.at("mhc.0.phi").shape, (std::vector<std::int64_t>{8, 2 * m.d_model}));
+  // b = [pre | post | res]: +3 on the home stream j mod n, post 0, res 6I - 3.
+  EXPECT_EQ(values(ml, b, "mhc.1.b"), (std::vector<float>{-3, 3, 0, 0, 3, -3, -3, 3}));
+  EXPECT_EQ(values(ml, b, "mhc.2.b"), (std::vector<float>{3, -3, 0, 0, 3, -3, -3, 3}));
+  EXPECT_EQ(values(ml, b, "mhc.0.alpha"), (std::vector<float>{0.125f, 0.125f, 0.125f}));
+  EXPECT_TRUE(ml.at("mhc.0.phi").weight_decay());
+  EXPECT_FALSE(ml.at("mhc.0.alpha").weight_decay());
+  EXPECT_FALSE(ml.at("mhc.0.b").weight_decay());
+  m.mhc_bias_init = MhcBiasInit::zero;
+  {
+    const ParamLayout zl(m);
+    std::vector<float> z(zl.total());
+    init_params<float>(zl, 1, std::span<float>(z));
+    for (float v : values(zl, z, "mhc.1.b")) EXPECT_EQ(v, 0.0f);
+    // phi comes from its own named stream: another seed, other values; the same seed, the same.
+    std::vector<float> z2(zl.total());
+    init_params<float>(zl, 2, std::span<float>(z2));
+    EXPECT_NE(values(zl, z, "mhc.1.phi"), values(zl, z2, "mhc.1.phi"));
+    EXPECT_EQ(values(zl, z, "mhc.1.phi"), values(ml, b, "mhc.1.phi"));
+  }
+  // Shared tensors draw the same values as in prenorm: the new parameters consume no RNG.
+  for (const ModelConfig& cfg : {c, m}) {
+    ModelConfig pre = cfg;
+    pre.residual = ResidualMode::prenorm;
+    const ParamLayout pl(pre), sl(cfg);
+    std::vector<float> p(pl.total()), s(sl.total());
+    init_params<float>(pl, 1, std::span<float>(p));
+    init_params<float>(sl, 1, std::span<float>(s));
+    for (const auto& info : pl.params()) EXPECT_EQ(values(pl, p, info.name), values(sl, s, info.name)) << info.name;
+  }
+}
+
+TEST(Invariants, StreamConfigsAreValidatedAndOldConfigsLoad) {
+  auto message = [](ModelConfig c) {
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ModelConfig c = tiny_config(ResidualMode::hc);
+  c.hc_n = 0;
+  EXPECT_NE(message(c).find("hc_n"), std::string::npos) << message(c);
+  c.hc_n = kernels::kMaxStreams + 1;
+  EXPECT_NE(message(c).find("hc_n"), std::string::npos) << message(c);
+  c.hc_n = kernels::kMaxStreams;
+  EXPECT_EQ(message(c), "");
+  c.mhc_n = 9;
+  EXPECT_NE(message(c).find("mhc_n"), std::string::npos);
+  c.mhc_n = 4;
+  c.mhc_sinkhorn_iters = 0;
+  EXPECT_NE(message(c).find("mhc_sinkhorn_iters"), std::string::npos);
+  c.mhc_sinkhorn_iters = 20;
+  c.mhc_phi_std = -1;
+  EXPECT_NE(message(c).find("mhc_phi_std"), std::string::npos);
+  // A config written before these keys existed reads with their defaults.
+  nlohmann::json j = tiny_config(ResidualMode::block);
+  for (const char* key : {"hc_n", "hc_dynamic", "hc_tanh", "hc_scale_init", "hc_reduce", "mhc_n", "mhc_sinkhorn_iters",
+                          "mhc_sinkhorn_order", "mhc_alpha_init", "mhc_phi_std", "mhc_bias_init", "mhc_pre_eps",
+                          "mhc_reduce"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    j.erase(key);
+  }
+  const ModelConfig old = model_config_from_json(j, "old.json");
+  EXPECT_EQ(old.hc_n, 4);
+  EXPECT_EQ(old.mhc_n, 4);
+  EXPECT_EQ(old.mhc_sinkhorn_iters, 20);
+  EXPECT_EQ(old.mhc_sinkhorn_order, kernels::SinkhornOrder::col_row);
+  EXPECT_EQ(old.mhc_bias_init, MhcBiasInit::home_pm3);
+  EXPECT_TRUE(old.hc_dynamic && old.hc_tanh);
+  EXPECT_EQ(old.hc_scale_init, 0.01);
+  EXPECT_EQ(old.mhc_alpha_init, 0.01);
+  EXPECT_EQ(old.mhc_phi_std, 0.02);
+  EXPECT_EQ(old.mhc_pre_eps, 0.0);
+  EXPECT_EQ(old.hc_reduce, StreamReadout::sum);
+  EXPECT_EQ(old.mhc_reduce, StreamReadout::sum);
+  nlohmann::json bad = tiny_config(ResidualMode::mhc);
+  bad["mhc_sinkhorn_order"] = "diagonal";
+  EXPECT_THROW(model_config_from_json(bad, "bad.json"), Error);
 }

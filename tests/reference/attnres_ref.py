@@ -6,7 +6,9 @@ Test oracle: clarity over speed. Every gradient comes from torch autograd; all m
 Residual modes: "prenorm" (standard pre-norm Transformer), "full" (Full AttnRes, n_blocks = 2*n_layers),
 "block" (Block AttnRes), "rd" (RD-AttnRes; value_route = decoupled | tied | average | frozen), "denseformer"
 (DenseFormer, /work/shared/docs/baselines-spec.md §1: a DWA after every dwa_period-th block over every
-dwa_dilation-th block output). Option value_residual (ResFormer, baselines-spec §5, any mode): attention layers
+dwa_dilation-th block output), "hc" (Hyper-Connections, baselines-spec §3: hc_n streams, static or dynamic,
+tanh on or off) and "mhc" (mHC, §4: mhc_n streams, Sinkhorn of mhc_sinkhorn_iters in either order); both
+enter with the embedding copied to every stream and leave with the sum (or mean) of the streams. Option value_residual (ResFormer, baselines-spec §5, any mode): attention layers
 after the first use V' = lambda1 V_1 + lambda2 V_n; vres_mode = fixed | learned_convex | learned_pair | constant.
 
 Command line (used by the C++ tests):
@@ -35,8 +37,9 @@ Optimiser (one update s = 0..N-1; lr_max = --lr):
   AdamW (torch.optim.AdamW, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, t = s + 1, m = v = 0 at t = 0):
     p = p * (1 - lr * wd)          only for 2-D parameters (all weight matrices incl. tok_emb, lm_head) and
                                    DenseFormer's dwa.*.alpha when dwa_weight_decay (the official code's
-                                   policy); never for norm weights, key-norm weights, pseudo-queries or
-                                   the value-residual lambdas
+                                   policy), HC's hc.*.w_alpha and hc.*.w_beta and mHC's mhc.*.phi (but
+                                   not hc.*.A, the HC and mHC scalars and biases); never for norm weights,
+                                   key-norm weights, pseudo-queries or the value-residual lambdas
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g * g
     p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
@@ -57,7 +60,10 @@ torch.use_deterministic_algorithms(True)
 torch.backends.cuda.matmul.allow_tf32 = False  # irrelevant on CPU; keep the reference exact anywhere
 torch.backends.cudnn.allow_tf32 = False
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc")
+STREAM_READOUTS = ("sum", "mean")
+SINKHORN_ORDERS = ("col_row", "row_col")
+MHC_BIAS_INITS = ("home_pm3", "zero")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
 VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
 VRES_PARAMS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}
@@ -141,7 +147,20 @@ def parse_config(c):
         "dwa_weight_decay": _as_bool(c.get("dwa_weight_decay", True)),
         "value_residual": _as_bool(c.get("value_residual", False)), "vres_mode": str(c.get("vres_mode", "fixed")),
         "vres_lambda1": float(c.get("vres_lambda1", 0.5)), "vres_lambda2": float(c.get("vres_lambda2", 0.5)),
+        "hc_n": int(c.get("hc_n", 4)), "hc_dynamic": _as_bool(c.get("hc_dynamic", True)),
+        "hc_tanh": _as_bool(c.get("hc_tanh", True)), "hc_reduce": str(c.get("hc_reduce", "sum")),
+        "mhc_n": int(c.get("mhc_n", 4)), "mhc_sinkhorn_iters": int(c.get("mhc_sinkhorn_iters", 20)),
+        "mhc_sinkhorn_order": str(c.get("mhc_sinkhorn_order", "col_row")),
+        "mhc_pre_eps": float(c.get("mhc_pre_eps", 0.0)), "mhc_reduce": str(c.get("mhc_reduce", "sum")),
     }
+    if not (1 <= cfg["hc_n"] <= 8 and 1 <= cfg["mhc_n"] <= 8):
+        raise ValueError("hc_n and mhc_n must be 1 to 8")
+    if cfg["mhc_sinkhorn_iters"] < 1:
+        raise ValueError("mhc_sinkhorn_iters must be >= 1")
+    if cfg["hc_reduce"] not in STREAM_READOUTS or cfg["mhc_reduce"] not in STREAM_READOUTS:
+        raise ValueError(f"hc_reduce and mhc_reduce must be one of {STREAM_READOUTS}")
+    if cfg["mhc_sinkhorn_order"] not in SINKHORN_ORDERS:
+        raise ValueError(f"mhc_sinkhorn_order must be one of {SINKHORN_ORDERS}")
     if cfg["vres_mode"] not in VRES_MODES:
         raise ValueError(f"unknown vres_mode {cfg['vres_mode']!r}; expected one of {VRES_MODES}")
     if cfg["dwa_dilation"] < 1 or cfg["dwa_period"] < 1:
@@ -168,7 +187,7 @@ def parse_config(c):
 def param_shapes(cfg):
     """The exact parameter set {name: shape} for a config."""
     V, d, F = cfg["vocab_size"], cfg["d_model"], cfg["mlp_hidden"]
-    depth = cfg["residual"] not in ("prenorm", "denseformer")
+    depth = cfg["residual"] in ("full", "block", "rd")
     n_vres = VRES_PARAMS[cfg["vres_mode"]] if cfg["value_residual"] else 0
     s = {"tok_emb.weight": (V, d)}
     for i in range(cfg["n_layers"]):
@@ -194,6 +213,22 @@ def param_shapes(cfg):
             n = len(dwa_sources(i, cfg["dwa_dilation"], cfg["dwa_period"]))
             if n > 0:
                 s[f"dwa.{i}.alpha"] = (n,)
+    for j in range(2 * cfg["n_layers"]):  # one stream module per sublayer (spec §6.6)
+        if cfg["residual"] == "hc":
+            n = cfg["hc_n"]
+            s[f"hc.{j}.A"] = (n, n + 1)
+            s[f"hc.{j}.B"] = (n,)
+            if cfg["hc_dynamic"]:
+                s[f"hc.{j}.w_alpha"] = (n + 1, d)
+                s[f"hc.{j}.w_beta"] = (d,)
+                s[f"hc.{j}.s_alpha"] = (1,)
+                s[f"hc.{j}.s_beta"] = (1,)
+                s[f"hc.{j}.norm.weight"] = (d,)
+        elif cfg["residual"] == "mhc":
+            n = cfg["mhc_n"]
+            s[f"mhc.{j}.phi"] = (n * (n + 2), n * d)
+            s[f"mhc.{j}.alpha"] = (3,)
+            s[f"mhc.{j}.b"] = (n * (n + 2),)
     if depth:
         s["final_res.query"] = (d,)
         s["final_res.key_norm.weight"] = (d,)
@@ -307,7 +342,7 @@ def mlp(P, p, x):
 
 # ----------------------------------------------------------------------------------------------------------
 # baseline residual-mixing ops (shared/docs/baselines-spec.md), per token over any leading dims; forward()
-# uses dwa and value_residual (the others are not yet model modes). Matrices are [out, in] as in the C++ kernels and the checkpoints.
+# uses dwa, value_residual and the HC / mHC ones (the MUDD ones are not yet a model mode). Matrices are [out, in] as in the C++ kernels and the checkpoints.
 # ----------------------------------------------------------------------------------------------------------
 def dwa_sources(block, dilation, period):
     """DenseFormer k x p schedule (spec §1.1): block i (1-based) has a DWA iff i % p == 0, reading X_j for
@@ -416,7 +451,9 @@ def forward(cfg, P, inputs, record=None):
     L = 2 * cfg["n_layers"]
     values = {} if cfg["value_residual"] else None
 
-    if cfg["residual"] in ("prenorm", "denseformer"):
+    if cfg["residual"] in ("hc", "mhc"):
+        x = stream_trunk(cfg, P, emb, values)
+    elif cfg["residual"] in ("prenorm", "denseformer"):
         x = emb
         outputs = [emb]  # DenseFormer: the block outputs X_0 (the embedding) .. X_i
         for k in range(cfg["n_layers"]):
@@ -477,6 +514,39 @@ def forward(cfg, P, inputs, record=None):
     return x @ head.T
 
 
+def stream_trunk(cfg, P, emb, values):
+    """hc / mhc (spec §3.1, §4.1): H^0 = n copies of the embedding [B, T, n, d]; sublayer j (global index,
+    attention 2k, MLP 2k+1) reads h from H with its module, computes y = f_j(RMSNorm_j(h)) and writes
+    H <- mixed streams + output weights * y; the exit is sum_k H_k (or the mean)."""
+    eps = cfg["norm_eps"]
+    hc = cfg["residual"] == "hc"
+    n = cfg["hc_n"] if hc else cfg["mhc_n"]
+    H = emb.unsqueeze(-2).expand(emb.shape[:-1] + (n, emb.shape[-1]))
+    for j in range(2 * cfg["n_layers"]):
+        k, is_mlp = divmod(j, 2)
+        p = f"layers.{k}."
+        if hc:
+            q = f"hc.{j}."
+            dyn = () if not cfg["hc_dynamic"] else (P[q + "w_alpha"], P[q + "w_beta"], P[q + "s_alpha"],
+                                                   P[q + "s_beta"], P[q + "norm.weight"])
+            alpha, beta = hc_coefficients(H, P[q + "A"], P[q + "B"], eps, *dyn, tanh=cfg["hc_tanh"])
+            h = stream_read(H, alpha)
+        else:
+            q = f"mhc.{j}."
+            h_pre, h_post, h_res = mhc_coefficients(H, P[q + "phi"], P[q + "alpha"], P[q + "b"], eps,
+                                                    cfg["mhc_sinkhorn_iters"], cfg["mhc_sinkhorn_order"],
+                                                    cfg["mhc_pre_eps"])
+            h = mhc_read(H, h_pre)
+        if is_mlp:
+            y = mlp(P, p, rms_norm(h, P[p + "mlp_norm.weight"], eps))
+        else:
+            a = rms_norm(h, P[p + "attn_norm.weight"], eps)
+            y = attention(P, p, cfg, a, a, values)
+        H = stream_write(H, alpha, beta, y) if hc else mhc_write(H, h_post, h_res, y)
+    readout = cfg["hc_reduce"] if hc else cfg["mhc_reduce"]
+    return H.sum(-2) if readout == "sum" else H.mean(-2)
+
+
 def loss_and_logits(cfg, P, tokens):
     """tokens: int64 [B, T+1]. Mean cross-entropy over all B*T positions."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -507,7 +577,12 @@ def lr_at(s, lr_max, warmup=0, total_steps=1, min_lr_ratio=0.0, schedule="cosine
 
 
 def decayed(cfg, name, p):
-    """Weight decay: matrices, and DenseFormer's DWA weights when dwa_weight_decay (module docstring)."""
+    """Weight decay (module docstring): matrices, DenseFormer's DWA weights when dwa_weight_decay; HC: only the
+    dynamic projections w_alpha, w_beta (not A, B, s, the norm); mHC: only phi (spec §6.2)."""
+    if name.startswith("hc."):
+        return name.endswith((".w_alpha", ".w_beta"))
+    if name.startswith("mhc."):
+        return name.endswith(".phi")
     return p.dim() == 2 or (name.startswith("dwa.") and cfg["dwa_weight_decay"])
 
 

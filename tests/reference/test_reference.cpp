@@ -3,10 +3,12 @@
 // AdamW trajectory, in every residual mode and control. Both load the same safetensors.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "common/model_util.hpp"
 #include "model/model.hpp"
@@ -29,6 +31,7 @@ constexpr double kDoubleTolerance = 1e-9;  // the same code in double: agreement
 // the difference grows by about 3x per step (measured in `full`: 1e-8 at step 0, 6e-4 at step
 // 7). The float64 run of the same code must match to 1e-9, which is the exactness check.
 constexpr double kFloatTrajectoryTolerance = 2e-3;
+constexpr double kFloatRoleFloor = 0.05;  // see compare_with_reference
 
 ModelConfig reference_config(const Variant& v, bool tied_head) {
   ModelConfig c;
@@ -105,6 +108,24 @@ void compare_with_reference(const Variant& v, bool tied_head, double tolerance, 
   EXPECT_LT(loss_err, tolerance) << "loss " << loss << " vs " << ref_loss;
   worst.update(loss_err, "loss");
 
+  // fp32 gradients carry the relative rounding error of everything upstream (~1e-5 here), so a
+  // tensor whose gradient is far smaller than others of its role (a sum that cancels, like one
+  // layer's HC scale s_alpha, or mHC's first module, whose input streams are n equal copies so its
+  // H_pre and H_res gradients vanish up to eps: baselines-spec §4.4) is compared relative to
+  // kFloatRoleFloor times the largest gradient of its role (its name with the layer and sublayer
+  // numbers wildcarded), not to its own size. The float64 run is the exactness check and keeps
+  // the plain relative error.
+  std::map<std::string, double> role_mag;
+  auto role = [](const std::string& name) {
+    std::string r;
+    for (char ch : name)
+      if (!std::isdigit(static_cast<unsigned char>(ch))) r += ch;
+      else if (r.empty() || r.back() != '*') r += '*';
+    return r;
+  };
+  for (const auto& p : model.layout().params())
+    for (double x : ref.at("grad." + p.name, out_path).template values<double>())
+      role_mag[role(p.name)] = std::max(role_mag[role(p.name)], std::abs(x));
   std::size_t tensors_seen = 0;
   for (const auto& p : model.layout().params()) {
     const std::vector<double> g = ref.at("grad." + p.name, out_path).template values<double>();
@@ -115,7 +136,8 @@ void compare_with_reference(const Variant& v, bool tied_head, double tolerance, 
       for (Real x : mine) EXPECT_EQ(x, Real(0)) << p.name;
       continue;
     }
-    const double err = max_rel_error(mine, std::span<const double>(g));
+    const double scale = sizeof(Real) == 4 ? std::max(ref_mag, kFloatRoleFloor * role_mag[role(p.name)]) : ref_mag;
+    const double err = max_rel_error(mine, std::span<const double>(g)) * ref_mag / scale;
     EXPECT_LT(err, tolerance) << "grad " << p.name;
     worst.update(err, "grad." + p.name);
     ++tensors_seen;

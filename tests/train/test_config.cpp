@@ -236,7 +236,7 @@ TEST(ConfigKeys, FileErrorsNameTheFileAndLine) {
   msg = error_in("[train]\nmilestones = [0.5, \"x\"]\n");
   EXPECT_NE(msg.find(file + ":2: 'train.milestones' must be an array of numbers"), std::string::npos) << msg;
   msg = error_in("[model]\nresidual = \"blocky\"\n");
-  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd or denseformer)"),
+  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, denseformer, hc or mhc)"),
             std::string::npos)
       << msg;
   msg = error_in("[optimizer]\nlr = 1\n");
