@@ -34,7 +34,10 @@ void check_model_gradients(const ModelConfig& config) {
       mag = std::max(mag, std::abs(numeric[i]));
     }
     EXPECT_LT(diff, 1e-6 * mag + noise) << p.name << ": max |analytic - numeric| " << diff << ", max |numeric| " << mag;
-    // A gradient that is zero everywhere can only be right where the spec says so.
+    // A gradient that is zero everywhere can only be right where the spec says so. (mHC's zero
+    // gradients of baselines-spec §4.4, H_res of the first sublayer, whose input streams are equal
+    // copies, and of the last under the sum/mean readout, are parts of mhc.{j}.b and .phi, whose
+    // H_pre and H_post parts do get gradients, so no tensor is exempt.)
     if (p.name.rfind("layers.0.attn_res.", 0) != 0) {  // the first read has one source: zero gradient
       EXPECT_GT(mag, 0.0) << p.name << " has no gradient at all";
     }
