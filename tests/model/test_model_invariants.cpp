@@ -301,7 +301,9 @@ TEST(Invariants, ValueResidualWithZeroMixEqualsTheModeWithout) {
 
 TEST(Invariants, BaselineParameterCountsMatchTheSpec) {
   // baselines-spec §6.3 at the S (16 x 576) and M (24 x 832) presets, extra over prenorm.
-  for (auto [layers, d, dense11, dense45] : {std::tuple{16, 576, 152, 9}, std::tuple{24, 832, 324, 15}}) {
+  // HC dynamic and static and mHC at n = 4 (§6.3).
+  for (auto [layers, d, dense11, dense45, hc_dynamic, hc_static, mhc] :
+       {std::tuple{16, 576, 152, 9, 129856, 768, 1770336}, std::tuple{24, 832, 324, 15, 280800, 1152, 3835152}}) {
     ModelConfig pre;
     pre.vocab_size = 1000;
     pre.d_model = d;
@@ -325,6 +327,13 @@ TEST(Invariants, BaselineParameterCountsMatchTheSpec) {
     EXPECT_EQ(ParamLayout(v).total() - base, layers - 1);
     v.vres_mode = kernels::VresMode::learned_pair;
     EXPECT_EQ(ParamLayout(v).total() - base, 2 * (layers - 1));
+    ModelConfig h = pre;
+    h.residual = ResidualMode::hc;
+    EXPECT_EQ(ParamLayout(h).total() - base, hc_dynamic);
+    h.hc_dynamic = false;
+    EXPECT_EQ(ParamLayout(h).total() - base, hc_static);
+    h.residual = ResidualMode::mhc;
+    EXPECT_EQ(ParamLayout(h).total() - base, mhc);
   }
 }
 
@@ -438,28 +447,6 @@ TEST(Invariants, MhcWithZeroPhiAndZeroPostBiasEqualsPrenormUpToEpsilon) {
   Model<double> a(pre, B, T, false), b(c, B, T, false);
   init_params<double>(b.layout(), 3, b.params());
   EXPECT_NE(b.params()[b.layout().at("mhc.0.phi").offset], 0.0);
-}
-
-TEST(Invariants, StreamParameterCountsMatchTheSpec) {
-  // baselines-spec §6.3, extra over prenorm at the S (16 x 576) and M (24 x 832) presets, n = 4.
-  for (auto [layers, d, hc_dynamic, hc_static, mhc] :
-       {std::tuple{16, 576, 129856, 768, 1770336}, std::tuple{24, 832, 280800, 1152, 3835152}}) {
-    ModelConfig pre;
-    pre.vocab_size = 1000;
-    pre.d_model = d;
-    pre.n_layers = layers;
-    pre.n_heads = d / 64;
-    pre.mlp_hidden = 16;
-    pre.residual = ResidualMode::prenorm;
-    const std::int64_t base = ParamLayout(pre).total();
-    ModelConfig c = pre;
-    c.residual = ResidualMode::hc;
-    EXPECT_EQ(ParamLayout(c).total() - base, hc_dynamic);
-    c.hc_dynamic = false;
-    EXPECT_EQ(ParamLayout(c).total() - base, hc_static);
-    c.residual = ResidualMode::mhc;
-    EXPECT_EQ(ParamLayout(c).total() - base, mhc);
-  }
 }
 
 TEST(Invariants, StreamParametersInitByNameAndFollowTheDecayPolicy) {

@@ -277,7 +277,10 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
       R"("norm_eps":1e-06,"residual":"block","rope_theta":10000.0,"tie_embeddings":true,)"
       R"("value_route":"decoupled","vocab_size":257})";
   EXPECT_EQ(nlohmann::json(ModelConfig{}).dump(),
-            R"({"d_model":64,"dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"max_seq_len":256,)"
+            R"({"d_model":64,"dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"hc_dynamic":true,"hc_n":4,)"
+            R"("hc_reduce":"sum","hc_scale_init":0.01,"hc_tanh":true,"max_seq_len":256,"mhc_alpha_init":0.01,)"
+            R"("mhc_bias_init":"home_pm3","mhc_n":4,"mhc_phi_std":0.02,"mhc_pre_eps":0.0,"mhc_reduce":"sum",)"
+            R"("mhc_sinkhorn_iters":20,"mhc_sinkhorn_order":"col_row",)"
             R"("mlp_hidden":320,"n_blocks":2,"n_heads":2,"n_layers":2,"norm_eps":1e-06,"residual":"block",)"
             R"("rope_theta":10000.0,"tie_embeddings":true,"value_residual":false,"value_route":"decoupled",)"
             R"("vocab_size":257,"vres_lambda1":0.5,"vres_lambda2":0.5,"vres_mode":"fixed"})");
