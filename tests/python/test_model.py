@@ -418,7 +418,8 @@ class FilesTest(unittest.TestCase):
         # Every key of the baselines loads, with any residual mode (value_residual composes with every one).
         every = dict(c, residual="denseformer", dwa_dilation=3, dwa_period=2, dwa_weight_decay=False, value_residual=True,
                      vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=1)
-        self.assertEqual(ModelConfig.from_json(json.dumps(every)).to_json(), dict(every, vres_lambda2=1.0))
+        self.assertEqual(ModelConfig.from_json(json.dumps(every)).to_json(),
+                         dict(ModelConfig().to_json(), **dict(every, vres_lambda2=1.0)))
         self.assertEqual(list(ModelConfig.from_json(every).to_json()), list(ModelConfig().to_json()))
         self.assertEqual(ModelConfig.from_json(every).vres_parameters, 2)
         self.assertEqual(ModelConfig.from_json(dict(every, value_residual=False)).vres_parameters, 0)
