@@ -69,9 +69,59 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
   return layers;
 }
 
+namespace {
+
+// HC's unfolded dense connections (baselines-spec §6.5, HC-P eq. 27) from its static coefficients
+// A and B: how much of each earlier output reaches each sublayer's input, c_kj = B_j (prod A_r)
+// A_m^k. Per source, its weight in each of the n streams is carried through every later write;
+// a read sums them with A_m (the final readout with 1, or 1/n for the mean).
+results::Connections hc_connections(const ModelConfig& config, const SafetensorsFile& weights,
+                                    const std::string& path) {
+  const int n = config.hc_n, L = config.n_sublayers();
+  results::Connections c;
+  c.name = config.hc_dynamic ? "hc_static_part" : "hc";
+  std::vector<std::vector<double>> in_streams = {std::vector<double>(static_cast<std::size_t>(n), 1.0)};  // emb
+  auto tensor = [&](const std::string& name, std::size_t size) {
+    std::vector<double> v = weights.at(name, path).values<double>();
+    require(v.size() == size, path, ": tensor '", name, "' has ", v.size(), " values, expected ", size);
+    return v;
+  };
+  auto read = [&](int target, const std::vector<double>& weight_of_stream) {
+    results::ConnectionRow row;
+    row.target = target;
+    for (std::size_t src = 0; src < in_streams.size(); ++src) {
+      double w = 0;
+      for (int i = 0; i < n; ++i) w += weight_of_stream[static_cast<std::size_t>(i)] * in_streams[src][static_cast<std::size_t>(i)];
+      row.sources.push_back(static_cast<int>(src));
+      row.weights.push_back(w);
+    }
+    c.rows.push_back(std::move(row));
+  };
+  const auto N = static_cast<std::size_t>(n);
+  for (int j = 0; j < L; ++j) {
+    const std::string p = "hc." + std::to_string(j) + ".";
+    const std::vector<double> A = tensor(p + "A", N * (N + 1)), B = tensor(p + "B", N);
+    std::vector<double> a_m(N);
+    for (std::size_t i = 0; i < N; ++i) a_m[i] = A[i * (N + 1)];
+    read(j, a_m);
+    for (auto& v : in_streams) {  // H_new_k = sum_i A[i, k+1] H_i
+      std::vector<double> next(N, 0.0);
+      for (std::size_t k = 0; k < N; ++k)
+        for (std::size_t i = 0; i < N; ++i) next[k] += A[i * (N + 1) + 1 + k] * v[i];
+      v = std::move(next);
+    }
+    in_streams.push_back(B);  // sublayer j's output enters stream k with weight B_k
+  }
+  read(L, std::vector<double>(N, config.hc_reduce == StreamReadout::mean ? 1.0 / n : 1.0));
+  return c;
+}
+
+}  // namespace
+
 std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                                      const std::string& path) {
   std::vector<results::Connections> out;
+  if (config.residual == ResidualMode::hc) out.push_back(hc_connections(config, weights, path));
   if (config.residual != ResidualMode::denseformer) return out;
   results::Connections dwa;
   dwa.name = "dwa";

@@ -21,7 +21,11 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
                                                        int batch, int seq, std::int64_t max_tokens);
 
 // The static depth connections of a mode (results::Connections) from its weights file, as
-// result.json records them: DenseFormer's DWA weights ("dwa"). Empty for modes without.
+// result.json records them: DenseFormer's DWA weights ("dwa": targets are the blocks a DWA follows,
+// sources the block outputs, 0 the embedding); HC's unfolded dense connections from A and B ("hc",
+// or "hc_static_part" for dynamic HC, whose per-token terms it leaves out: targets are sublayers
+// 0 .. 2 n_layers - 1 and the final readout 2 n_layers, source s > 0 sublayer s - 1's output).
+// Empty for modes without.
 std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                                      const std::string& path);
 

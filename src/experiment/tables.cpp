@@ -205,7 +205,7 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
     t.title = "Depth connections: " + a.arm + " '" + a.connections.name + "' (mean over " +
               std::to_string(a.n_seeds) + (a.n_seeds == 1 ? " seed)" : " seeds)");
     t.header = {"target"};
-    for (int k = 0; k <= max_source; ++k) t.header.push_back(k == 0 ? "emb" : "X" + std::to_string(k));
+    for (int k = 0; k <= max_source; ++k) t.header.push_back(k == 0 ? "emb" : std::to_string(k));
     for (const auto& row : a.connections.rows) {
       std::vector<std::string> cells(static_cast<std::size_t>(max_source) + 2);
       cells[0] = std::to_string(row.target);
@@ -213,6 +213,12 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
         cells[static_cast<std::size_t>(row.sources[k]) + 1] = format_number(row.weights[k], 3);
       t.rows.push_back(std::move(cells));
     }
+    if (a.connections.name == "hc" || a.connections.name == "hc_static_part")
+      t.notes = {"Hyper-connections unfolded (HC-P eq. 27): row k is sublayer k's input (the last row the final "
+                 "readout), column s > 0 the output of sublayer s - 1; each weight is B_j (prod A_r) A_m^k." +
+                 std::string(a.connections.name == "hc" ? ""
+                                                        : " Dynamic HC: the static part A, B only, without the "
+                                                          "per-token terms s tanh(.).")};
     if (a.connections.name == "dwa")
       t.notes = {"DenseFormer: row i is the DWA after block i, Y_i = sum_j alpha_j X_j over the block outputs it "
                  "reads (emb = X_0); identity initialisation puts 1 on X_i. Weights are signed."};

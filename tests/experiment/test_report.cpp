@@ -71,7 +71,7 @@ TEST(Report, DepthConnectionsTable) {
   const ReportFiles files = write_report(summarize(exp.dir()), exp.dir() + "/out");
   const std::string md = read_text_file(files.markdown);
   EXPECT_NE(md.find("Depth connections: prenorm 'dwa' (mean over 3 seeds)"), std::string::npos) << md;
-  EXPECT_NE(md.find("| target | emb | X1 | X2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| target | emb | 1 | 2 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 2 | -0.500 |  | 1.125 |"), std::string::npos) << md;  // X1 is not read by row 2
   const std::string html = read_text_file(files.html);
   EXPECT_NE(html.find("<h2>Depth connections</h2>"), std::string::npos);
