@@ -29,7 +29,8 @@ namespace fs = std::filesystem;
 const std::vector<std::string>& arm_names() {
   static const std::vector<std::string> names = {"prenorm",   "full",       "block",     "rd",
                                                  "rd-tied",   "rd-average", "rd-frozen", "denseformer",
-                                                 "denseformer-4x5", "hc", "hc-static", "mhc"};
+                                                 "denseformer-4x5", "hc", "hc-static", "mhc", "mudd",
+                                                 "mudd-static", "mudd-r"};
   return names;
 }
 
@@ -53,6 +54,9 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   else if (base == "hc") m.residual = ResidualMode::hc, m.hc_dynamic = true;  // hc_n etc. from the config
   else if (base == "hc-static") m.residual = ResidualMode::hc, m.hc_dynamic = false;
   else if (base == "mhc") m.residual = ResidualMode::mhc;
+  else if (base == "mudd") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = true;
+  else if (base == "mudd-static") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false;
+  else if (base == "mudd-r") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true;
   else fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")");
   return m;
 }

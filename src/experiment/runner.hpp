@@ -13,8 +13,9 @@
 namespace attnres::experiment {
 
 // An arm name (arm_names(): prenorm, full, block, rd, rd-tied, rd-average, rd-frozen, denseformer
-// (1 x 1), denseformer-4x5, hc (dynamic), hc-static, mhc (the hc_* / mhc_* keys from the config);
-// any of them with "+vres": value_residual on) applied to a model.
+// (1 x 1), denseformer-4x5, hc (dynamic), hc-static, mhc (the hc_* / mhc_* keys from the config),
+// mudd (qkvr, dynamic), mudd-static, mudd-r (DDFormer; the other mudd_* keys from the config); any
+// of them with "+vres": value_residual on) applied to a model.
 ModelConfig apply_arm(ModelConfig model, const std::string& arm);
 const std::vector<std::string>& arm_names();
 // The arm names for help texts and messages.

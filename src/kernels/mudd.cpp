@@ -12,6 +12,8 @@
 
 namespace attnres::kernels {
 
+std::string to_string(Gelu kind) { return kind == Gelu::erf ? "erf" : "tanh"; }
+
 int mudd_hidden_width(int n_ways, int n_sources, int expand, int round) {
   require(n_ways >= 1 && n_sources >= 1 && expand >= 1 && round >= 0, "bad MUDD generator shape: ways ", n_ways,
           ", sources ", n_sources, ", expand ", expand, ", round ", round);

@@ -11,11 +11,15 @@
 // inputs, which the model keeps. The R stream's pre-norm mix is recomputed in the backward.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string>
 
 namespace attnres::kernels {
 
 enum class Gelu { erf, tanh };  // exact (released PyTorch code) or the tanh approximation (JAX/flax)
+inline constexpr std::array kGelus = {Gelu::erf, Gelu::tanh};
+std::string to_string(Gelu kind);
 
 inline constexpr int kMaxWays = 4;
 

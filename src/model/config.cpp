@@ -17,6 +17,7 @@ std::string to_string(ResidualMode mode) {
     case ResidualMode::denseformer: return "denseformer";
     case ResidualMode::hc: return "hc";
     case ResidualMode::mhc: return "mhc";
+    case ResidualMode::mudd: return "mudd";
   }
   return "?";
 }
@@ -34,6 +35,7 @@ std::string to_string(ValueRoute route) {
 std::string to_string(StreamReadout readout) { return readout == StreamReadout::sum ? "sum" : "mean"; }
 
 std::string to_string(MhcBiasInit init) { return init == MhcBiasInit::home_pm3 ? "home_pm3" : "zero"; }
+std::string to_string(MuddWays ways) { return ways == MuddWays::qkvr ? "qkvr" : "r"; }
 
 ResidualMode parse_residual_mode(const std::string& text) {
   std::vector<std::string> names;
@@ -107,8 +109,33 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
                         "mhc: the bias at init, home_pm3 (+-3 around the home stream j mod n, H_res 6I - 3) or zero"),
           config_field("mhc_pre_eps", &M::mhc_pre_eps, ">= 0", "mhc: added to H_pre (DeepSeek-V4 and Megatron: 1e-6)"),
           config_choice("mhc_reduce", &M::mhc_reduce, kStreamReadouts, "mhc: exit readout, sum or mean of the streams"),
+          config_choice("mudd_ways", &M::mudd_ways, kMuddWays,
+                        "mudd: the streams each DA module writes: qkvr (Q, K, V and the residual R) or r (the "
+                        "residual alone, DDFormer)"),
+          config_field("mudd_dynamic", &M::mudd_dynamic, "",
+                       "mudd: per-token weights from a generator on the block output; false: static weights only"),
+          config_field("mudd_hidden_round", &M::mudd_hidden_round, ">= 0",
+                       "mudd: the generator width C*S*e rounds up to the next strictly larger multiple of this "
+                       "(the official configs: 64); 0: no rounding"),
+          config_field("mudd_last_expand", &M::mudd_last_expand, ">= 1",
+                       "mudd: the last DA module's generator width factor e (official: 4; the paper: 1)"),
+          config_choice("mudd_gelu", &M::mudd_gelu, kernels::kGelus,
+                        "mudd: the generator's GELU: erf (exact, the released PyTorch code) or tanh (JAX/flax)"),
+          config_field("mudd_sep_qkv_norm", &M::mudd_sep_qkv_norm, "",
+                       "mudd with qkvr: the Q, K and V inputs each have their own pre-norm weight"),
+          config_field("mudd_prepost_norm", &M::mudd_prepost_norm, "",
+                       "mudd: PrePostDANorm (normalised sources, x + mix, the R mix normalised; for deep, narrow "
+                       "models)"),
+          config_field("mudd_decay_all", &M::mudd_decay_all, "",
+                       "mudd: weight-decay every mudd.* parameter (static weights and norms too), as the "
+                       "official code; false: the generator matrices only"),
       });
   return keys;
+}
+
+int ModelConfig::mudd_da_hidden(int i) const {
+  return kernels::mudd_hidden_width(mudd_da_ways(i), mudd_da_sources(i), i == n_layers - 1 ? mudd_last_expand : 1,
+                                    mudd_hidden_round);
 }
 
 int ModelConfig::effective_blocks() const {

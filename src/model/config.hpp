@@ -6,16 +6,20 @@
 #include <string>
 
 #include "kernels/mhc.hpp"
+#include "kernels/mudd.hpp"
 #include "kernels/value_residual.hpp"
 #include "util/config_key.hpp"
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc };
+enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc, mudd };
 enum class ValueRoute { decoupled, tied, average, frozen };
+// MUDDFormer's ways (baselines-spec §2.5): four streams Q, K, V, R, or R alone ("DDFormer").
+enum class MuddWays { qkvr, r };
 inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
                                               ResidualMode::rd,          ResidualMode::denseformer,
-                                              ResidualMode::hc,          ResidualMode::mhc};
+                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd};
+inline constexpr std::array kMuddWays = {MuddWays::qkvr, MuddWays::r};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
 // Hyper-connections' exit: the sum of the n streams (the papers') or their mean (Megatron's mHC).
@@ -30,6 +34,7 @@ std::string to_string(ResidualMode mode);
 std::string to_string(ValueRoute route);
 std::string to_string(StreamReadout readout);
 std::string to_string(MhcBiasInit init);
+std::string to_string(MuddWays ways);
 ResidualMode parse_residual_mode(const std::string& text);  // throws Error naming the valid values
 ValueRoute parse_value_route(const std::string& text);
 
@@ -74,6 +79,17 @@ struct ModelConfig {
   MhcBiasInit mhc_bias_init = MhcBiasInit::home_pm3;
   double mhc_pre_eps = 0;        // added to H_pre (DeepSeek-V4 / Megatron: 1e-6)
   StreamReadout mhc_reduce = StreamReadout::sum;
+  // MUDDFormer (baselines-spec §2): a DA module after every block mixes all earlier block outputs
+  // into the next block's Q, K, V and residual (R) inputs, with per-token weights from a small
+  // generator. Defaults: the official training code.
+  MuddWays mudd_ways = MuddWays::qkvr;
+  bool mudd_dynamic = true;       // false: static weights a only ("+multiway static dense")
+  int mudd_hidden_round = 64;     // generator width rounded up past a multiple of this; 0: none
+  int mudd_last_expand = 4;       // the last DA's generator width factor
+  kernels::Gelu mudd_gelu = kernels::Gelu::erf;
+  bool mudd_sep_qkv_norm = true;  // qkvr: Q, K and V each have their own pre-norm weight
+  bool mudd_prepost_norm = false; // PrePostDANorm (§2.2)
+  bool mudd_decay_all = true;     // the mudd.* parameters all weight-decayed (the official policy)
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
@@ -89,6 +105,13 @@ struct ModelConfig {
     return residual == ResidualMode::hc ? hc_n : residual == ResidualMode::mhc ? mhc_n : 1;
   }
   StreamReadout stream_readout() const { return residual == ResidualMode::mhc ? mhc_reduce : hc_reduce; }
+  // MUDD: the ways of DA module i (0-based, after block i): 4 (Q, K, V, R), or 1 for the last DA
+  // and for mudd_ways = r; its sources X_0..X_{i+1}; its generator width K.
+  int mudd_da_ways(int i) const { return mudd_ways == MuddWays::r || i == n_layers - 1 ? 1 : kernels::kMaxWays; }
+  int mudd_da_sources(int i) const { return i + 2; }
+  int mudd_da_hidden(int i) const;
+  // MUDD with qkvr: the attention sublayer reads Q, K and V from three streams (else one).
+  bool mudd_multiway() const { return residual == ResidualMode::mudd && mudd_ways == MuddWays::qkvr; }
   // Learned value-residual scalars per attention layer after the first (0 when none).
   int vres_parameters() const { return value_residual ? kernels::vres_parameter_count(vres_mode) : 0; }
   bool has_value_query() const {

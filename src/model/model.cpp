@@ -133,6 +133,7 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
     if (with_grad_) b.ddwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
     dwa_sources = std::max(dwa_sources, static_cast<int>(p.sources.size()));
   }
+  if (config_.residual == ResidualMode::mudd) carve_mudd(arena);
   const bool vres = config_.value_residual && config_.n_layers > 1;
   if (vres) b.vmix = take(bt * d);
   if (vres && with_grad_) b.dv1 = take(bt * d);
@@ -190,8 +191,9 @@ Real* Model<Real>::dresidual(int index) {
 template <class Real>
 void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input =
-      config_.uses_streams() ? forward_streams(batch, seq, cache) : forward_single_stream(batch, seq, cache);
+  buf_.final_input = config_.uses_streams()                   ? forward_streams(batch, seq, cache)
+                     : config_.residual == ResidualMode::mudd ? forward_mudd(batch, seq, cache)
+                                                              : forward_single_stream(batch, seq, cache);
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
@@ -204,6 +206,8 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
   // from dh, the final norm's input gradient
   if (config_.uses_streams()) {
     backward_streams(batch, seq);
+  } else if (config_.residual == ResidualMode::mudd) {
+    backward_mudd(batch, seq);
   } else {
     backward_single_stream(batch, seq);
   }
@@ -234,6 +238,7 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   for (Real* g : buf_.ddwa_out)
     if (g != nullptr) k::zero(g, n * d);
   if (buf_.dv1 != nullptr) k::zero(buf_.dv1, n * d);
+  for (Real* g : buf_.dmudd_src) k::zero(g, n * d);
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),

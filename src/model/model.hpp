@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/dwa.hpp"
+#include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/streams.hpp"
 #include "kernels/value_residual.hpp"
@@ -147,6 +148,23 @@ class Model {
     Real* dstreams[2] = {nullptr, nullptr};
     Real* dbeta = nullptr;
     Real* dy = nullptr;
+    // MUDD (mudd_trunk.cpp), by block b: the raw inputs of its attention's Q, K and V norms (block
+    // 0 reads the embedding; mudd_ways = r has one input, in[0]; the R stream is written straight
+    // into the attention sublayer's out, which attention then adds to), the normalised K and V
+    // inputs (Q's is sub.x) and their RMS factors, and what the DA after the block saves: dw,
+    // the generator's pre-GELU hidden and its input's RMS factor (dynamic only).
+    struct MuddBlock {
+      Real* in[3] = {nullptr, nullptr, nullptr};
+      Real *xk = nullptr, *xv = nullptr, *rstd_k = nullptr, *rstd_v = nullptr;
+      Real *dw = nullptr, *hidden = nullptr, *rms = nullptr;
+    };
+    std::vector<MuddBlock> mudd;
+    // PrePostDANorm: the normalised sources X^_0..X^_L, their RMS factors and their gradients.
+    std::vector<Real*> mudd_src, mudd_src_rstd, dmudd_src;
+    Real* mudd_out = nullptr;                          // the last DA's R stream: the final norm's input
+    Real* dmudd_in[3] = {nullptr, nullptr, nullptr};  // gradients of a block's Q, K, V inputs
+    Real* dxk = nullptr;                               // attention's K input gradient (qkvr)
+    Real* mudd_scratch = nullptr;                      // the DA kernels' (forward and backward)
     // Gradient scratch shared by all sublayers.
     Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
     Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
@@ -169,6 +187,14 @@ class Model {
   // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
   // sub[j] (static HC: A and B).
   kernels::StreamCoefficients<Real> stream_coefficients(int j) const;
+  const Real* forward_mudd(std::int64_t batch, int seq, KvCache<Real>* cache);  // mudd_trunk.cpp
+  void backward_mudd(std::int64_t batch, int seq);
+  void carve_mudd(ArenaCarver<Real>& arena);
+  // MUDD: the block output X_j (X_0: the embedding) and its gradient; DA module i's view for the
+  // kernels (`sources` receives its source pointers).
+  const Real* mudd_block_output(int j) const;
+  Real* dmudd_block_output(int j);
+  kernels::MuddDa<Real> mudd_da(int i, const Real** sources) const;
 
   // The sublayer bodies (sublayers.cpp), from normalised inputs to the output (out = f, or
   // out += f with accumulate), saving their activations in sub[j]. Attention takes Q, K and V

@@ -18,7 +18,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   add("tok_emb.weight", {V, d}, ParamKind::matrix, std_matrix);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);
+    add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
+    if (c.mudd_multiway() && c.mudd_sep_qkv_norm) {
+      add(p + "attn_norm_k.weight", {d}, ParamKind::norm_weight);
+      add(p + "attn_norm_v.weight", {d}, ParamKind::norm_weight);
+    }
     add(p + "attn.wq.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wv.weight", {d, d}, ParamKind::matrix, std_matrix);
@@ -53,12 +57,48 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     if (c.residual == ResidualMode::hc) add_hyper_connection(c, j);
     if (c.residual == ResidualMode::mhc) add_mhc(c, j);
   }
+  if (c.residual == ResidualMode::mudd) add_mudd(c);
   if (reads) {
     add("final_res.query", {d}, ParamKind::query);
     add("final_res.key_norm.weight", {d}, ParamKind::norm_weight);
   }
   add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
+}
+
+// MUDD's DA modules (baselines-spec §2.1-2.2, names §6.6): at initialisation every stream is the
+// block output, so the model computes prenorm's function bit for bit. Only W1 draws from the RNG
+// (its own stream, by name); W2, a and the norms are fixed values.
+void ParamLayout::add_mudd(const ModelConfig& c) {
+  const std::int64_t d = c.d_model;
+  const bool decay = c.mudd_decay_all;
+  auto set_decay = [&](bool on) { params_.back().decay = on; };
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = "mudd." + std::to_string(i) + ".";
+    const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i), K = c.mudd_da_hidden(i);
+    if (c.mudd_dynamic) {
+      add(p + "w1", {K, d}, ParamKind::matrix, 1.0 / std::sqrt(static_cast<double>(d)));  // N(0, 1/d)
+      add_fixed(p + "w2", std::vector<double>(static_cast<std::size_t>(C * S * K), 0.0), true, {C * S, K});
+    }
+    // a: the block output (the last source) in every way (base); zero with PrePostDANorm, whose
+    // streams are x + the mix.
+    std::vector<double> a(static_cast<std::size_t>(C * S), 0.0);
+    if (!c.mudd_prepost_norm)
+      for (int w = 0; w < C; ++w) a[static_cast<std::size_t>(w * S + S - 1)] = 1.0;
+    add_fixed(p + "a", std::move(a), decay, {C, S});
+    if (c.mudd_prepost_norm) {
+      if (c.mudd_dynamic) {
+        add(p + "gen_norm.weight", {d}, ParamKind::norm_weight);
+        set_decay(decay);
+      }
+      add_fixed(p + "post_norm.weight", std::vector<double>(static_cast<std::size_t>(d), 1e-3), decay);
+    }
+  }
+  if (c.mudd_prepost_norm)
+    for (int s = 0; s <= c.n_layers; ++s) {
+      add("mudd.src_norm." + std::to_string(s) + ".weight", {d}, ParamKind::norm_weight);
+      set_decay(decay);
+    }
 }
 
 void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {

@@ -13,11 +13,12 @@ namespace attnres {
 
 enum class ParamKind {
   matrix,       // N(0, std); weight-decayed
-  norm_weight,  // ones (RMSNorm weights and depth-read key-norm weights); no decay
+  norm_weight,  // ones (RMSNorm weights and depth-read key-norm weights); no decay (MUDD's own norms:
+                // its policy)
   query,        // zeros (pseudo-queries, spec §2); no decay
   fixed,        // the layout's own init_values, no RNG (DenseFormer's identity DWA weights, the
-                // value-residual lambdas, the HC and mHC coefficients: baselines-spec §6.1); decay
-                // as the mode's policy says
+                // value-residual lambdas, the HC and mHC coefficients, MUDD's W2, a and post norm:
+                // baselines-spec §6.1); decay as the mode's policy says
 };
 
 struct ParamInfo {
@@ -28,7 +29,7 @@ struct ParamInfo {
   ParamKind kind = ParamKind::matrix;
   double init_std = 0;              // matrices only (0: zeros, no RNG)
   std::vector<double> init_values;  // fixed only: numel values
-  bool decay = false;               // weight-decayed (matrices; fixed ones by their mode's policy)
+  bool decay = false;               // weight-decayed (matrices; a baseline's own tensors by its policy)
 
   bool weight_decay() const { return decay; }
 };
@@ -48,6 +49,7 @@ class ParamLayout {
   void add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
   void add_hyper_connection(const ModelConfig& c, int j);
   void add_mhc(const ModelConfig& c, int j);
+  void add_mudd(const ModelConfig& config);
 
   std::vector<ParamInfo> params_;
   std::int64_t total_ = 0;

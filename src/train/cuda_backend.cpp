@@ -178,7 +178,9 @@ namespace {
 
 // The CUDA kernels cover prenorm, full, block and rd; the baseline modes run on the CPU only.
 void require_cuda_support(const ModelConfig& config) {
-  require(config.residual != ResidualMode::denseformer && !config.uses_streams(), "--device cuda: residual mode '",
+  const bool cpu_only = config.residual == ResidualMode::denseformer || config.residual == ResidualMode::mudd ||
+                        config.uses_streams();
+  require(!cpu_only, "--device cuda: residual mode '",
           to_string(config.residual), "' has no CUDA implementation; use --device cpu");
   require(!config.value_residual,
           "--device cuda: model.value_residual has no CUDA implementation; use --device cpu");

@@ -23,6 +23,11 @@ struct Variant {
   bool hc_dynamic = true, hc_tanh = true;
   kernels::SinkhornOrder sinkhorn_order = kernels::SinkhornOrder::col_row;
   StreamReadout readout = StreamReadout::sum;
+  // mudd
+  MuddWays mudd_ways = MuddWays::qkvr;
+  bool mudd_dynamic = true;
+  kernels::Gelu mudd_gelu = kernels::Gelu::erf;
+  bool mudd_prepost_norm = false;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
@@ -43,11 +48,16 @@ struct Variant {
     c.dwa_period = dwa_period;
     c.value_residual = value_residual;
     c.vres_mode = vres_mode;
+    c.mudd_ways = mudd_ways;
+    c.mudd_dynamic = mudd_dynamic;
+    c.mudd_gelu = mudd_gelu;
+    c.mudd_prepost_norm = mudd_prepost_norm;
     return c;
   }
   // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
   bool on_cuda() const {
-    return residual != ResidualMode::denseformer && !config_uses_streams() && !value_residual;
+    return residual != ResidualMode::denseformer && residual != ResidualMode::mudd && !config_uses_streams() &&
+           !value_residual;
   }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
@@ -75,7 +85,16 @@ inline std::vector<Variant> all_variants() {
            .vres_mode = VresMode::learned_pair, .n_streams = 2},
           {.name = "mhc", .residual = ResidualMode::mhc, .n_streams = 3},
           {.name = "mhc_row_col_mean", .residual = ResidualMode::mhc, .n_streams = 2,
-           .sinkhorn_order = kernels::SinkhornOrder::row_col, .readout = StreamReadout::mean}};
+           .sinkhorn_order = kernels::SinkhornOrder::row_col, .readout = StreamReadout::mean},
+          // MUDD (the official defaults unless said otherwise).
+          {.name = "mudd", .residual = ResidualMode::mudd},
+          {.name = "mudd_tanh", .residual = ResidualMode::mudd, .mudd_gelu = kernels::Gelu::tanh},
+          {.name = "mudd_static", .residual = ResidualMode::mudd, .mudd_dynamic = false},
+          {.name = "mudd_r", .residual = ResidualMode::mudd, .mudd_ways = MuddWays::r},
+          {.name = "mudd_prepost", .residual = ResidualMode::mudd, .mudd_prepost_norm = true},
+          {.name = "mudd_prepost_static", .residual = ResidualMode::mudd, .mudd_dynamic = false,
+           .mudd_prepost_norm = true},
+          {.name = "mudd_vres", .residual = ResidualMode::mudd, .value_residual = true}};
 }
 
 // The variants the CUDA backend runs.
@@ -110,7 +129,11 @@ inline ModelConfig tiny_config(const Variant& v, int n_layers = 2, int n_blocks 
 struct WeightScales {
   double matrix = 0.3;  // std of matrices
   double norm = 0.2;    // std of norm weights around 1
-  double query = 0.5;   // std of pseudo-queries
+  double query = 0.5;   // std of pseudo-queries (and of the other fixed-init tensors around their init)
+  // std of MUDD's fixed-init tensors (W2, a, the post norm) around their init: W2 feeds K products
+  // into every mixing weight, so a large one makes the streams random mixes of the sources and
+  // the loss badly conditioned (an AdamW trajectory then amplifies rounding about 1e7-fold).
+  double mudd = 0.5;
 };
 
 template <class Real>
@@ -125,8 +148,9 @@ void randomize_weights(Model<Real>& model, std::uint64_t seed, WeightScales scal
         case ParamKind::matrix: x[i] = static_cast<Real>(scales.matrix * z); break;
         case ParamKind::norm_weight: x[i] = static_cast<Real>(1.0 + scales.norm * z); break;
         case ParamKind::query: x[i] = static_cast<Real>(scales.query * z); break;
-        case ParamKind::fixed:  // DWA weights, value-residual lambdas: around their init
-          x[i] = static_cast<Real>(p.init_values[static_cast<std::size_t>(i)] + scales.query * z);
+        case ParamKind::fixed:  // DWA weights, value-residual lambdas, MUDD's: around their init
+          x[i] = static_cast<Real>(p.init_values[static_cast<std::size_t>(i)] +
+                                   (p.name.rfind("mudd.", 0) == 0 ? scales.mudd : scales.query) * z);
           break;
       }
     }

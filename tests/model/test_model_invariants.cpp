@@ -302,8 +302,10 @@ TEST(Invariants, ValueResidualWithZeroMixEqualsTheModeWithout) {
 TEST(Invariants, BaselineParameterCountsMatchTheSpec) {
   // baselines-spec §6.3 at the S (16 x 576) and M (24 x 832) presets, extra over prenorm.
   // HC dynamic and static and mHC at n = 4 (§6.3).
-  for (auto [layers, d, dense11, dense45, hc_dynamic, hc_static, mhc] :
-       {std::tuple{16, 576, 152, 9, 129856, 768, 1770336}, std::tuple{24, 832, 324, 15, 280800, 1152, 3835152}}) {
+  // MUDD with the official rounding and three attention norms (§6.3).
+  for (auto [layers, d, dense11, dense45, hc_dynamic, hc_static, mhc, mudd] :
+       {std::tuple{16, 576, 152, 9, 129856, 768, 1770336, 723373},
+        std::tuple{24, 832, 324, 15, 280800, 1152, 3835152, 1977413}}) {
     ModelConfig pre;
     pre.vocab_size = 1000;
     pre.d_model = d;
@@ -334,6 +336,11 @@ TEST(Invariants, BaselineParameterCountsMatchTheSpec) {
     EXPECT_EQ(ParamLayout(h).total() - base, hc_static);
     h.residual = ResidualMode::mhc;
     EXPECT_EQ(ParamLayout(h).total() - base, mhc);
+    ModelConfig u = pre;
+    u.residual = ResidualMode::mudd;
+    EXPECT_EQ(ParamLayout(u).total() - base, mudd);
+    u.mudd_prepost_norm = true;  // (L+1) source norms, a generator and a post norm per DA
+    EXPECT_EQ(ParamLayout(u).total() - base, mudd + (3 * layers + 1) * d);
   }
 }
 
@@ -563,4 +570,188 @@ TEST(Invariants, StreamConfigsAreValidatedAndOldConfigsLoad) {
   nlohmann::json bad = tiny_config(ResidualMode::mhc);
   bad["mhc_sinkhorn_order"] = "diagonal";
   EXPECT_THROW(model_config_from_json(bad, "bad.json"), Error);
+}
+
+// ------------------------------------------------------------------ MUDD (baselines-spec §2, §6.1)
+
+namespace {
+
+// The MUDD variants of model_util.hpp on a 3-layer prenorm base (one 4-way DA, then the last).
+std::vector<Variant> mudd_variants() {
+  std::vector<Variant> v;
+  for (const Variant& x : all_variants())
+    if (x.residual == ResidualMode::mudd && !x.value_residual) v.push_back(x);
+  return v;
+}
+
+}  // namespace
+
+TEST(Invariants, MuddAtInitialisationComputesPrenormsFunctionBitForBit) {
+  const auto variants = mudd_variants();
+  ASSERT_GE(variants.size(), 5u);
+  for (const Variant& v : variants) {
+    for (bool sep : {true, false}) {
+      const ModelConfig pre = tiny_config(ResidualMode::prenorm, ValueRoute::decoupled, 3);
+      ModelConfig mc = v.apply(pre);
+      mc.mudd_sep_qkv_norm = sep;
+      const std::string what = v.name + (sep ? "" : " (one attention norm)");
+      Model<float> a(pre, B, T, true), b(mc, B, T, true);
+      randomize_weights(a, 3);
+      init_params<float>(b.layout(), 3, b.params());  // W2 = 0, a = e_last (PrePost: a = 0, post norm 1e-3)
+      copy_shared_weights(a, b);
+      // The K and V norms start where Q's does (1 at a real initialisation; here prenorm's weights).
+      for (int i = 0; i < mc.n_layers; ++i) {
+        const std::string p = "layers." + std::to_string(i) + ".";
+        const ParamInfo& q = b.layout().at(p + "attn_norm.weight");
+        for (const char* other : {"attn_norm_k.weight", "attn_norm_v.weight"})
+          if (const ParamInfo* o = b.layout().find(p + other))
+            std::memcpy(b.params().data() + o->offset, b.params().data() + q.offset, sizeof(float) * q.numel);
+      }
+      const auto tokens = random_tokens(B, T, pre.vocab_size, 9);
+      std::vector<std::int32_t> inputs;
+      for (int r = 0; r < B; ++r)
+        for (int t = 0; t < T; ++t) inputs.push_back(tokens[r * (T + 1) + t]);
+      std::vector<float> la(B * T * pre.vocab_size), lb(la.size());
+      a.logits(inputs, B, T, la);
+      b.logits(inputs, B, T, lb);
+      EXPECT_TRUE(bitwise_equal(la, lb)) << what << ": logits";
+      EXPECT_EQ(a.forward_backward(tokens, B, T), b.forward_backward(tokens, B, T)) << what;
+      // The gradients agree to rounding (MUDD sums the streams' gradients in another order); the
+      // three attention norms of a block share prenorm's one.
+      for (const auto& p : a.layout().params()) {
+        auto g = grad_of(b, p.name);
+        const auto dot = p.name.find(".attn_norm.weight");
+        if (dot != std::string::npos)
+          for (const char* other : {".attn_norm_k.weight", ".attn_norm_v.weight"})
+            if (b.layout().find(p.name.substr(0, dot) + other) != nullptr) {
+              const auto go = grad_of(b, p.name.substr(0, dot) + other);
+              for (std::size_t i = 0; i < g.size(); ++i) g[i] += go[i];
+            }
+        EXPECT_LT(max_rel_error(g, grad_of(a, p.name)), 1e-5) << what << ": " << p.name;
+      }
+      // The static weights learn from the first step on (W1, the generator norm and, with
+      // PrePost, the source norms get zero gradient while W2 = 0 and a = 0).
+      for (int i = 0; i < mc.n_layers; ++i) {
+        double mag = 0;
+        for (float x : grad_of(b, "mudd." + std::to_string(i) + ".a")) mag = std::max(mag, double(std::abs(x)));
+        EXPECT_GT(mag, 0.0) << what << ": mudd." << i << ".a";
+        if (mc.mudd_dynamic) {
+          mag = 0;
+          for (float x : grad_of(b, "mudd." + std::to_string(i) + ".w2")) mag = std::max(mag, double(std::abs(x)));
+          EXPECT_GT(mag, 0.0) << what << ": mudd." << i << ".w2";
+        }
+      }
+    }
+  }
+}
+
+TEST(Invariants, MuddParametersInitByNameAndFollowTheDecayPolicy) {
+  ModelConfig c = tiny_config(ResidualMode::mudd, ValueRoute::decoupled, 3);
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.mlp_hidden = 96;
+  const ParamLayout layout(c);
+  std::vector<float> a(layout.total());
+  init_params<float>(layout, 1, std::span<float>(a));
+  auto values = [&](const ParamLayout& l, const std::vector<float>& buf, const std::string& name) {
+    const ParamInfo& p = l.at(name);
+    return std::vector<float>(buf.begin() + p.offset, buf.begin() + p.offset + p.numel);
+  };
+  // Shapes (spec §2.1: K rounds up past a multiple of 64; the last DA has R alone and e = 4).
+  EXPECT_EQ(layout.at("mudd.0.w1").shape, (std::vector<std::int64_t>{64, 64}));  // C*S = 4*2 = 8 -> 64
+  EXPECT_EQ(layout.at("mudd.0.w2").shape, (std::vector<std::int64_t>{8, 64}));
+  EXPECT_EQ(layout.at("mudd.1.w2").shape, (std::vector<std::int64_t>{12, 64}));
+  EXPECT_EQ(layout.at("mudd.2.a").shape, (std::vector<std::int64_t>{1, 4}));
+  EXPECT_EQ(layout.at("mudd.2.w1").shape, (std::vector<std::int64_t>{64, 64}));  // 1*4*4 = 16 -> 64
+  // W1 ~ N(0, 1/d); W2 = 0; a = e_last in every way.
+  double ss = 0;
+  for (float x : values(layout, a, "mudd.1.w1")) ss += double(x) * x;
+  EXPECT_NEAR(std::sqrt(ss / layout.at("mudd.1.w1").numel), 1.0 / 8.0, 0.01);
+  for (float x : values(layout, a, "mudd.0.w2")) EXPECT_EQ(x, 0.0f);
+  EXPECT_EQ(values(layout, a, "mudd.1.a"), (std::vector<float>{0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1}));
+  EXPECT_EQ(values(layout, a, "mudd.2.a"), (std::vector<float>{0, 0, 0, 1}));
+  EXPECT_EQ(values(layout, a, "layers.1.attn_norm_k.weight"), std::vector<float>(64, 1.0f));
+  // Decay: every mudd.* parameter by default (the official code), the matrices only without.
+  for (const char* name : {"mudd.0.w1", "mudd.0.w2", "mudd.0.a"}) EXPECT_TRUE(layout.at(name).weight_decay()) << name;
+  EXPECT_FALSE(layout.at("layers.0.attn_norm_k.weight").weight_decay());
+  ModelConfig nd = c;
+  nd.mudd_decay_all = false;
+  nd.mudd_prepost_norm = true;
+  EXPECT_TRUE(ParamLayout(nd).at("mudd.1.w2").weight_decay());
+  for (const char* name : {"mudd.1.a", "mudd.1.gen_norm.weight", "mudd.1.post_norm.weight", "mudd.src_norm.3.weight"})
+    EXPECT_FALSE(ParamLayout(nd).at(name).weight_decay()) << name;
+  // PrePostDANorm: a = 0, the post norm 1e-3, the other norms 1.
+  ModelConfig pp = c;
+  pp.mudd_prepost_norm = true;
+  const ParamLayout lp(pp);
+  std::vector<float> b(lp.total());
+  init_params<float>(lp, 1, std::span<float>(b));
+  EXPECT_EQ(values(lp, b, "mudd.1.a"), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(values(lp, b, "mudd.2.post_norm.weight"), std::vector<float>(64, 1e-3f));
+  EXPECT_EQ(values(lp, b, "mudd.src_norm.0.weight"), std::vector<float>(64, 1.0f));
+  EXPECT_TRUE(lp.at("mudd.src_norm.0.weight").weight_decay());
+  EXPECT_EQ(lp.find("mudd.src_norm.4.weight"), nullptr);
+  // Static: no generator. mudd_ways = r: one attention norm.
+  ModelConfig st = c;
+  st.mudd_dynamic = false;
+  EXPECT_EQ(ParamLayout(st).find("mudd.0.w1"), nullptr);
+  ModelConfig r = c;
+  r.mudd_ways = MuddWays::r;
+  EXPECT_EQ(ParamLayout(r).find("layers.0.attn_norm_k.weight"), nullptr);
+  EXPECT_EQ(ParamLayout(r).at("mudd.0.a").shape, (std::vector<std::int64_t>{1, 2}));
+  // The new parameters draw nothing from the shared streams: prenorm's tensors are identical.
+  ModelConfig pre = c;
+  pre.residual = ResidualMode::prenorm;
+  const ParamLayout pl(pre);
+  std::vector<float> p0(pl.total());
+  init_params<float>(pl, 1, std::span<float>(p0));
+  for (const auto& p : pl.params())
+    EXPECT_EQ(values(pl, p0, p.name), values(layout, a, p.name)) << p.name;
+}
+
+TEST(Invariants, MuddConfigKeysValidateAndDefault) {
+  // A config written before the MUDD keys existed loads with the official defaults.
+  nlohmann::json j;
+  to_json(j, tiny_config(ResidualMode::mudd));
+  for (const char* key : {"mudd_ways", "mudd_dynamic", "mudd_hidden_round", "mudd_last_expand", "mudd_gelu",
+                          "mudd_sep_qkv_norm", "mudd_prepost_norm", "mudd_decay_all"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    j.erase(key);
+  }
+  const ModelConfig c = model_config_from_json(j, "old.json");
+  EXPECT_EQ(c.residual, ResidualMode::mudd);
+  EXPECT_EQ(c.mudd_ways, MuddWays::qkvr);
+  EXPECT_TRUE(c.mudd_dynamic);
+  EXPECT_EQ(c.mudd_hidden_round, 64);
+  EXPECT_EQ(c.mudd_last_expand, 4);
+  EXPECT_EQ(c.mudd_gelu, kernels::Gelu::erf);
+  EXPECT_TRUE(c.mudd_sep_qkv_norm);
+  EXPECT_FALSE(c.mudd_prepost_norm);
+  EXPECT_TRUE(c.mudd_decay_all);
+  auto message = [](const ModelConfig& bad) {
+    try {
+      bad.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ModelConfig bad = c;
+  bad.mudd_hidden_round = -1;
+  EXPECT_NE(message(bad).find("mudd_hidden_round"), std::string::npos) << message(bad);
+  bad = c;
+  bad.mudd_last_expand = 0;
+  EXPECT_NE(message(bad).find("mudd_last_expand"), std::string::npos) << message(bad);
+  nlohmann::json w = j;
+  w["mudd_ways"] = "qk";
+  try {
+    model_config_from_json(w, "x.json");
+    ADD_FAILURE() << "mudd_ways = qk accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mudd_ways"), std::string::npos) << e.what();
+  }
+  w = j;
+  w["mudd_gelu"] = "relu";
+  EXPECT_THROW(model_config_from_json(w, "x.json"), Error);
+  EXPECT_EQ(parse_residual_mode("mudd"), ResidualMode::mudd);
 }

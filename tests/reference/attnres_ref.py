@@ -10,6 +10,9 @@ dwa_dilation-th block output), "hc" (Hyper-Connections, baselines-spec §3: hc_n
 tanh on or off) and "mhc" (mHC, §4: mhc_n streams, Sinkhorn of mhc_sinkhorn_iters in either order); both
 enter with the embedding copied to every stream and leave with the sum (or mean) of the streams. Option value_residual (ResFormer, baselines-spec §5, any mode): attention layers
 after the first use V' = lambda1 V_1 + lambda2 V_n; vres_mode = fixed | learned_convex | learned_pair | constant.
+"mudd" (MUDDFormer, baselines-spec §2): after every block a DA module mixes the block outputs X_0..X_{i+1} into
+the next block's Q, K, V and residual inputs (mudd_ways = qkvr) or its single input (r), with per-token weights
+from a generator (mudd_dynamic) or static ones; mudd_prepost_norm: PrePostDANorm (§2.2).
 
 Command line (used by the C++ tests):
   /usr/bin/python3 tests/reference/attnres_ref.py --weights W.safetensors --tokens TOK.safetensors
@@ -38,8 +41,11 @@ Optimiser (one update s = 0..N-1; lr_max = --lr):
     p = p * (1 - lr * wd)          only for 2-D parameters (all weight matrices incl. tok_emb, lm_head) and
                                    DenseFormer's dwa.*.alpha when dwa_weight_decay (the official code's
                                    policy), HC's hc.*.w_alpha and hc.*.w_beta and mHC's mhc.*.phi (but
-                                   not hc.*.A, the HC and mHC scalars and biases); never for norm weights,
-                                   key-norm weights, pseudo-queries or the value-residual lambdas
+                                   not hc.*.A, the HC and mHC scalars and biases), MUDD's mudd.*.w1 and
+                                   mudd.*.w2 and, when mudd_decay_all (the official code's policy), every
+                                   other mudd.* parameter (a, the PrePostDANorm norms); never for the other
+                                   norm weights (MUDD's attention K/V norms included), key-norm weights,
+                                   pseudo-queries or the value-residual lambdas
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g * g
     p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
@@ -60,10 +66,12 @@ torch.use_deterministic_algorithms(True)
 torch.backends.cuda.matmul.allow_tf32 = False  # irrelevant on CPU; keep the reference exact anywhere
 torch.backends.cudnn.allow_tf32 = False
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd")
 STREAM_READOUTS = ("sum", "mean")
 SINKHORN_ORDERS = ("col_row", "row_col")
 MHC_BIAS_INITS = ("home_pm3", "zero")
+MUDD_WAYS = ("qkvr", "r")
+GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
 VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
 VRES_PARAMS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}
@@ -152,6 +160,12 @@ def parse_config(c):
         "mhc_n": int(c.get("mhc_n", 4)), "mhc_sinkhorn_iters": int(c.get("mhc_sinkhorn_iters", 20)),
         "mhc_sinkhorn_order": str(c.get("mhc_sinkhorn_order", "col_row")),
         "mhc_pre_eps": float(c.get("mhc_pre_eps", 0.0)), "mhc_reduce": str(c.get("mhc_reduce", "sum")),
+        "mudd_ways": str(c.get("mudd_ways", "qkvr")), "mudd_dynamic": _as_bool(c.get("mudd_dynamic", True)),
+        "mudd_hidden_round": int(c.get("mudd_hidden_round", 64)),
+        "mudd_last_expand": int(c.get("mudd_last_expand", 4)), "mudd_gelu": str(c.get("mudd_gelu", "erf")),
+        "mudd_sep_qkv_norm": _as_bool(c.get("mudd_sep_qkv_norm", True)),
+        "mudd_prepost_norm": _as_bool(c.get("mudd_prepost_norm", False)),
+        "mudd_decay_all": _as_bool(c.get("mudd_decay_all", True)),
     }
     if not (1 <= cfg["hc_n"] <= 8 and 1 <= cfg["mhc_n"] <= 8):
         raise ValueError("hc_n and mhc_n must be 1 to 8")
@@ -161,6 +175,12 @@ def parse_config(c):
         raise ValueError(f"hc_reduce and mhc_reduce must be one of {STREAM_READOUTS}")
     if cfg["mhc_sinkhorn_order"] not in SINKHORN_ORDERS:
         raise ValueError(f"mhc_sinkhorn_order must be one of {SINKHORN_ORDERS}")
+    if cfg["mudd_ways"] not in MUDD_WAYS:
+        raise ValueError(f"unknown mudd_ways {cfg['mudd_ways']!r}; expected one of {MUDD_WAYS}")
+    if cfg["mudd_gelu"] not in GELUS:
+        raise ValueError(f"unknown mudd_gelu {cfg['mudd_gelu']!r}; expected one of {GELUS}")
+    if cfg["mudd_hidden_round"] < 0 or cfg["mudd_last_expand"] < 1:
+        raise ValueError("mudd_hidden_round must be >= 0 and mudd_last_expand >= 1")
     if cfg["vres_mode"] not in VRES_MODES:
         raise ValueError(f"unknown vres_mode {cfg['vres_mode']!r}; expected one of {VRES_MODES}")
     if cfg["dwa_dilation"] < 1 or cfg["dwa_period"] < 1:
@@ -184,6 +204,18 @@ def parse_config(c):
     return cfg
 
 
+def mudd_da_shape(cfg, i):
+    """(C, S, K) of MUDD's DA module i (after block i, 0-based): ways, sources X_0..X_{i+1}, generator width."""
+    last = i == cfg["n_layers"] - 1
+    C = 1 if last or cfg["mudd_ways"] == "r" else 4
+    S = i + 2
+    return C, S, mudd_hidden_width(C, S, cfg["mudd_last_expand"] if last else 1, cfg["mudd_hidden_round"])
+
+
+def mudd_multiway(cfg):
+    return cfg["residual"] == "mudd" and cfg["mudd_ways"] == "qkvr"
+
+
 def param_shapes(cfg):
     """The exact parameter set {name: shape} for a config."""
     V, d, F = cfg["vocab_size"], cfg["d_model"], cfg["mlp_hidden"]
@@ -193,6 +225,9 @@ def param_shapes(cfg):
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
         s[p + "attn_norm.weight"] = (d,)
+        if mudd_multiway(cfg) and cfg["mudd_sep_qkv_norm"]:
+            s[p + "attn_norm_k.weight"] = (d,)
+            s[p + "attn_norm_v.weight"] = (d,)
         for w in ("wq", "wk", "wv", "wo"):
             s[p + f"attn.{w}.weight"] = (d, d)
         if i >= 1 and n_vres > 0:
@@ -229,6 +264,21 @@ def param_shapes(cfg):
             s[f"mhc.{j}.phi"] = (n * (n + 2), n * d)
             s[f"mhc.{j}.alpha"] = (3,)
             s[f"mhc.{j}.b"] = (n * (n + 2),)
+    if cfg["residual"] == "mudd":
+        prepost = cfg["mudd_prepost_norm"]
+        for i in range(cfg["n_layers"]):
+            C, S, K = mudd_da_shape(cfg, i)
+            if cfg["mudd_dynamic"]:
+                s[f"mudd.{i}.w1"] = (K, d)
+                s[f"mudd.{i}.w2"] = (C * S, K)
+            s[f"mudd.{i}.a"] = (C, S)
+            if prepost and cfg["mudd_dynamic"]:
+                s[f"mudd.{i}.gen_norm.weight"] = (d,)
+            if prepost:
+                s[f"mudd.{i}.post_norm.weight"] = (d,)
+        if prepost:
+            for j in range(cfg["n_layers"] + 1):
+                s[f"mudd.src_norm.{j}.weight"] = (d,)
     if depth:
         s["final_res.query"] = (d,)
         s["final_res.key_norm.weight"] = (d,)
@@ -308,8 +358,9 @@ def vres_lambdas(cfg, P, p):
     return (lam[0], 1.0 - lam[0]) if mode == "learned_convex" else (lam[0], lam[1])
 
 
-def attention(P, p, cfg, x_qk, x_v, values=None):
-    """values: with value_residual, a dict that keeps the first layer's projected values ("v1")."""
+def attention(P, p, cfg, x_qk, x_v, values=None, x_k=None):
+    """values: with value_residual, a dict that keeps the first layer's projected values ("v1").
+    x_k: K's own input (MUDD); default x_qk."""
     B, T, d = x_qk.shape
     H = cfg["n_heads"]
     hd = d // H
@@ -318,7 +369,7 @@ def attention(P, p, cfg, x_qk, x_v, values=None):
         return t.view(B, T, H, hd).transpose(1, 2)
 
     q = rope(heads(x_qk @ P[p + "attn.wq.weight"].T), cfg["rope_theta"])
-    k = rope(heads(x_qk @ P[p + "attn.wk.weight"].T), cfg["rope_theta"])
+    k = rope(heads((x_qk if x_k is None else x_k) @ P[p + "attn.wk.weight"].T), cfg["rope_theta"])
     v_raw = x_v @ P[p + "attn.wv.weight"].T
     if values is not None:
         if "v1" not in values:
@@ -342,7 +393,7 @@ def mlp(P, p, x):
 
 # ----------------------------------------------------------------------------------------------------------
 # baseline residual-mixing ops (shared/docs/baselines-spec.md), per token over any leading dims; forward()
-# uses dwa, value_residual and the HC / mHC ones (the MUDD ones are not yet a model mode). Matrices are [out, in] as in the C++ kernels and the checkpoints.
+# uses all of them (dwa, mudd_da, value_residual, the HC / mHC ones). Matrices are [out, in] as in the C++ kernels and the checkpoints.
 # ----------------------------------------------------------------------------------------------------------
 def dwa_sources(block, dilation, period):
     """DenseFormer k x p schedule (spec §1.1): block i (1-based) has a DWA iff i % p == 0, reading X_j for
@@ -466,6 +517,8 @@ def forward(cfg, P, inputs, record=None):
                 src = dwa_sources(k + 1, cfg["dwa_dilation"], cfg["dwa_period"])
                 if src:  # Y_i = sum_j alpha_j X_j feeds the next block; otherwise X_i passes on
                     x = dwa([outputs[j] for j in src], P[f"dwa.{k + 1}.alpha"])
+    elif cfg["residual"] == "mudd":
+        x = mudd_trunk(cfg, P, emb, values)
     else:  # full / block / rd
         S = L // cfg["n_blocks"]  # sublayers per block (1 for full)
         blocks, partial = [emb], None  # blocks = [b_0, ..., b_{n-1}]; partial = b_n^{i-1} (None when i = 1)
@@ -545,6 +598,35 @@ def stream_trunk(cfg, P, emb, values):
         H = stream_write(H, alpha, beta, y) if hc else mhc_write(H, h_post, h_res, y)
     readout = cfg["hc_reduce"] if hc else cfg["mhc_reduce"]
     return H.sum(-2) if readout == "sum" else H.mean(-2)
+def mudd_trunk(cfg, P, emb, values):
+    """MUDDFormer (baselines-spec §2.1-2.2): block k takes Q, K, V through three pre-norms (one weight each with
+    mudd_sep_qkv_norm, else attn_norm for all) and h = x_R + Attn, X_{k+1} = h + MLP(RMSNorm(h)); the DA module
+    after it mixes X_0..X_{k+1} into the next block's streams. Block 0 reads the embedding on every stream; the
+    last DA's R stream is the output. Returns the final norm's input."""
+    eps = cfg["norm_eps"]
+    prepost = cfg["mudd_prepost_norm"]
+    X = [emb]  # block outputs
+    Xn = [rms_norm(emb, P["mudd.src_norm.0.weight"], eps)] if prepost else None  # PrePost: normalised sources
+    x_q = x_k = x_v = x_r = emb
+    for k in range(cfg["n_layers"]):
+        p = f"layers.{k}."
+        n_q = P[p + "attn_norm.weight"]
+        n_k = P.get(p + "attn_norm_k.weight", n_q)
+        n_v = P.get(p + "attn_norm_v.weight", n_q)
+        h = x_r + attention(P, p, cfg, rms_norm(x_q, n_q, eps), rms_norm(x_v, n_v, eps), values,
+                            x_k=rms_norm(x_k, n_k, eps))
+        x = h + mlp(P, p, rms_norm(h, P[p + "mlp_norm.weight"], eps))
+        X.append(x)
+        if prepost:
+            Xn.append(rms_norm(x, P[f"mudd.src_norm.{k + 1}.weight"], eps))
+        q = f"mudd.{k}."
+        streams, _ = mudd_da(Xn if prepost else X, x, P.get(q + "w1"), P.get(q + "w2"), P[q + "a"], eps,
+                             cfg["mudd_gelu"], P.get(q + "gen_norm.weight"), P.get(q + "post_norm.weight"))
+        if len(streams) == 4:
+            x_q, x_k, x_v, x_r = streams
+        else:  # R alone (mudd_ways = r, or the last DA): every input of the next block
+            x_q = x_k = x_v = x_r = streams[0]
+    return x_r
 
 
 def loss_and_logits(cfg, P, tokens):
@@ -578,11 +660,14 @@ def lr_at(s, lr_max, warmup=0, total_steps=1, min_lr_ratio=0.0, schedule="cosine
 
 def decayed(cfg, name, p):
     """Weight decay (module docstring): matrices, DenseFormer's DWA weights when dwa_weight_decay; HC: only the
-    dynamic projections w_alpha, w_beta (not A, B, s, the norm); mHC: only phi (spec §6.2)."""
+    dynamic projections w_alpha, w_beta (not A, B, s, the norm); mHC: only phi; MUDD: W1, W2 and, when
+    mudd_decay_all, every other mudd.* parameter (spec §6.2)."""
     if name.startswith("hc."):
         return name.endswith((".w_alpha", ".w_beta"))
     if name.startswith("mhc."):
         return name.endswith(".phi")
+    if name.startswith("mudd."):  # W1, W2; the rest when mudd_decay_all
+        return name.endswith(".w1") or name.endswith(".w2") or cfg["mudd_decay_all"]
     return p.dim() == 2 or (name.startswith("dwa.") and cfg["dwa_weight_decay"])
 
 
