@@ -12,7 +12,9 @@ import json
 import math
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "mudd")
+MUDD_WAYS = ("qkvr", "r")
+GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
 VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
 VRES_PARAMETERS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}  # per layer after the first
@@ -66,6 +68,14 @@ class ModelConfig:
     mhc_bias_init: str = "home_pm3"
     mhc_pre_eps: float = 0.0
     mhc_reduce: str = "sum"
+    mudd_ways: str = "qkvr"  # mudd (MUDDFormer, baselines-spec §2)
+    mudd_dynamic: bool = True
+    mudd_hidden_round: int = 64
+    mudd_last_expand: int = 4
+    mudd_gelu: str = "erf"
+    mudd_sep_qkv_norm: bool = True
+    mudd_prepost_norm: bool = False
+    mudd_decay_all: bool = True
 
     @property
     def head_dim(self) -> int:
@@ -78,7 +88,7 @@ class ModelConfig:
     @property
     def effective_blocks(self) -> int:
         """Blocks the depth reads use: one per sublayer for `full`, one for `prenorm`."""
-        if self.residual in ("prenorm", "denseformer"):
+        if self.residual in ("prenorm", "denseformer", "mudd"):
             return 1
         if self.residual == "full":
             return self.n_sublayers
@@ -90,7 +100,7 @@ class ModelConfig:
 
     @property
     def uses_depth_reads(self) -> bool:
-        return self.residual not in ("prenorm", "denseformer")
+        return self.residual in ("full", "block", "rd")
 
     @property
     def has_value_query(self) -> bool:
@@ -117,6 +127,11 @@ class ModelConfig:
         require(self.vres_mode in VRES_MODES,
                 f"unknown value '{self.vres_mode}' of vres_mode (expected {', '.join(VRES_MODES)})")
         require(self.dwa_dilation >= 1 and self.dwa_period >= 1, "dwa_dilation and dwa_period must be at least 1")
+        require(self.mudd_ways in MUDD_WAYS,
+                f"unknown value '{self.mudd_ways}' of mudd_ways (expected {', '.join(MUDD_WAYS)})")
+        require(self.mudd_gelu in GELUS, f"unknown value '{self.mudd_gelu}' of mudd_gelu (expected {', '.join(GELUS)})")
+        require(self.mudd_hidden_round >= 0, f"mudd_hidden_round must be at least 0 (got {self.mudd_hidden_round})")
+        require(self.mudd_last_expand >= 1, f"mudd_last_expand must be at least 1 (got {self.mudd_last_expand})")
         require(self.vocab_size >= 2, f"vocab_size must be at least 2 (got {self.vocab_size})")
         require(self.d_model >= 2, f"d_model must be at least 2 (got {self.d_model})")
         require(self.n_layers >= 1, f"n_layers must be at least 1 (got {self.n_layers})")

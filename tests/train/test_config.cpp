@@ -236,7 +236,7 @@ TEST(ConfigKeys, FileErrorsNameTheFileAndLine) {
   msg = error_in("[train]\nmilestones = [0.5, \"x\"]\n");
   EXPECT_NE(msg.find(file + ":2: 'train.milestones' must be an array of numbers"), std::string::npos) << msg;
   msg = error_in("[model]\nresidual = \"blocky\"\n");
-  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, denseformer, hc or mhc)"),
+  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, denseformer, hc, mhc or mudd)"),
             std::string::npos)
       << msg;
   msg = error_in("[optimizer]\nlr = 1\n");
@@ -281,7 +281,9 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
             R"("hc_reduce":"sum","hc_scale_init":0.01,"hc_tanh":true,"max_seq_len":256,"mhc_alpha_init":0.01,)"
             R"("mhc_bias_init":"home_pm3","mhc_n":4,"mhc_phi_std":0.02,"mhc_pre_eps":0.0,"mhc_reduce":"sum",)"
             R"("mhc_sinkhorn_iters":20,"mhc_sinkhorn_order":"col_row",)"
-            R"("mlp_hidden":320,"n_blocks":2,"n_heads":2,"n_layers":2,"norm_eps":1e-06,"residual":"block",)"
+            R"("mlp_hidden":320,"mudd_decay_all":true,"mudd_dynamic":true,"mudd_gelu":"erf","mudd_hidden_round":64,)"
+            R"("mudd_last_expand":4,"mudd_prepost_norm":false,"mudd_sep_qkv_norm":true,"mudd_ways":"qkvr",)"
+            R"("n_blocks":2,"n_heads":2,"n_layers":2,"norm_eps":1e-06,"residual":"block",)"
             R"("rope_theta":10000.0,"tie_embeddings":true,"value_residual":false,"value_route":"decoupled",)"
             R"("vocab_size":257,"vres_lambda1":0.5,"vres_lambda2":0.5,"vres_mode":"fixed"})");
   EXPECT_EQ(nlohmann::json(model_config_from_json(nlohmann::json::parse(before_baselines), "old")).dump(),
