@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   configure_runtimes(argv);
   CLI::App app{
       "attnres: train and compare decoder-only Transformers whose residual stream is a learned\n"
-      "attention over depth (pre-norm, Full/Block AttnRes, RD-AttnRes and its controls).\n"
+      "attention over depth (pre-norm, Full/Block AttnRes, RD-AttnRes and its controls; the baselines\n"
+      "DenseFormer, MUDDFormer and the value residual).\n"
       "Run 'attnres COMMAND --help' for the options of a command."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
