@@ -46,7 +46,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from .config import ModelConfig  # noqa: E402
-from .model import AttnResModel, weight_decayed  # noqa: E402
+from .model import MODES, AttnResModel, weight_decayed  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -203,7 +203,8 @@ def main(argv=None):
         core = blas.openblas_get_corename().decode() if blas is not None else "unknown"
         print(json.dumps({"torch_version": torch.__version__, "openblas_core": core,
                           "precisions": list(PRECISIONS), "mkldnn": torch.backends.mkldnn.is_available(),
-                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}), flush=True)
+                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+                          "residuals": list(MODES)}), flush=True)
         return 0
     if args.matmul_rate:
         try:

@@ -138,6 +138,16 @@ TorchSide probe_torch(const Options& o) {
   return t;
 }
 
+// Whether the PyTorch side implements a model's residual mode (its probe lists them; a probe
+// without the list: every mode).
+bool torch_implements(const TorchSide& t, const ModelConfig& model) {
+  const auto it = t.info.find("residuals");
+  if (it == t.info.end()) return true;
+  for (const auto& r : *it)
+    if (r.is_string() && r.get<std::string>() == to_string(model.residual)) return true;
+  return false;
+}
+
 // The flags every worker of one (seq, batch) gets.
 std::vector<std::string> common_args(const Options& o, const Plan& p, int seq, int batch) {
   return {"--batch",   std::to_string(batch),     "--seq",    std::to_string(seq),
@@ -165,7 +175,10 @@ void time_arms(const Options& o, const Plan& p, const TorchSide& torch, Measurem
         const int batch = p.batch_for(o, seq);
         const ModelConfig model = arm_config(p.base, arm, seq);
         std::vector<std::string> impls = {"attnres"};
-        if (torch.on) impls.push_back("torch");
+        if (torch.on && torch_implements(torch, model)) impls.push_back("torch");
+        else if (torch.on && round == 0 && seq == p.seqs.front())
+          std::fprintf(stderr, "bench: the PyTorch package has no residual mode '%s': arm %s runs in attnres only\n",
+                       to_string(model.residual).c_str(), arm.c_str());
         for (const auto& impl : impls) {
           std::vector<std::string> argv = impl == "attnres"
                                               ? attnres_worker_args(o, p, model, nullptr)

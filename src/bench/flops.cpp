@@ -15,6 +15,12 @@ FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
     const int outputs = p.average ? 1 : p.n_routes;
     f.depth_reads += 6 * double(p.sources.size()) * d * (1 + with_query + outputs);
   }
+  if (c.residual == ResidualMode::mudd)
+    for (int i = 0; i < c.n_layers; ++i) {  // baselines-spec §2.4: generator, then the mix
+      const double cs = double(c.mudd_da_ways(i)) * c.mudd_da_sources(i);
+      const double K = c.mudd_dynamic ? c.mudd_da_hidden(i) : 0;
+      f.depth_reads += 6 * (d * K + K * cs + cs * d);
+    }
   return f;
 }
 

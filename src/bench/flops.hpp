@@ -15,6 +15,8 @@ namespace attnres::bench {
 //   depth_reads 6 * sum over reads of n_s * d * (1 + Z + M)  per source: its RMS (2 d), a logit dot
 //                                                    (2 d) for each of the Z routes with a query, a
 //                                                    mix (2 d) for each of the M outputs; x3
+//               mudd: 6 * sum over DA modules of (d K + K C S + C S d)  generator (W1, W2; none when
+//                                                    static) and the C-way mix of S sources
 // Not counted: embedding lookup, norms, RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
 struct FlopCount {
   double dense = 0, lm_head = 0, attention = 0, depth_reads = 0;

@@ -2,6 +2,8 @@
 // in every residual mode and value route.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "bench/flops.hpp"
 
 namespace attnres::bench {
@@ -34,6 +36,23 @@ void expect_counts(const ModelConfig& c, double depth_reads) {
   EXPECT_DOUBLE_EQ(f.attention, kAttention);
   EXPECT_DOUBLE_EQ(f.depth_reads, depth_reads);
   EXPECT_DOUBLE_EQ(f.total(), kDense + kLmHead + kAttention + depth_reads);
+}
+
+TEST(FlopCount, Mudd) {
+  // DA 0: C = 4 ways over S = 2 sources, K = 64 (8 rounds up to 64): d K + K C S + C S d = 512 +
+  // 512 + 64; DA 1 (the last: R alone, e = 4): S = 3, K = 64 (12 -> 64): 512 + 192 + 24. x6.
+  ModelConfig c = small(ResidualMode::mudd);
+  expect_counts(c, 6 * (1088 + 728));
+  c.mudd_dynamic = false;  // the mixes alone
+  expect_counts(c, 6 * (64 + 24));
+  // baselines-spec §6.3: +2,050,432 forward FLOPs per token at S (16 x 576), 5,904,256 at M.
+  for (auto [layers, d, forward] : {std::tuple{16, 576, 2050432.0}, std::tuple{24, 832, 5904256.0}}) {
+    ModelConfig s = small(ResidualMode::mudd);
+    s.n_layers = layers;
+    s.d_model = d;
+    s.n_heads = d / 64;
+    EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * forward);
+  }
 }
 
 TEST(FlopCount, PrenormHasNoDepthReads) { expect_counts(small(ResidualMode::prenorm), 0); }
