@@ -12,7 +12,9 @@ import json
 import math
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "mudd")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
+# attnres' mudd mode (baselines-spec §2) has no implementation here, but every config attnres
+# writes carries its keys, so they load (and are checked) with any mode.
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
@@ -88,7 +90,7 @@ class ModelConfig:
     @property
     def effective_blocks(self) -> int:
         """Blocks the depth reads use: one per sublayer for `full`, one for `prenorm`."""
-        if self.residual in ("prenorm", "denseformer", "mudd"):
+        if self.residual in ("prenorm", "denseformer"):
             return 1
         if self.residual == "full":
             return self.n_sublayers

@@ -401,6 +401,10 @@ class FilesTest(unittest.TestCase):
                              (dict(c, tie_embeddings=1), "'tie_embeddings' must be true or false"),
                              (dict(c, extra=1), "unknown model config key 'extra'"),
                              (dict(c, vres_mode="learned"), "unknown value 'learned' of vres_mode"),
+                             (dict(c, mudd_ways="qk"), "unknown value 'qk' of mudd_ways"),
+                             (dict(c, mudd_gelu="relu"), "unknown value 'relu' of mudd_gelu"),
+                             (dict(c, mudd_hidden_round=-1), "mudd_hidden_round must be at least 0"),
+                             (dict(c, mudd_last_expand=0), "mudd_last_expand must be at least 1"),
                              (dict(c, dwa_dilation=0), "dwa_dilation and dwa_period must be at least 1"),
                              (dict(c, dwa_period=-1), "dwa_dilation and dwa_period must be at least 1"),
                              (dict(c, dwa_period=2.0), "'dwa_period' must be an integer"),
@@ -417,7 +421,9 @@ class FilesTest(unittest.TestCase):
         ModelConfig.from_json(dict(c, residual="rd", n_blocks=8))
         # Every key of the baselines loads, with any residual mode (value_residual composes with every one).
         every = dict(c, residual="denseformer", dwa_dilation=3, dwa_period=2, dwa_weight_decay=False, value_residual=True,
-                     vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=1)
+                     vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=1, mudd_ways="r", mudd_dynamic=False,
+                     mudd_hidden_round=0, mudd_last_expand=1, mudd_gelu="tanh", mudd_sep_qkv_norm=False,
+                     mudd_prepost_norm=True, mudd_decay_all=False)
         self.assertEqual(ModelConfig.from_json(json.dumps(every)).to_json(),
                          dict(ModelConfig().to_json(), **dict(every, vres_lambda2=1.0)))
         self.assertEqual(list(ModelConfig.from_json(every).to_json()), list(ModelConfig().to_json()))
