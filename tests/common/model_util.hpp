@@ -28,6 +28,7 @@ struct Variant {
   bool mudd_dynamic = true;
   kernels::Gelu mudd_gelu = kernels::Gelu::erf;
   bool mudd_prepost_norm = false;
+  bool mudd_sep_qkv_norm = true;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
@@ -52,6 +53,7 @@ struct Variant {
     c.mudd_dynamic = mudd_dynamic;
     c.mudd_gelu = mudd_gelu;
     c.mudd_prepost_norm = mudd_prepost_norm;
+    c.mudd_sep_qkv_norm = mudd_sep_qkv_norm;
     return c;
   }
   // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
@@ -94,7 +96,8 @@ inline std::vector<Variant> all_variants() {
           {.name = "mudd_prepost", .residual = ResidualMode::mudd, .mudd_prepost_norm = true},
           {.name = "mudd_prepost_static", .residual = ResidualMode::mudd, .mudd_dynamic = false,
            .mudd_prepost_norm = true},
-          {.name = "mudd_vres", .residual = ResidualMode::mudd, .value_residual = true}};
+          {.name = "mudd_vres", .residual = ResidualMode::mudd, .value_residual = true},
+          {.name = "mudd_one_norm", .residual = ResidualMode::mudd, .mudd_sep_qkv_norm = false}};
 }
 
 // The variants the CUDA backend runs.
