@@ -9,15 +9,46 @@
 
 namespace attnres::experiment {
 
+namespace {
+
+// Runs the model over the split's first windows (up to max_tokens), `batch` at a time, calling
+// visit(n_tok) after each pass (the routing then holds that pass's weights); returns the tokens seen.
+template <class Visit>
+std::int64_t over_windows(InferenceBackend& model, const data::TokenDataset& split, int batch, int seq,
+                          std::int64_t max_tokens, Visit visit) {
+  const data::BatchLoader order(split, 1, seq, 0);
+  std::int64_t windows = std::min<std::int64_t>(order.num_windows(), std::max<std::int64_t>(1, max_tokens / seq));
+  require(windows >= 1, "split '", split.split(), "' is too small for routing diagnostics");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
+  std::int64_t counted = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
+    const int nb = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
+    for (int i = 0; i < nb; ++i)
+      order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
+    model.loss(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(nb) * (seq + 1)), nb, seq);
+    const std::int64_t n_tok = std::int64_t(nb) * seq;
+    visit(n_tok);
+    counted += n_tok;
+  }
+  return counted;
+}
+
+const DepthRouting& routing_of(const InferenceBackend& model) {
+  const DepthRouting* routing = model.routing();
+  require(routing != nullptr, "routing diagnostics need the depth-read weights, which ", model.describe(),
+          " does not keep");
+  return *routing;
+}
+
+}  // namespace
+
 std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens) {
   std::vector<results::LayerRouting> layers;
   const ModelConfig& c = model.config();
   const Topology topology(c);
   if (!topology.has_reads()) return layers;
-  const DepthRouting* routing = model.routing();
-  require(routing != nullptr, "routing diagnostics need the depth-read weights, which ", model.describe(),
-          " does not keep");
+  const DepthRouting* routing = &routing_of(model);
   for (int l = 0; l < c.n_layers; ++l) {
     const ReadPlan& plan = topology.read(2 * l);
     results::LayerRouting s;
@@ -30,20 +61,10 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
     }
     layers.push_back(std::move(s));
   }
-  const data::BatchLoader order(split, 1, seq, 0);
-  std::int64_t windows = std::min<std::int64_t>(order.num_windows(), std::max<std::int64_t>(1, max_tokens / seq));
-  require(windows >= 1, "split '", split.split(), "' is too small for routing diagnostics");
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * (seq + 1));
   const auto max_sources = static_cast<std::size_t>(topology.max_sources());
   std::vector<float> a(max_sources), b(max_sources);
   std::vector<double> p(max_sources), q(max_sources);
-  std::int64_t counted = 0;
-  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
-    const int nb = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
-    for (int i = 0; i < nb; ++i)
-      order.window(w0 + i, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(i) * (seq + 1), seq + 1));
-    model.loss(std::span<const std::int32_t>(tokens.data(), static_cast<std::size_t>(nb) * (seq + 1)), nb, seq);
-    const std::int64_t n_tok = std::int64_t(nb) * seq;
+  const std::int64_t counted = over_windows(model, split, batch, seq, max_tokens, [&](std::int64_t n_tok) {
     for (auto& s : layers) {
       const auto n = static_cast<std::size_t>(s.sources);
       for (std::int64_t t = 0; t < n_tok; ++t) {
@@ -59,8 +80,7 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
         s.js_nats += js_divergence_nats(std::span<const double>(p.data(), n), std::span<const double>(q.data(), n));
       }
     }
-    counted += n_tok;
-  }
+  });
   for (auto& s : layers) {
     for (auto& x : s.qk_mean) x /= double(counted);
     for (auto& x : s.v_mean) x /= double(counted);
@@ -117,6 +137,46 @@ results::Connections hc_connections(const ModelConfig& config, const Safetensors
 }
 
 }  // namespace
+
+std::vector<results::Connections> mudd_connections(InferenceBackend& model, const data::TokenDataset& split,
+                                                   int batch, int seq, std::int64_t max_tokens) {
+  std::vector<results::Connections> out;
+  const ModelConfig& c = model.config();
+  if (c.residual != ResidualMode::mudd) return out;
+  const DepthRouting& routing = routing_of(model);
+  const int L = c.n_layers, max_ways = c.mudd_da_ways(0);
+  static constexpr const char* kWayNames[] = {"mudd.q", "mudd.k", "mudd.v", "mudd.r"};
+  // out[w] is way w of the 4-way DAs; R is the last way of every DA (and the only one of the last).
+  for (int w = 0; w < max_ways; ++w) out.push_back({max_ways == 1 ? "mudd.r" : kWayNames[w], {}});
+  for (int i = 0; i < L; ++i) {
+    const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i);
+    for (int w = 0; w < C; ++w) {
+      results::ConnectionRow row;
+      row.target = i + 1;
+      for (int j = 0; j < S; ++j) row.sources.push_back(j);
+      row.weights.assign(static_cast<std::size_t>(S), 0.0);
+      out[static_cast<std::size_t>(C == max_ways ? w : max_ways - 1)].rows.push_back(std::move(row));
+    }
+  }
+  std::vector<float> dw(static_cast<std::size_t>(L + 1));
+  const std::int64_t counted = over_windows(model, split, batch, seq, max_tokens, [&](std::int64_t n_tok) {
+    for (int i = 0; i < L; ++i) {
+      const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i);
+      for (int w = 0; w < C; ++w) {
+        std::vector<double>& sum = out[static_cast<std::size_t>(C == max_ways ? w : max_ways - 1)]
+                                       .rows[static_cast<std::size_t>(i)].weights;
+        for (std::int64_t t = 0; t < n_tok; ++t) {
+          routing.mudd_weights(i, w, t, std::span<float>(dw.data(), static_cast<std::size_t>(S)));
+          for (int j = 0; j < S; ++j) sum[static_cast<std::size_t>(j)] += dw[static_cast<std::size_t>(j)];
+        }
+      }
+    }
+  });
+  for (auto& way : out)
+    for (auto& row : way.rows)
+      for (double& x : row.weights) x /= double(counted);
+  return out;
+}
 
 std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                                      const std::string& path) {

@@ -20,6 +20,13 @@ namespace attnres::experiment {
 std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens);
 
+// MUDD's connections (baselines-spec §6.5): per way ("mudd.q", "mudd.k", "mudd.v", "mudd.r"; the
+// last DA has R alone), one row per DA module (target i+1: the block it feeds, n_layers: the final
+// norm) with the token-mean of dw[way, j] over the split's first windows (up to max_tokens), for
+// sources j = 0..i+1. Empty for other modes. The model must keep its routing (the CPU backend).
+std::vector<results::Connections> mudd_connections(InferenceBackend& model, const data::TokenDataset& split,
+                                                   int batch, int seq, std::int64_t max_tokens);
+
 // The static depth connections of a mode (results::Connections) from its weights file, as
 // result.json records them: DenseFormer's DWA weights ("dwa": targets are the blocks a DWA follows,
 // sources the block outputs, 0 the embedding); HC's unfolded dense connections from A and B ("hc",

@@ -380,6 +380,8 @@ bool run_experiment(const ExperimentOptions& options) {
       if (config.model.uses_depth_reads())
         result.routing = routing_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
       result.connections = static_connections(config.model, weights, weights_path);
+      if (config.model.residual == ResidualMode::mudd)
+        result.connections = mudd_connections(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
       results::write_run_result(run.result_path, result);
       status.message(concat(run.label, ": done, test NLL ", test_eval.nll));
     }

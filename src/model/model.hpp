@@ -101,6 +101,9 @@ class Model {
   // (numbered as in Topology), route `route`, one token (row-major index into the last
   // forward's batch*seq).
   void read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const;
+  // MUDD: the mixing weights dw[way, 0..S-1] of DA module `da` (after block da) in the last
+  // forward pass, for one token (as read_weights); static: its a.
+  void mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const;
 
  private:
   struct Sublayer {

@@ -15,6 +15,7 @@
 #include "kernels/mudd.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "model/model.hpp"
+#include "util/error.hpp"
 
 namespace attnres {
 
@@ -72,6 +73,19 @@ const Real* Model<Real>::mudd_block_output(int j) const {
 template <class Real>
 Real* Model<Real>::dmudd_block_output(int j) {
   return j == 0 ? buf_.demb : buf_.sub[static_cast<std::size_t>(2 * j - 1)].dout;
+}
+
+template <class Real>
+void Model<Real>::mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const {
+  require(config_.residual == ResidualMode::mudd && da >= 0 && da < config_.n_layers, "the model has no MUDD DA ",
+          da);
+  const int C = config_.mudd_da_ways(da), S = config_.mudd_da_sources(da);
+  require(way >= 0 && way < C, "MUDD DA ", da, " has no way ", way);
+  require(token >= 0 && token < n_tok_, "token index out of range");
+  require(static_cast<int>(dw.size()) == S, "dw buffer has the wrong size");
+  const Real* w = config_.mudd_dynamic ? buf_.mudd[static_cast<std::size_t>(da)].dw + token * C * S
+                                       : w_.mudd[static_cast<std::size_t>(da)].a;
+  std::copy(w + way * S, w + (way + 1) * S, dw.begin());
 }
 
 template <class Real>
@@ -249,6 +263,7 @@ void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
   template const Real* Model<Real>::mudd_block_output(int) const;                        \
   template Real* Model<Real>::dmudd_block_output(int);                                   \
   template k::MuddDa<Real> Model<Real>::mudd_da(int, const Real**) const;                \
+  template void Model<Real>::mudd_weights(int, int, std::int64_t, std::span<Real>) const; \
   template const Real* Model<Real>::forward_mudd(std::int64_t, int, KvCache<Real>*);     \
   template void Model<Real>::backward_mudd(std::int64_t, int);
 ATTNRES_MUDD_INSTANTIATIONS(float)

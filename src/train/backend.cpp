@@ -8,6 +8,10 @@
 
 namespace attnres {
 
+void DepthRouting::mudd_weights(int, int, std::int64_t, std::span<float>) const {
+  fail("this backend keeps no MUDD mixing weights");
+}
+
 namespace {
 
 // "cpu": nullopt; "cuda": default_gpu; "cuda:N": N.

@@ -21,6 +21,9 @@ class ModelRouting final : public DepthRouting {
   void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const override {
     model_.read_weights(read, route, token, alpha);
   }
+  void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const override {
+    model_.mudd_weights(da, way, token, dw);
+  }
 
  private:
   const Model<float>& model_;

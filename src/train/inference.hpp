@@ -24,6 +24,9 @@ class DepthRouting {
   virtual ~DepthRouting() = default;
   // alpha [n_sources of the read] of one token (row-major index into the pass's batch*seq).
   virtual void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const = 0;
+  // MUDD: dw[way, 0..S-1] of DA module `da` for one token (Model::mudd_weights). Backends
+  // without MUDD refuse.
+  virtual void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const;
 };
 
 // Incremental decoding with a KV cache: each appended token costs one step of work. Holds a

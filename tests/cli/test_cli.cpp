@@ -400,6 +400,30 @@ TEST_F(CliTest, ExperimentRecordsDenseFormerConnections) {
   EXPECT_TRUE(contains(text, "Depth connections: denseformer 'dwa'")) << text;
 }
 
+// MUDD's connections: the token-mean mixing weights of every DA, per way (experiment/routing.hpp).
+TEST_F(CliTest, ExperimentRecordsMuddConnections) {
+  TempDir runs("attnres_cli_exp_mudd");
+  const std::string out = runs.str("e");
+  const CliResult r = run_cli("experiment " + kTiny + " --arms prenorm,mudd --seeds 1 --data " + data() + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out + "/runs/mudd/seed-1/result.json");
+  const nlohmann::json result = nlohmann::json::parse(in);
+  ASSERT_TRUE(result.contains("connections")) << result.dump(1);
+  const nlohmann::json& c = result["connections"];
+  ASSERT_EQ(c.size(), 4u);
+  const int layers = 2;  // kTinyModel's n_layers: one 4-way DA, then the last (R alone)
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(c[w]["name"], std::string("mudd.") + "qkvr"[w]);
+    ASSERT_EQ(static_cast<int>(c[w]["rows"].size()), w == 3 ? layers : layers - 1);
+    EXPECT_EQ(c[w]["rows"][0]["sources"].size(), 2u);  // X_0, X_1
+  }
+  EXPECT_EQ(c[3]["rows"][1]["target"], layers);  // the last DA feeds the final norm
+  ASSERT_EQ(run_cli("report --experiment " + out).exit_code, 0);
+  std::ifstream md(out + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "Depth connections: mudd 'mudd.v'")) << text;
+}
+
 TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   TempDir dir("attnres_cli_sp");
   {

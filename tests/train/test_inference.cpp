@@ -11,6 +11,7 @@
 #include "common/cli_util.hpp"
 #include "common/model_util.hpp"
 #include "data/loader.hpp"
+#include "experiment/routing.hpp"
 #include "model/model.hpp"
 #include "model/safetensors.hpp"
 #include "model/topology.hpp"
@@ -169,4 +170,64 @@ TEST(InferenceBackend, EvaluationOfACheckpointIsUnchanged) {
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.nll, want.nll);
   EXPECT_GT(got.tokens, 0);
+}
+
+// MUDD's connections for an experiment's result.json (experiment/routing.hpp): the token-mean of
+// each DA's mixing weights, read through the backend's routing.
+TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
+  TempDir dir("attnres_inference_mudd");
+  const std::string data_dir = prepare_synthetic_data(dir.path());
+  const data::TokenDataset val = data::TokenDataset::open(data_dir, "val", {false, nullptr});
+  ModelConfig c = tiny_config(ResidualMode::mudd, ValueRoute::decoupled, 3);
+  c.vocab_size = val.vocab_size();
+  c.max_seq_len = 16;
+  const int B = 2, T = 16;
+  for (const bool dynamic : {true, false}) {
+    c.mudd_dynamic = dynamic;
+    const fs::path path = dir.path() / (dynamic ? "dynamic.safetensors" : "static.safetensors");
+    SavedModel saved(c, B, T, path);  // random weights: dw varies by token when dynamic
+    const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
+    backend->load_weights(path.string());
+    const auto connections = experiment::mudd_connections(*backend, val, B, T, 64);
+    ASSERT_EQ(connections.size(), 4u);
+    const char* names[] = {"mudd.q", "mudd.k", "mudd.v", "mudd.r"};
+    for (int w = 0; w < 4; ++w) {
+      const auto& way = connections[static_cast<std::size_t>(w)];
+      EXPECT_EQ(way.name, names[w]);
+      ASSERT_EQ(way.rows.size(), w == 3 ? 3u : 2u);  // the last DA writes R alone
+      for (std::size_t i = 0; i < way.rows.size(); ++i) {
+        const auto& row = way.rows[i];
+        EXPECT_EQ(row.target, int(i) + 1);
+        ASSERT_EQ(row.sources.size(), i + 2);
+        const ParamInfo& a = saved.model.layout().at("mudd." + std::to_string(i) + ".a");
+        const int ways = static_cast<int>(a.shape[0]), way_index = ways == 1 ? 0 : w;
+        double differs = 0;
+        for (std::size_t j = 0; j < row.sources.size(); ++j) {
+          EXPECT_EQ(row.sources[j], int(j));
+          const double static_weight = saved.model.params()[a.offset + way_index * (i + 2) + j];
+          differs = std::max(differs, std::abs(row.weights[j] - static_weight));
+        }
+        if (dynamic) {
+          EXPECT_GT(differs, 1e-3) << way.name << " row " << i;  // the generator's share
+        } else {
+          EXPECT_LT(differs, 1e-12) << way.name << " row " << i;  // dw = a for every token
+        }
+      }
+    }
+    if (!dynamic) continue;
+    // At initialisation (W2 = 0) every token's dw is a = e_last exactly.
+    Model<float> init(c, 1, 1, false);
+    init_params<float>(init.layout(), 3, init.params());
+    save_weights<float>(path.string(), c, init.layout(), init.params());
+    backend->load_weights(path.string());
+    for (const auto& way : experiment::mudd_connections(*backend, val, B, T, 64))
+      for (const auto& row : way.rows)
+        for (std::size_t j = 0; j < row.weights.size(); ++j)
+          EXPECT_EQ(row.weights[j], j + 1 == row.weights.size() ? 1.0 : 0.0) << way.name << " " << row.target;
+  }
+  // The prenorm backend has no DA modules; other modes have no MUDD connections.
+  ModelConfig prenorm = c;
+  prenorm.residual = ResidualMode::prenorm;
+  const std::unique_ptr<InferenceBackend> pre = make_inference_backend("cpu", prenorm, B, T);
+  EXPECT_TRUE(experiment::mudd_connections(*pre, val, B, T, 64).empty());
 }
