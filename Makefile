@@ -5,6 +5,9 @@
 #   make sanitize   build the test suite with ASan + UBSan (build-sanitize/) and run it
 #   make fuzz       build the libFuzzer targets with clang (build-fuzz/) and fuzz each one for
 #                   FUZZ_SECONDS seconds (docs/reliability.md)
+#   make hardening  what CI runs of both (.ci/run): one clang build (build-hardening/) with ASan,
+#                   UBSan and the fuzzer's coverage, the suites of HARDENING_TESTS under the
+#                   sanitizers, then every fuzz target for FUZZ_SECONDS seconds
 # GPU work (docs/cuda.md "Running on a bare GPU machine"):
 #   make gpu-bundle      collect the GPU-check build's dependencies into .gpu/bundle
 #   make gpu-rehearsal   rehearse tests/gpu/device-run.sh here, without a GPU (minutes; not in `make test`)
@@ -14,12 +17,24 @@ SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
+HARDENING_BUILD ?= build-hardening
+# The suites `make hardening` runs under the sanitizers: every file parser and writer (data,
+# results, config and protocol files, checkpoints), the kernels, the CLI and the reliability
+# suites. The model, reference, experiment and MPI suites run under `make sanitize` only: they
+# are the costly part of an instrumented suite and exercise no parser of their own.
+HARDENING_TESTS ?= test_util test_data test_results test_reliability test_fuzz_regressions test_config \
+  test_protocol test_kernels test_cli
 JOBS ?= $(shell nproc)
 
 # Tests that cannot run under the sanitizers, by CTest label; each label's reason is printed.
 SANITIZE_EXCLUDE = no_sanitize
+# The sanitizers' settings for both suites: every finding stops the test; a huge allocation returns
+# null (so the CLI's "not enough memory" error can be tested) instead of aborting; LeakSanitizer
+# skips what the OpenMP runtime keeps for its threads (tests/sanitizers/lsan.supp).
+SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1:allocator_may_return_null=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps configure build test demo docs sanitize fuzz clean gpu-bundle gpu-rehearsal
+.PHONY: all deps configure build test demo docs sanitize fuzz hardening clean gpu-bundle gpu-rehearsal
 
 all: build
 
@@ -48,8 +63,7 @@ sanitize: deps
 	  -DATTNRES_BUILD_BENCH=OFF > $(SANITIZE_BUILD).configure.log 2>&1 || { cat $(SANITIZE_BUILD).configure.log; exit 1; }
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@sed 's/^/sanitize: skipped (label $(SANITIZE_EXCLUDE)): /' $(SANITIZE_BUILD)/sanitize-skips.txt
-	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE $(SANITIZE_EXCLUDE)
+	@cd $(SANITIZE_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -LE $(SANITIZE_EXCLUDE)
 
 fuzz: deps
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_CXX_FLAGS_FUZZ="-O1" -DCMAKE_C_FLAGS_FUZZ="-O1" \
@@ -59,6 +73,20 @@ fuzz: deps
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target attnres_fuzz
 	@bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# One build for both stages: the fuzz configuration (clang, ASan + UBSan, fuzzer-no-link coverage)
+# with the tests on; only HARDENING_TESTS, the CLI and the fuzz binary are built, and CTest's
+# placeholders for the unbuilt suites (*_NOT_BUILT) and the Python suites are left out.
+hardening: deps
+	@cmake -S . -B $(HARDENING_BUILD) -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_CXX_FLAGS_FUZZ="-O1" -DCMAKE_C_FLAGS_FUZZ="-O1" \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DATTNRES_FUZZ=ON -DATTNRES_NATIVE=OFF \
+	  -DATTNRES_CUDA=OFF -DATTNRES_MPI=OFF -DATTNRES_BUILD_BENCH=OFF \
+	  > $(HARDENING_BUILD).configure.log 2>&1 || { cat $(HARDENING_BUILD).configure.log; exit 1; }
+	@cmake --build $(HARDENING_BUILD) -j $(JOBS) --target attnres attnres_fuzz $(HARDENING_TESTS)
+	@sed 's/^/hardening: skipped (label $(SANITIZE_EXCLUDE)): /' $(HARDENING_BUILD)/sanitize-skips.txt
+	@cd $(HARDENING_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) \
+	  -LE '$(SANITIZE_EXCLUDE)|python' -E '_NOT_BUILT$$|^reference_'
+	@bash fuzz/run.sh $(HARDENING_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 gpu-bundle:
 	@bash scripts/gpu-bundle.sh
 
@@ -67,4 +95,4 @@ gpu-rehearsal:
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \
-	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log
+	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log $(HARDENING_BUILD) $(HARDENING_BUILD).configure.log

@@ -27,7 +27,9 @@ inline float exp_fast(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const std::int32_t e = static_cast<std::int32_t>(n) + 127;
+  // NaN in, NaN out (y is NaN already): the exponent of a NaN n must not reach the int
+  // conversion, which is undefined for it (UBSan, `make hardening`).
+  const std::int32_t e = static_cast<std::int32_t>(n == n ? n : 0.0f) + 127;
   return y * std::bit_cast<float>(e << 23);
 }
 
