@@ -83,14 +83,20 @@ double val_nll_at(const RunResult& r, std::int64_t tokens) {
 
 double test_nll_of(const RunResult& r, std::int64_t) { return r.test_nll; }
 
+// An arm's finished runs, in seed order.
+std::vector<const RunResult*> finished_runs(const ExperimentSummary& s, const std::string& arm) {
+  std::vector<const RunResult*> runs;
+  for (const auto seed : s.spec.seeds)
+    if (const RunResult* r = s.find_run(arm, seed)) runs.push_back(r);
+  return runs;
+}
+
 // Per arm and connection name, the mean of each weight over the arm's runs. The rows and sources
 // are fixed by the model config, so every seed must agree on them.
 std::vector<ArmConnections> summarize_connections(const ExperimentSummary& s) {
   std::vector<ArmConnections> out;
   for (const auto& arm : s.spec.arms) {
-    std::vector<const RunResult*> runs;
-    for (const auto seed : s.spec.seeds)
-      if (const RunResult* r = s.find_run(arm, seed)) runs.push_back(r);
+    const std::vector<const RunResult*> runs = finished_runs(s, arm);
     if (runs.empty()) continue;
     const RunResult& first = *runs.front();
     for (const RunResult* r : runs)
@@ -128,9 +134,7 @@ std::vector<ArmConnections> summarize_connections(const ExperimentSummary& s) {
 std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
   std::vector<ArmRouting> out;
   for (const auto& arm : s.spec.arms) {
-    std::vector<const RunResult*> runs;
-    for (const auto seed : s.spec.seeds)
-      if (const RunResult* r = s.find_run(arm, seed)) runs.push_back(r);
+    const std::vector<const RunResult*> runs = finished_runs(s, arm);
     const auto routed = std::count_if(runs.begin(), runs.end(), [](const RunResult* r) { return !r->routing.empty(); });
     if (routed == 0) continue;
     // Layer structure is fixed by the model config, so every seed must agree on it.
