@@ -28,10 +28,9 @@ JOBS ?= $(shell nproc)
 
 # Tests that cannot run under the sanitizers, by CTest label; each label's reason is printed.
 SANITIZE_EXCLUDE = no_sanitize
-# The sanitizers' settings for both suites: every finding stops the test; a huge allocation returns
-# null (so the CLI's "not enough memory" error can be tested) instead of aborting; LeakSanitizer
-# skips what the OpenMP runtime keeps for its threads (tests/sanitizers/lsan.supp).
-SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1:allocator_may_return_null=1 \
+# The sanitizers' settings for both suites: every finding stops the test; LeakSanitizer skips what
+# the OpenMP runtime keeps for its threads (tests/sanitizers/lsan.supp).
+SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 .PHONY: all deps configure build test demo docs sanitize fuzz hardening clean gpu-bundle gpu-rehearsal
