@@ -405,7 +405,8 @@ results::RunResult example_run_result() {
   r.step_time_ms = 11;
   r.peak_rss_bytes = 1 << 20;
   r.curve = {{125, 8.5}, {250, 7.0}};
-  r.routing = {{0, 1, {1.0}, {1.0}, 0.0}, {1, 2, {0.3, 0.7}, {0.8, 0.2}, 0.1}};
+  r.routing = {{0, 1, {1.0}, {1.0}, 0.0, {}, results::kNotAvailable},
+               {1, 2, {0.3, 0.7}, {0.8, 0.2}, 0.1, {}, results::kNotAvailable}};
   return r;
 }
 

@@ -10,9 +10,11 @@ Tables (each a list of flat dicts, one row per ...):
   test        finished run: arm, seed, test_nll
   deltas      paired seed (both the arm and the baseline finished) and evaluation: arm, seed, split
               ("val" at each experiment milestone, "test" at the budget), tokens, nll, baseline_nll, delta_nll
-  routing     run, attention layer, route and source: arm, seed, layer, sources, route ("qk" | "v"),
-              source (0 = the embedding), weight (the route's token-averaged depth weight)
-  js          run and attention layer of a two-route arm: arm, seed, layer, sources, js_nats, js_bits
+  routing     run, attention layer, route and source: arm, seed, layer, sources, route ("qk" | "k" | "v";
+              mudd: "qk" is its Q route, "k" its K route), source (0 = the embedding), weight (the route's
+              token-averaged depth weight; mudd: of p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖)
+  js          run, attention layer and route compared with the V route, of a two-route arm: arm, seed, layer,
+              sources, route ("qk", or for mudd "qk" for its Q route and "k"), js_nats, js_bits
   systems     finished run: arm, seed, params, tokens_per_sec, step_time_ms, peak_rss_bytes
   curve       logged training-loss point of a run: arm, seed, tokens, train_loss
   paired      from summary.json (`attnres report` writes it), per split/milestone and non-baseline arm:
@@ -38,7 +40,7 @@ COLUMNS = {
     "test": ("arm", "seed", "test_nll"),
     "deltas": ("arm", "seed", "split", "tokens", "nll", "baseline_nll", "delta_nll"),
     "routing": ("arm", "seed", "layer", "sources", "route", "source", "weight"),
-    "js": ("arm", "seed", "layer", "sources", "js_nats", "js_bits"),
+    "js": ("arm", "seed", "layer", "sources", "route", "js_nats", "js_bits"),
     "systems": ("arm", "seed", "params", "tokens_per_sec", "step_time_ms", "peak_rss_bytes"),
     "curve": ("arm", "seed", "tokens", "train_loss"),
     "paired": ("split", "tokens", "arm", "n", "mean", "sd", "ci95_low", "ci95_high", "t", "p_value", "wins",
@@ -140,6 +142,8 @@ class LayerRouting:
     qk_mean: List[float]
     v_mean: Optional[List[float]] = None
     js_nats: Optional[float] = None
+    k_mean: Optional[List[float]] = None  # mudd: its K route (qk_mean is then its Q route)
+    js_k_nats: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -264,21 +268,29 @@ def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
             if n < 1:
                 f.bad(p + ".sources", "must be at least 1")
             lr = LayerRouting(number, n, f.distribution(f.get(layer, p, "qk_mean"), p + ".qk_mean", n))
-            if layer.get("v_mean") is not None:
-                lr.v_mean = f.distribution(layer["v_mean"], p + ".v_mean", n)
-            if layer.get("js_nats") is not None:
-                lr.js_nats = f.number(layer["js_nats"], p + ".js_nats")
-                if not -1e-9 <= lr.js_nats <= LN2 + 1e-6:
-                    f.bad(p + ".js_nats", "must lie in [0, ln 2]")
-                if lr.v_mean is None:
-                    f.bad(p + ".js_nats", "is given without 'v_mean'")
+            for route in ("v", "k"):
+                if layer.get(f"{route}_mean") is not None:
+                    setattr(lr, f"{route}_mean", f.distribution(layer[f"{route}_mean"], f"{p}.{route}_mean", n))
+            for js_key, route_key in (("js_nats", "v_mean"), ("js_k_nats", "k_mean")):
+                if layer.get(js_key) is not None:
+                    js = f.number(layer[js_key], f"{p}.{js_key}")
+                    if not -1e-9 <= js <= LN2 + 1e-6:
+                        f.bad(f"{p}.{js_key}", "must lie in [0, ln 2]")
+                    if getattr(lr, route_key) is None:
+                        f.bad(f"{p}.{js_key}", f"is given without '{route_key}'")
+                    setattr(lr, js_key, js)
             routing.append(lr)
-        if any(x.v_mean is not None for x in routing):
-            for x in routing:
-                if x.v_mean is None:
-                    if x.sources != 1:
-                        f.bad("routing.layers", f"gives 'v_mean' for some layers but not for layer {x.layer}")
-                    x.v_mean = [1.0]  # a single source gets all the weight on either route
+        given = {}
+        for key in ("v_mean", "k_mean"):
+            given[key] = any(getattr(x, key) is not None for x in routing)
+            if given[key]:
+                for x in routing:
+                    if getattr(x, key) is None:
+                        if x.sources != 1:
+                            f.bad("routing.layers", f"gives '{key}' for some layers but not for layer {x.layer}")
+                        setattr(x, key, [1.0])  # a single source gets all the weight on any route
+        if given["k_mean"] and not given["v_mean"]:
+            f.bad("routing.layers", "gives 'k_mean' without 'v_mean'")
         routing.sort(key=lambda x: x.layer)
     return Run(arm=arm, seed=seed, path=os.path.dirname(path), params=params, milestones=milestones,
                test_nll=f.field(j, "", "test_nll", "number"),
@@ -386,16 +398,17 @@ class Experiment:
         out = []
         for r in self.runs:
             for layer in r.routing or []:
-                for route, dist in (("qk", layer.qk_mean), ("v", layer.v_mean)):
+                for route, dist in (("qk", layer.qk_mean), ("k", layer.k_mean), ("v", layer.v_mean)):
                     for s, w in enumerate(dist or []):
                         out.append({"arm": r.arm, "seed": r.seed, "layer": layer.layer, "sources": layer.sources,
                                     "route": route, "source": s, "weight": w})
         return out
 
     def _js(self):
-        return [{"arm": r.arm, "seed": r.seed, "layer": layer.layer, "sources": layer.sources,
-                 "js_nats": layer.js_nats, "js_bits": layer.js_nats / LN2}
-                for r in self.runs for layer in r.routing or [] if layer.js_nats is not None]
+        return [{"arm": r.arm, "seed": r.seed, "layer": layer.layer, "sources": layer.sources, "route": route,
+                 "js_nats": js, "js_bits": js / LN2}
+                for r in self.runs for layer in r.routing or []
+                for route, js in (("qk", layer.js_nats), ("k", layer.js_k_nats)) if js is not None]
 
     def _systems(self):
         return [{"arm": r.arm, "seed": r.seed, "params": r.params, "tokens_per_sec": r.tokens_per_sec,

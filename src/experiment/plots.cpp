@@ -241,21 +241,25 @@ double heatmap_scale(const ExperimentSummary& s) {
   for (const auto& a : s.routing)
     for (const auto& l : a.layers) {
       if (l.sources == 1) continue;
-      for (double v : l.qk_mean) vmax = std::max(vmax, v);
-      for (double v : l.v_mean) vmax = std::max(vmax, v);
+      for (const auto* route : {&l.qk_mean, &l.k_mean, &l.v_mean})
+        for (double v : *route) vmax = std::max(vmax, v);
     }
   return std::clamp(std::ceil(vmax * 10 - 1e-9) / 10, 0.1, 1.0);
 }
 
 // Sources are rows (the embedding at the bottom), layers columns.
-std::string plot_heatmap(const ExperimentSummary& s, const ArmRouting& a, bool v_route, double vmax) {
+std::string plot_heatmap(const ExperimentSummary& s, const ArmRouting& a, Route which, double vmax) {
+  require(which != Route::k || a.k_route, "plot_heatmap: arm ", a.arm, " has no K route");
   int rows = 0;
   for (const auto& l : a.layers) rows = std::max(rows, l.sources);
   const int cols = static_cast<int>(a.layers.size());
   const double cw = std::clamp(380.0 / cols, 12.0, 44.0), ch = std::clamp(260.0 / rows, 12.0, 30.0);
   const double left = 48, top = 30, bottom = 44;
   const double W = left + cw * cols + 12, H = top + ch * rows + bottom;
-  const std::string route = v_route ? "V route" : "Q/K route";
+  const std::string route = which == Route::v   ? "V route"
+                            : which == Route::k ? "K route"
+                            : a.k_route         ? "Q route"
+                                                : "Q/K route";
   Svg svg(W, H, a.arm + ": mean depth distribution of the " + route);
   svg.rect(0, 6, 10, 14, arm_color(s, a.arm), " rx=\"2\"");
   svg.text(16, 18, a.arm + " · " + route + (a.two_routes ? "" : " (single route)"), " class=\"heat-title\"");
@@ -263,7 +267,7 @@ std::string plot_heatmap(const ExperimentSummary& s, const ArmRouting& a, bool v
   const int every = std::max(1, static_cast<int>(std::ceil(22.0 / cw)));
   for (int c = 0; c < cols; ++c) {
     const LayerRoutingSummary& l = a.layers[c];
-    const auto& dist = v_route ? l.v_mean : l.qk_mean;
+    const auto& dist = which == Route::v ? l.v_mean : which == Route::k ? l.k_mean : l.qk_mean;
     const double x0 = left + cw * c;
     for (int r = 0; r < rows; ++r) {
       const double y0 = top + ch * (rows - 1 - r);
@@ -310,21 +314,32 @@ std::string plot_heatmap_legend(double vmax) {
   return svg.str();
 }
 
-// (d) JS between the two routes per layer: grouped bars, nats on the left axis, bits on the right,
-// each arm's layer mean as a dashed line.
+// (d) JS between the routes per layer: grouped bars, nats on the left axis, bits on the right, each
+// series' layer mean as a dashed line. A series is an arm's Q/K ~ V, or for an arm with a K route
+// its Q ~ V and, in the arm's colour lightened, K ~ V.
 std::string plot_js(const ExperimentSummary& s) {
-  std::vector<const ArmRouting*> arms;
-  for (const auto& a : s.routing)
-    if (a.two_routes) arms.push_back(&a);
-  if (arms.empty()) return "";
+  struct Series {
+    const ArmRouting* arm;
+    bool k;  // K ~ V (else Q/K ~ V, or Q ~ V)
+    double layer_js(const LayerRoutingSummary& l) const { return k ? l.js_k_nats : l.js_nats; }
+    const JsLayerMean& mean() const { return k ? arm->k_all_layers : arm->all_layers; }
+    std::string name() const { return arm->arm + (arm->k_route ? (k ? " K~V" : " Q~V") : ""); }
+    std::string extra() const { return k ? " fill-opacity=\"0.45\" stroke-opacity=\"0.45\"" : ""; }
+  };
+  std::vector<Series> series;
+  for (const auto& a : s.routing) {
+    if (a.two_routes) series.push_back({&a, false});
+    if (a.k_route) series.push_back({&a, true});
+  }
+  if (series.empty()) return "";
   std::vector<int> layers;
   std::map<int, int> sources;
   double ymax = 0;
-  for (const auto* a : arms)
-    for (const auto& l : a->layers) {
+  for (const auto& c : series)
+    for (const auto& l : c.arm->layers) {
       if (!sources.count(l.layer)) layers.push_back(l.layer);
       sources[l.layer] = l.sources;
-      if (std::isfinite(l.js_nats)) ymax = std::max(ymax, l.js_nats);
+      if (std::isfinite(c.layer_js(l))) ymax = std::max(ymax, c.layer_js(l));
     }
   std::sort(layers.begin(), layers.end());
   const double W = kPlotWidth, H = 360, left = 84, right = 250, top = 20, bottom = 60;
@@ -332,7 +347,7 @@ std::string plot_js(const ExperimentSummary& s) {
   const std::vector<double> yticks = nice_range(y.lo, y.hi, 6);
   const int yd = tick_decimals(yticks);
   Axis x{0, 1, left, W - right};
-  Svg svg(W, H, "Jensen–Shannon divergence between the Q/K and V routes per attention sublayer");
+  Svg svg(W, H, "Jensen–Shannon divergence between the routes per attention sublayer");
   draw_axes(
       svg, x, y, {}, yticks, [](double) { return std::string(); }, [yd](double t) { return format_number(t, yd); },
       "layer (attention sublayer; † = single source)", "JS (nats)");
@@ -348,38 +363,47 @@ std::string plot_js(const ExperimentSummary& s) {
   svg.text(bx, by, "JS (bits)",
            " text-anchor=\"middle\" class=\"axis-label\" transform=\"rotate(90 " + px(bx) + " " + px(by) + ")\"");
 
+  const double n = static_cast<double>(series.size());
   const double gw = (W - left - right) / static_cast<double>(layers.size());
-  const double bw = std::min(28.0, gw * 0.8 / static_cast<double>(arms.size()));
+  const double bw = std::min(28.0, gw * 0.8 / n);
   const int every = std::max(1, static_cast<int>(std::ceil(26.0 / gw)));
   for (std::size_t g = 0; g < layers.size(); ++g) {
     const double gx = left + gw * (static_cast<double>(g) + 0.5);
     if (static_cast<int>(g) % every == 0)
       svg.text(gx, H - bottom + 19, std::to_string(layers[g]) + (sources[layers[g]] == 1 ? "†" : ""),
                " text-anchor=\"middle\" class=\"tick\"");
-    for (std::size_t k = 0; k < arms.size(); ++k) {
-      for (const auto& l : arms[k]->layers) {
-        if (l.layer != layers[g] || !std::isfinite(l.js_nats)) continue;
-        const double x0 = gx + (static_cast<double>(k) - static_cast<double>(arms.size()) / 2) * bw;
-        svg.rect(x0 + 0.5, y(l.js_nats), bw - 1, y.px0 - y(l.js_nats), arm_color(s, arms[k]->arm), "",
-                 concat(arms[k]->arm, " layer ", l.layer, " (", l.sources, " sources): JS ", format_number(l.js_nats, 4),
-                        " nats = ", format_number(nats_to_bits(l.js_nats), 4), " bits"));
+    for (std::size_t k = 0; k < series.size(); ++k) {
+      const Series& c = series[k];
+      for (const auto& l : c.arm->layers) {
+        const double js = c.layer_js(l);
+        if (l.layer != layers[g] || !std::isfinite(js)) continue;
+        const double x0 = gx + (static_cast<double>(k) - n / 2) * bw;
+        svg.rect(x0 + 0.5, y(js), bw - 1, y.px0 - y(js), arm_color(s, c.arm->arm), c.extra(),
+                 concat(c.name(), " layer ", l.layer, " (", l.sources, " sources): JS ", format_number(js, 4),
+                        " nats = ", format_number(nats_to_bits(js), 4), " bits"));
       }
     }
   }
   std::vector<LegendEntry> legend;
-  for (const auto* a : arms) {
-    const std::string color = arm_color(s, a->arm);
-    if (std::isfinite(a->all_layers.nats))
-      svg.line(left, y(a->all_layers.nats), W - right, y(a->all_layers.nats), color, 1.5,
-               " stroke-dasharray=\"6 4\" stroke-opacity=\"0.9\"");
-    legend.push_back({a->arm + " · " + format_number(a->all_layers.nats, 3) + (a->per_token_js ? "" : "*"), color});
+  for (const auto& c : series) {
+    const std::string color = arm_color(s, c.arm->arm);
+    if (std::isfinite(c.mean().nats))
+      svg.line(left, y(c.mean().nats), W - right, y(c.mean().nats), color, 1.5,
+               " stroke-dasharray=\"6 4\"" + std::string(c.k ? " stroke-opacity=\"0.45\"" : " stroke-opacity=\"0.9\""));
+    legend.push_back({c.name() + " · " + format_number(c.mean().nats, 3) + (c.arm->per_token_js ? "" : "*"), color,
+                      c.extra()});
   }
   draw_legend(svg, W - right + 84, top + 14, legend);
-  const double ly = top + 14 + 20.0 * static_cast<double>(legend.size()) + 10;
+  double ly = top + 14 + 20.0 * static_cast<double>(legend.size()) + 10;
   svg.text(W - right + 84, ly, "dashed: mean over all", " class=\"legend muted\"");
   svg.text(W - right + 84, ly + 16, "layers (nats)", " class=\"legend muted\"");
-  if (std::any_of(arms.begin(), arms.end(), [](const ArmRouting* a) { return !a->per_token_js; }))
-    svg.text(W - right + 84, ly + 34, "* JS of mean distributions", " class=\"legend muted\"");
+  if (std::any_of(series.begin(), series.end(), [](const Series& c) { return !c.arm->per_token_js; })) {
+    ly += 18;
+    svg.text(W - right + 84, ly + 16, "* JS of mean distributions", " class=\"legend muted\"");
+  }
+  if (std::any_of(series.begin(), series.end(), [](const Series& c) { return c.k; })) {
+    svg.text(W - right + 84, ly + 34, "MUDD: p ∝ |dw|·‖X‖", " class=\"legend muted\"");
+  }
   return svg.str();
 }
 

@@ -22,16 +22,19 @@ std::string plot_validation(const ExperimentSummary& summary);
 std::string plot_deltas(const ExperimentSummary& summary);
 
 // (c) The mean depth distribution of one route of one arm (sources × layers), on a colour scale
-// from 0 to vmax shared by every heatmap (heatmap_scale), and that scale's legend.
+// from 0 to vmax shared by every heatmap (heatmap_scale), and that scale's legend. Route::qk is the
+// Q/K route (an arm with a K route: its Q route), Route::k the K route of an arm with one (MUDD).
+enum class Route { qk, k, v };
 double heatmap_scale(const ExperimentSummary& summary);
-std::string plot_heatmap(const ExperimentSummary& summary, const ArmRouting& arm, bool v_route, double vmax);
+std::string plot_heatmap(const ExperimentSummary& summary, const ArmRouting& arm, Route route, double vmax);
 std::string plot_heatmap_legend(double vmax);
 
 // One arm's depth connections (signed weights, targets as rows, sources as columns) on a diverging
 // scale of its own (connection_plots.cpp).
 std::string plot_connections(const ExperimentSummary& summary, const ArmConnections& connections);
 
-// (d) JS between the two routes per attention sublayer, nats and bits, with each arm's layer mean.
+// (d) JS between the routes per attention sublayer, nats and bits, with each arm's layer mean: Q/K ~ V,
+// and for an arm with a K route (MUDD) Q ~ V and K ~ V.
 std::string plot_js(const ExperimentSummary& summary);
 
 // (e) Training loss against tokens, when the runs logged a curve.

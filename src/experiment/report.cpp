@@ -46,13 +46,25 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
     else line += " Power: " + a.power.reason + ".";
     out.push_back(line);
   }
-  for (const auto& r : s.routing)
-    if (r.two_routes)
+  for (const auto& r : s.routing) {
+    if (!r.two_routes) continue;
+    const std::string estimate = r.per_token_js ? "." : " (JS of mean distributions: a lower bound).";
+    if (!r.k_route) {
       out.push_back(concat(r.arm, ": mean JS between routes ", format_number(r.all_layers.nats, 4), " nats (",
                            format_number(r.all_layers.bits, 4), " bits) over all ", r.all_layers.layers,
                            " attention sublayers, ", format_number(r.multi_source_layers.nats, 4), " nats over the ",
-                           r.multi_source_layers.layers, " with more than one source",
-                           r.per_token_js ? "." : " (JS of mean distributions: a lower bound)."));
+                           r.multi_source_layers.layers, " with more than one source", estimate));
+      continue;
+    }
+    auto pair = [](const char* name, const JsLayerMean& all, const JsLayerMean& multi) {
+      return concat(name, " ", format_number(all.nats, 4), " nats (", format_number(all.bits, 4), " bits; ",
+                    format_number(multi.nats, 4), " over the ", multi.layers, " multi-source)");
+    };
+    out.push_back(concat(r.arm, ": mean JS between its Q, K and V ways over all ", r.all_layers.layers,
+                         " blocks, ", pair("Q~V", r.all_layers, r.multi_source_layers), ", ",
+                         pair("K~V", r.k_all_layers, r.k_multi_source_layers), ", per token with ",
+                         kMuddRoutingDefinition, estimate));
+  }
   return out;
 }
 
@@ -235,20 +247,29 @@ std::string render_html(const ExperimentSummary& s) {
     h += "<h2>Depth routing</h2>\n";
     // One colour scale for every heatmap, so routes and arms compare directly.
     const double vmax = heatmap_scale(s);
+    const bool any_k = std::any_of(s.routing.begin(), s.routing.end(), [](const ArmRouting& a) { return a.k_route; });
     h += "<p class=\"lead\">Mean depth-attention weight of each source (rows; emb = token embedding, then block "
          "representations in order, the last being the current block's partial sum where present) for each attention "
          "sublayer (columns), averaged over evaluation tokens and seeds. Hover a cell for its value.</p>\n";
+    if (any_k) h += "<p class=\"lead\">" + escape_html(mudd_routing_note()) + "</p>\n";
     h += "<figure>" + plot_heatmap_legend(vmax) + "</figure>\n<div class=\"heatmaps\">\n";
+    // Two per row: Q/K (or Q) and V, then an arm's K route on a row of its own.
     for (const auto& a : s.routing) {
-      h += "<figure>" + plot_heatmap(s, a, false, vmax) + "</figure>";
-      h += a.two_routes ? "<figure>" + plot_heatmap(s, a, true, vmax) + "</figure>\n" : "<div></div>\n";
+      h += "<figure>" + plot_heatmap(s, a, Route::qk, vmax) + "</figure>";
+      h += a.two_routes ? "<figure>" + plot_heatmap(s, a, Route::v, vmax) + "</figure>\n" : "<div></div>\n";
+      if (a.k_route) h += "<figure>" + plot_heatmap(s, a, Route::k, vmax) + "</figure><div></div>\n";
     }
     h += "</div>\n";
     if (const std::string plot = plot_js(s); !plot.empty())
-      h += "<h3>Jensen–Shannon divergence between the Q/K and V routes</h3><figure>" + plot +
+      h += "<h3>Jensen–Shannon divergence between the routes</h3><figure>" + plot +
            "<figcaption>JS(α<sub>QK</sub>, α<sub>V</sub>) per attention sublayer, averaged over evaluation tokens "
            "(per-token average) and seeds; at most ln 2 nats = 1 bit. Single-source sublayers (†) are 0 by "
-           "construction.</figcaption></figure>\n";
+           "construction." +
+           std::string(any_k ? " MUDD: JS(p<sub>Q</sub>, p<sub>V</sub>) and, lighter, JS(p<sub>K</sub>, "
+                               "p<sub>V</sub>) per block, with " +
+                                   escape_html(kMuddRoutingDefinition) + "."
+                             : "") +
+           "</figcaption></figure>\n";
     h += table_titled("Depth routing: Jensen");
     h += table_titled("Jensen");
   }

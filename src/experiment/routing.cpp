@@ -1,6 +1,7 @@
 #include "experiment/routing.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "experiment/stats.hpp"
 #include "kernels/dwa.hpp"
@@ -40,12 +41,84 @@ const DepthRouting& routing_of(const InferenceBackend& model) {
   return *routing;
 }
 
+// MUDD's routing (routing_diagnostics): block b's routes are the Q, K and V ways of DA b-1.
+std::vector<results::LayerRouting> mudd_routing(InferenceBackend& model, const data::TokenDataset& split, int batch,
+                                                int seq, std::int64_t max_tokens) {
+  std::vector<results::LayerRouting> layers;
+  const ModelConfig& c = model.config();
+  if (!c.mudd_multiway()) return layers;
+  const DepthRouting& routing = routing_of(model);
+  enum { kQ, kK, kV };  // the DA's way indices (kernels/mudd.hpp), R being the fourth
+  for (int b = 0; b < c.n_layers; ++b) {
+    results::LayerRouting s;
+    s.layer = b;
+    s.sources = b == 0 ? 1 : c.mudd_da_sources(b - 1);  // block 0 reads the embedding on every way
+    const double single = s.sources == 1 ? 1.0 : 0.0;    // (the sums below start at 0)
+    s.qk_mean.assign(static_cast<std::size_t>(s.sources), single);
+    s.k_mean = s.v_mean = s.qk_mean;
+    s.js_nats = s.js_k_nats = 0;
+    layers.push_back(std::move(s));
+  }
+  const auto max_sources = static_cast<std::size_t>(c.n_layers);  // DA n_layers - 2, the last with Q, K, V
+  std::vector<float> dw(max_sources), norms(max_sources);
+  std::vector<double> p[3] = {std::vector<double>(max_sources), std::vector<double>(max_sources),
+                              std::vector<double>(max_sources)};
+  const std::int64_t counted = over_windows(model, split, batch, seq, max_tokens, [&](std::int64_t n_tok) {
+    for (auto& s : layers) {
+      if (s.sources == 1) continue;
+      const int da = s.layer - 1;
+      const auto n = static_cast<std::size_t>(s.sources);
+      for (std::int64_t t = 0; t < n_tok; ++t) {
+        routing.mudd_source_norms(da, t, std::span<float>(norms.data(), n));
+        for (int way : {kQ, kK, kV}) {
+          routing.mudd_weights(da, way, t, std::span<float>(dw.data(), n));
+          mudd_way_distribution(std::span<const float>(dw.data(), n), std::span<const float>(norms.data(), n),
+                                std::span<double>(p[way].data(), n));
+        }
+        for (std::size_t j = 0; j < n; ++j) {
+          s.qk_mean[j] += p[kQ][j];
+          s.k_mean[j] += p[kK][j];
+          s.v_mean[j] += p[kV][j];
+        }
+        const std::span<const double> pv(p[kV].data(), n);
+        s.js_nats += js_divergence_nats(std::span<const double>(p[kQ].data(), n), pv);
+        s.js_k_nats += js_divergence_nats(std::span<const double>(p[kK].data(), n), pv);
+      }
+    }
+  });
+  for (auto& s : layers) {
+    if (s.sources == 1) continue;
+    for (auto* mean : {&s.qk_mean, &s.k_mean, &s.v_mean})
+      for (double& x : *mean) x /= double(counted);
+    s.js_nats /= double(counted);
+    s.js_k_nats /= double(counted);
+  }
+  return layers;
+}
+
 }  // namespace
+
+void mudd_way_distribution(std::span<const float> dw, std::span<const float> norms, std::span<double> p) {
+  require(dw.size() == p.size() && norms.size() == p.size() && !p.empty(), "mudd_way_distribution: ", dw.size(),
+          " weights, ", norms.size(), " norms and ", p.size(), " outputs");
+  double sum = 0;
+  for (std::size_t j = 0; j < p.size(); ++j) {
+    p[j] = std::abs(double(dw[j])) * double(norms[j]);
+    sum += p[j];
+  }
+  if (sum == 0) {  // the way mixes nothing in: see routing.hpp
+    std::fill(p.begin(), p.end(), 0.0);
+    p.back() = 1;
+    return;
+  }
+  for (double& x : p) x /= sum;  // (NaN weights stay NaN, as a diverged model's softmax would)
+}
 
 std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens) {
   std::vector<results::LayerRouting> layers;
   const ModelConfig& c = model.config();
+  if (c.residual == ResidualMode::mudd) return mudd_routing(model, split, batch, seq, max_tokens);
   const Topology topology(c);
   if (!topology.has_reads()) return layers;
   const DepthRouting* routing = &routing_of(model);

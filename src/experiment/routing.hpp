@@ -1,9 +1,11 @@
 // Depth-routing diagnostics on evaluation tokens (spec §7): per attention sublayer, the mean
 // depth distribution of the Q/K route and of the V route, and the per-token Jensen-Shannon
-// divergence between them, averaged over tokens.
+// divergence between them, averaged over tokens. MUDD's Q, K and V ways get the same diagnostic on
+// distributions made of its mixing weights (baselines-spec §6.5).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "data/loader.hpp"
@@ -15,10 +17,29 @@ namespace attnres::experiment {
 
 // Runs the model over the split's first windows (up to max_tokens) and averages per token, one
 // entry per attention sublayer, as result.json records them: v_mean and js_nats (0 for
-// single-source layers) only where the attention input has two routes. Empty without depth reads.
-// The model must keep its depth routing (InferenceBackend::routing(): the CPU backend does).
+// single-source layers) only where the attention input has two routes. The model must keep its
+// depth routing (InferenceBackend::routing(): the CPU backend does).
+//
+// MUDD with Q, K and V ways (mudd_ways = qkvr): one entry per block b, whose routes are the Q, K
+// and V ways of the DA feeding it, each token's weights made a distribution by
+// mudd_way_distribution: qk_mean is the Q way's mean, k_mean the K way's, v_mean the V way's,
+// js_nats the per-token JS(p_Q, p_V) and js_k_nats JS(p_K, p_V). Block 0 reads the embedding
+// alone: one source, JS 0. Static MUDD (dw = a) too: the source norms are per token.
+//
+// Empty for modes without either (prenorm, denseformer, hc, mhc, and mudd_ways = r, whose one
+// stream per block has no Q/K/V split to compare).
 std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
                                                        int batch, int seq, std::int64_t max_tokens);
+
+// MUDD's depth distribution of one way c of a DA for one token (baselines-spec §6.5). Its weights
+// dw[c, j] are signed and not normalised, so JS is not defined on them; each is weighed by the size
+// of what it mixes: p(j) = |dw[c, j]|·‖X_j‖ / Σ_j |dw[c, j]|·‖X_j‖ (X_j: the sources the DA mixes,
+// with PrePostDANorm the normalised ones; its skip term x_c = X_{i+1} + ... is not a source and
+// not counted). When the sum is 0 the way mixes nothing in: p puts all weight on the last source,
+// the block output X_{i+1} that way then carries with PrePostDANorm (x_c = X_{i+1}, as at its
+// initialisation, dw = 0), and that the base variant's initialisation (dw = e_last) gives too.
+// dw, norms and p have one entry per source.
+void mudd_way_distribution(std::span<const float> dw, std::span<const float> norms, std::span<double> p);
 
 // MUDD's connections (baselines-spec §6.5): per way ("mudd.q", "mudd.k", "mudd.v", "mudd.r"; the
 // last DA has R alone), one row per DA module (target i+1: the block it feeds, n_layers: the final

@@ -131,6 +131,24 @@ std::vector<ArmConnections> summarize_connections(const ExperimentSummary& s) {
   return out;
 }
 
+// The layer mean of per-layer JS values (nats), with bits and the count.
+JsLayerMean js_layer_mean(const std::vector<double>& js) {
+  const double nats = mean_of(js);
+  return {nats, nats_to_bits(nats), static_cast<int>(js.size())};
+}
+
+// One layer's JS between a route (its seed-mean distribution `route`) and the V route: the runs'
+// per-token average (`per_token_mean`, mean over seeds) when every run gave it, else the JS of the
+// seed-mean distributions. Sets nats, bits and of_means.
+void layer_js(const LayerRoutingSummary& l, const std::vector<double>& route, bool per_token, double per_token_mean,
+              double& nats, double& bits, double& of_means) {
+  of_means = js_divergence_nats(route, l.v_mean);
+  // One source: every route puts all weight on it, so JS is exactly 0 whatever the runner wrote.
+  if (l.sources == 1) nats = of_means = 0;
+  else nats = per_token ? per_token_mean : of_means;
+  bits = nats_to_bits(nats);
+}
+
 std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
   std::vector<ArmRouting> out;
   for (const auto& arm : s.spec.arms) {
@@ -139,6 +157,9 @@ std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
     if (routed == 0) continue;
     // Layer structure is fixed by the model config, so every seed must agree on it.
     const RunResult& first = **std::find_if(runs.begin(), runs.end(), [](auto* r) { return !r->routing.empty(); });
+    const auto routes = [](const LayerRouting& l) {
+      return std::string(l.v_mean.empty() ? "" : ", v_mean") + (l.k_mean.empty() ? "" : ", k_mean");
+    };
     for (const RunResult* r : runs) {
       require(!r->routing.empty(), path_of(s, *r), ": key 'routing' is missing but ", path_of(s, first),
               " has it (same arm)");
@@ -146,10 +167,10 @@ std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
               r->routing.size(), " layers but ", path_of(s, first), " has ", first.routing.size());
       for (std::size_t l = 0; l < first.routing.size(); ++l) {
         const LayerRouting &a = r->routing[l], &b = first.routing[l];
-        require(a.layer == b.layer && a.sources == b.sources && a.v_mean.empty() == b.v_mean.empty(), path_of(s, *r),
-                ": key 'routing.layers' entry for layer ", a.layer, " (", a.sources, " sources",
-                a.v_mean.empty() ? "" : ", v_mean", ") does not match ", path_of(s, first), " (layer ", b.layer, ", ",
-                b.sources, " sources", b.v_mean.empty() ? "" : ", v_mean", ")");
+        require(a.layer == b.layer && a.sources == b.sources && routes(a) == routes(b), path_of(s, *r),
+                ": key 'routing.layers' entry for layer ", a.layer, " (", a.sources, " sources", routes(a),
+                ") does not match ", path_of(s, first), " (layer ", b.layer, ", ", b.sources, " sources", routes(b),
+                ")");
       }
     }
 
@@ -157,43 +178,52 @@ std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
     ar.arm = arm;
     ar.n_seeds = static_cast<int>(runs.size());
     ar.two_routes = !first.routing.front().v_mean.empty();
+    ar.k_route = !first.routing.front().k_mean.empty();  // run_result.cpp: only beside a V route
     ar.per_token_js = ar.two_routes;
     for (const RunResult* r : runs)
       for (const auto& l : r->routing)
-        if (l.sources > 1 && std::isnan(l.js_nats)) ar.per_token_js = false;
+        if (l.sources > 1 && (std::isnan(l.js_nats) || (ar.k_route && std::isnan(l.js_k_nats))))
+          ar.per_token_js = false;
 
     const double inv = 1.0 / static_cast<double>(runs.size());
-    std::vector<double> all_js, multi_js;
+    std::vector<double> all_js, multi_js, all_js_k, multi_js_k;
     for (std::size_t l = 0; l < first.routing.size(); ++l) {
       LayerRoutingSummary ls;
       ls.layer = first.routing[l].layer;
       ls.sources = first.routing[l].sources;
       ls.qk_mean.assign(ls.sources, 0.0);
       if (ar.two_routes) ls.v_mean.assign(ls.sources, 0.0);
-      double js_sum = 0;
+      if (ar.k_route) ls.k_mean.assign(ls.sources, 0.0);
+      double js_sum = 0, js_k_sum = 0;
       for (const RunResult* r : runs) {
         const LayerRouting& lr = r->routing[l];
         for (int i = 0; i < ls.sources; ++i) {
           ls.qk_mean[i] += lr.qk_mean[i] * inv;
           if (ar.two_routes) ls.v_mean[i] += lr.v_mean[i] * inv;
+          if (ar.k_route) ls.k_mean[i] += lr.k_mean[i] * inv;
         }
         if (!std::isnan(lr.js_nats)) js_sum += lr.js_nats;
+        if (!std::isnan(lr.js_k_nats)) js_k_sum += lr.js_k_nats;
       }
       if (ar.two_routes) {
-        ls.js_of_means_nats = js_divergence_nats(ls.qk_mean, ls.v_mean);
-        // One source: both routes put all weight on it, so JS is exactly 0 whatever the runner wrote.
-        if (ls.sources == 1) ls.js_nats = ls.js_of_means_nats = 0;
-        else ls.js_nats = ar.per_token_js ? js_sum * inv : ls.js_of_means_nats;
-        ls.js_bits = nats_to_bits(ls.js_nats);
+        layer_js(ls, ls.qk_mean, ar.per_token_js, js_sum * inv, ls.js_nats, ls.js_bits, ls.js_of_means_nats);
         all_js.push_back(ls.js_nats);
         if (ls.sources > 1) multi_js.push_back(ls.js_nats);
+      }
+      if (ar.k_route) {
+        layer_js(ls, ls.k_mean, ar.per_token_js, js_k_sum * inv, ls.js_k_nats, ls.js_k_bits, ls.js_k_of_means_nats);
+        all_js_k.push_back(ls.js_k_nats);
+        if (ls.sources > 1) multi_js_k.push_back(ls.js_k_nats);
       }
       ar.layers.push_back(std::move(ls));
     }
     if (ar.two_routes) {
-      ar.all_layers = {mean_of(all_js), nats_to_bits(mean_of(all_js)), static_cast<int>(all_js.size())};
-      ar.multi_source_layers = {mean_of(multi_js), nats_to_bits(mean_of(multi_js)),
-                                static_cast<int>(multi_js.size())};
+      ar.all_layers = js_layer_mean(all_js);
+      ar.multi_source_layers = js_layer_mean(multi_js);
+    }
+    if (ar.k_route) {
+      ar.k_all_layers = js_layer_mean(all_js_k);
+      ar.k_multi_source_layers = js_layer_mean(multi_js_k);
     }
     out.push_back(std::move(ar));
   }

@@ -116,7 +116,7 @@ void draw_legend(Svg& svg, double x, double y, const std::vector<LegendEntry>& e
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const double yy = y + 20.0 * static_cast<double>(i);
     if (dots) svg.circle(x + 9, yy - 4, 5, entries[i].color);
-    else svg.line(x, yy - 4, x + 18, yy - 4, entries[i].color, 3);
+    else svg.line(x, yy - 4, x + 18, yy - 4, entries[i].color, 3, entries[i].extra);
     svg.text(x + 26, yy, entries[i].label, " class=\"legend\"");
   }
 }

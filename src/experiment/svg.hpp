@@ -69,6 +69,7 @@ void draw_axes(Svg& svg, const Axis& x, const Axis& y, const std::vector<double>
 struct LegendEntry {
   std::string label;
   std::string color;
+  std::string extra = "";  // attributes of the line sample (e.g. an opacity)
 };
 
 // One entry per line from (x, y) down; a line sample, or a dot with `dots`.

@@ -118,6 +118,13 @@ std::string ratio_cell(double r) { return std::isfinite(r) ? format_printf("%.3f
 
 }  // namespace
 
+std::string mudd_routing_note() {
+  return concat("MUDD (Q ~ V, K ~ V): a layer is a block, its routes the Q, K and V ways of the DA module feeding it ",
+                "(block 0 reads the embedding alone). Their weights dw are signed and unnormalised, so per token ",
+                "each way c is read as ", kMuddRoutingDefinition, " over the sources X_j it mixes (the normalised ",
+                "ones with PrePostDANorm); JS(p_Q, p_V) and JS(p_K, p_V) (baselines-spec §6.5).");
+}
+
 std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   std::vector<Table> tables;
   std::vector<const Comparison*> val;
@@ -131,56 +138,67 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   tables.push_back(power_table(s));
 
   if (!s.routing.empty()) {
+    const bool any_k = std::any_of(s.routing.begin(), s.routing.end(), [](const ArmRouting& a) { return a.k_route; });
     Table t;
-    t.title = "Depth routing: Jensen–Shannon divergence between the Q/K and V routes (mean over layers)";
+    t.title = "Depth routing: Jensen–Shannon divergence between the routes (mean over layers)";
     t.header = {"arm", "routes", "seeds", "JS all layers (nats)", "(bits)", "JS multi-source layers (nats)", "(bits)",
                 "estimate"};
     t.left_columns = 2;
+    auto js_row = [&](const ArmRouting& a, const char* routes, const JsLayerMean& all, const JsLayerMean& multi) {
+      t.rows.push_back({a.arm, routes, std::to_string(a.n_seeds),
+                        concat(format_number(all.nats, 4), " (", all.layers, ")"), format_number(all.bits, 4),
+                        concat(format_number(multi.nats, 4), " (", multi.layers, ")"), format_number(multi.bits, 4),
+                        a.per_token_js ? "per-token" : "of means"});
+    };
     for (const auto& a : s.routing) {
       if (!a.two_routes) {
         t.rows.push_back({a.arm, "Q/K only", std::to_string(a.n_seeds), "", "", "", "", ""});
-        continue;
+      } else if (!a.k_route) {
+        js_row(a, "Q/K + V", a.all_layers, a.multi_source_layers);
+      } else {
+        js_row(a, "Q ~ V", a.all_layers, a.multi_source_layers);
+        js_row(a, "K ~ V", a.k_all_layers, a.k_multi_source_layers);
       }
-      t.rows.push_back({a.arm, "Q/K + V", std::to_string(a.n_seeds),
-                        concat(format_number(a.all_layers.nats, 4), " (", a.all_layers.layers, ")"),
-                        format_number(a.all_layers.bits, 4),
-                        concat(format_number(a.multi_source_layers.nats, 4), " (", a.multi_source_layers.layers, ")"),
-                        format_number(a.multi_source_layers.bits, 4),
-                        a.per_token_js ? "per-token" : "of means"});
     }
     t.notes = {
-        "Per attention sublayer, JS between the two routes' depth weights, averaged over evaluation tokens, then over "
-        "layers (count in brackets).",
+        "Per attention sublayer, JS between the routes' depth weights (Q/K + V: the Q/K and V routes), averaged over "
+        "evaluation tokens, then over layers (count in brackets).",
         "'all layers' counts single-source sublayers (JS = 0); 'multi-source' leaves them out. Max: ln 2 nats = 1 bit.",
         "estimate 'per-token': the runs' per-token average (the headline); 'of means': JS of the token-averaged "
         "distributions, a lower bound."};
+    if (any_k) t.notes.push_back(mudd_routing_note());
     tables.push_back(std::move(t));
 
     if (detailed) {
-      std::vector<const ArmRouting*> two;
-      for (const auto& a : s.routing)
-        if (a.two_routes) two.push_back(&a);
-      if (!two.empty()) {
+      // One column per arm and route pair (Q ~ V and K ~ V for arms with a K route).
+      std::vector<std::pair<const ArmRouting*, bool>> columns;  // (arm, K ~ V)
+      for (const auto& a : s.routing) {
+        if (a.two_routes) columns.push_back({&a, false});
+        if (a.k_route) columns.push_back({&a, true});
+      }
+      if (!columns.empty()) {
         Table d;
         d.title = "Jensen–Shannon divergence per attention sublayer (nats)";
         d.header = {"layer", "sources"};
-        for (const auto* a : two) d.header.push_back(a->arm);
+        for (const auto& [a, k] : columns) d.header.push_back(a->k_route ? a->arm + (k ? " K ~ V" : " Q ~ V") : a->arm);
         std::map<int, std::vector<std::string>> rows;
-        for (std::size_t k = 0; k < two.size(); ++k) {
-          for (const auto& l : two[k]->layers) {
+        for (std::size_t c = 0; c < columns.size(); ++c) {
+          for (const auto& l : columns[c].first->layers) {
             auto& row = rows[l.layer];
-            if (row.empty()) row = std::vector<std::string>(2 + two.size(), "");
+            if (row.empty()) row = std::vector<std::string>(2 + columns.size(), "");
             row[0] = std::to_string(l.layer);
             row[1] = std::to_string(l.sources);
-            row[2 + k] = format_number(l.js_nats, 4);
+            row[2 + c] = format_number(columns[c].second ? l.js_k_nats : l.js_nats, 4);
           }
         }
         for (auto& [layer, row] : rows) d.rows.push_back(std::move(row));
+        if (any_k) d.notes = {mudd_routing_note()};
         tables.push_back(std::move(d));
       }
       Table m;
       m.title = "Depth routing: mean distribution over sources per attention sublayer (mean over tokens and seeds)";
       m.header = {"arm", "layer", "sources", "Q/K route", "V route"};
+      if (any_k) m.header = {"arm", "layer", "sources", "Q/K route (MUDD: Q)", "K route (MUDD)", "V route"};
       m.left_columns = 1;
       auto list = [](const std::vector<double>& v) {
         std::string out;
@@ -188,11 +206,15 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
         return out;
       };
       for (const auto& a : s.routing)
-        for (const auto& l : a.layers)
-          m.rows.push_back({a.arm, std::to_string(l.layer), std::to_string(l.sources), list(l.qk_mean),
-                            a.two_routes ? list(l.v_mean) : "(one route)"});
+        for (const auto& l : a.layers) {
+          std::vector<std::string> row = {a.arm, std::to_string(l.layer), std::to_string(l.sources), list(l.qk_mean)};
+          if (any_k) row.push_back(a.k_route ? list(l.k_mean) : "");
+          row.push_back(a.two_routes ? list(l.v_mean) : "(one route)");
+          m.rows.push_back(std::move(row));
+        }
       m.notes = {"Sources in order: the token embedding, the completed blocks, then the current block's partial sum "
                  "where the sublayer has one."};
+      if (any_k) m.notes.push_back(mudd_routing_note());
       tables.push_back(std::move(m));
     }
   }
@@ -292,8 +314,11 @@ std::optional<Table> probe_table(const ExperimentSummary& s) {
     for (const auto& a : c.arms) {
       if (a.is_baseline) continue;
       std::string js;
-      for (const auto& r : x.routing)
-        if (r.arm == a.arm && r.two_routes) js = format_number(r.all_layers.nats, 4);
+      for (const auto& r : x.routing) {
+        if (r.arm != a.arm || !r.two_routes) continue;
+        js = format_number(r.all_layers.nats, 4);
+        if (r.k_route) js = concat("Q~V ", js, ", K~V ", format_number(r.k_all_layers.nats, 4));
+      }
       t.rows.push_back({name, model_value(x.spec.model, "n_layers"), model_value(x.spec.model, "d_model"),
                         format_tokens(static_cast<double>(c.tokens)), concat(a.arm, " vs ", x.spec.baseline),
                         std::to_string(a.stats.n), delta_cell(a), ci_cell(a), format_p_value(a.stats.p_value),

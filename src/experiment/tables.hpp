@@ -11,6 +11,11 @@
 
 namespace attnres::experiment {
 
+// MUDD's routing distributions (baselines-spec §6.5), stated next to its numbers wherever they are
+// shown (tables, the report): the definition, and a note that says what it is made of.
+inline constexpr const char* kMuddRoutingDefinition = "p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖";
+std::string mudd_routing_note();
+
 struct Table {
   std::string title;
   std::vector<std::string> header;

@@ -104,6 +104,11 @@ class Model {
   // MUDD: the mixing weights dw[way, 0..S-1] of DA module `da` (after block da) in the last
   // forward pass, for one token (as read_weights); static: its a.
   void mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const;
+  // MUDD: the norms ‖X_j‖ (over d) of the S sources DA module `da` mixes in the last forward pass,
+  // for one token: the block outputs X_0..X_{da+1}, or with mudd_prepost_norm the normalised X^_j
+  // the DA reads instead. The routing diagnostic weighs |dw| by them (baselines-spec §6.5);
+  // computed from the forward's buffers on each call, nothing is kept for it.
+  void mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const;
 
  private:
   struct Sublayer {

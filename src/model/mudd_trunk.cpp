@@ -9,6 +9,7 @@
 // generator hidden and RMS factor; the sublayer bodies keep what sublayers.cpp keeps.
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "kernels/depth_read.hpp"
 #include "kernels/elementwise.hpp"
@@ -75,17 +76,40 @@ Real* Model<Real>::dmudd_block_output(int j) {
   return j == 0 ? buf_.demb : buf_.sub[static_cast<std::size_t>(2 * j - 1)].dout;
 }
 
+namespace {
+
+// The checks of a query about DA module `da` and one token of the last forward pass (n_tok tokens),
+// with an output of one value per source.
+void check_mudd_query(const ModelConfig& config, int da, std::int64_t token, std::int64_t n_tok, std::size_t size) {
+  require(config.residual == ResidualMode::mudd && da >= 0 && da < config.n_layers, "the model has no MUDD DA ", da);
+  require(token >= 0 && token < n_tok, "token index out of range");
+  require(static_cast<int>(size) == config.mudd_da_sources(da), "MUDD DA ", da, " has ", config.mudd_da_sources(da),
+          " sources, not ", size);
+}
+
+}  // namespace
+
 template <class Real>
 void Model<Real>::mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const {
-  require(config_.residual == ResidualMode::mudd && da >= 0 && da < config_.n_layers, "the model has no MUDD DA ",
-          da);
+  check_mudd_query(config_, da, token, n_tok_, dw.size());
   const int C = config_.mudd_da_ways(da), S = config_.mudd_da_sources(da);
   require(way >= 0 && way < C, "MUDD DA ", da, " has no way ", way);
-  require(token >= 0 && token < n_tok_, "token index out of range");
-  require(static_cast<int>(dw.size()) == S, "dw buffer has the wrong size");
   const Real* w = config_.mudd_dynamic ? buf_.mudd[static_cast<std::size_t>(da)].dw + token * C * S
                                        : w_.mudd[static_cast<std::size_t>(da)].a;
   std::copy(w + way * S, w + (way + 1) * S, dw.begin());
+}
+
+template <class Real>
+void Model<Real>::mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const {
+  check_mudd_query(config_, da, token, n_tok_, norms.size());
+  const Real* sources[k::kMaxSources];
+  const k::MuddDa<Real> view = mudd_da(da, sources);  // the very buffers the DA mixed
+  for (int j = 0; j < view.n_sources; ++j) {
+    const Real* x = view.sources[j] + token * view.d;
+    double ss = 0;
+    for (int e = 0; e < view.d; ++e) ss += double(x[e]) * double(x[e]);
+    norms[static_cast<std::size_t>(j)] = static_cast<Real>(std::sqrt(ss));
+  }
 }
 
 template <class Real>
@@ -264,6 +288,7 @@ void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
   template Real* Model<Real>::dmudd_block_output(int);                                   \
   template k::MuddDa<Real> Model<Real>::mudd_da(int, const Real**) const;                \
   template void Model<Real>::mudd_weights(int, int, std::int64_t, std::span<Real>) const; \
+  template void Model<Real>::mudd_source_norms(int, std::int64_t, std::span<Real>) const; \
   template const Real* Model<Real>::forward_mudd(std::int64_t, int, KvCache<Real>*);     \
   template void Model<Real>::backward_mudd(std::int64_t, int);
 ATTNRES_MUDD_INSTANTIATIONS(float)

@@ -33,12 +33,22 @@ std::vector<double> distribution(const JsonValue& v, int sources) {
   return out;
 }
 
+// A JS divergence in nats between a route's distribution (read as `key`) and the V route's.
+double read_js_nats(const JsonValue& v, const std::vector<double>& route, const char* key) {
+  const double js = v.number();
+  if (js < -1e-9 || js > std::numbers::ln2 + 1e-6) v.bad("must lie in [0, ln 2]");
+  if (route.empty()) v.bad(concat("is given without '", key, "'"));
+  return js;
+}
+
 }  // namespace
 
 json to_json(const LayerRouting& l) {
   json j = {{"layer", l.layer}, {"sources", l.sources}, {"qk_mean", l.qk_mean}};
   if (!l.v_mean.empty()) j["v_mean"] = l.v_mean;
   if (std::isfinite(l.js_nats)) j["js_nats"] = l.js_nats;
+  if (!l.k_mean.empty()) j["k_mean"] = l.k_mean;
+  if (std::isfinite(l.js_k_nats)) j["js_k_nats"] = l.js_k_nats;
   return j;
 }
 
@@ -51,11 +61,9 @@ void from_json(JsonObject& in, LayerRouting& l) {
   if (l.sources < 1) sources.bad("must be at least 1");
   l.qk_mean = distribution(in.get("qk_mean"), l.sources);
   if (const auto v = in.find("v_mean"); v && !v->is_null()) l.v_mean = distribution(*v, l.sources);
-  if (const auto js = in.find("js_nats"); js && !js->is_null()) {
-    l.js_nats = js->number();
-    if (l.js_nats < -1e-9 || l.js_nats > std::numbers::ln2 + 1e-6) js->bad("must lie in [0, ln 2]");
-    if (l.v_mean.empty()) js->bad("is given without 'v_mean'");
-  }
+  if (const auto js = in.find("js_nats"); js && !js->is_null()) l.js_nats = read_js_nats(*js, l.v_mean, "v_mean");
+  if (const auto k = in.find("k_mean"); k && !k->is_null()) l.k_mean = distribution(*k, l.sources);
+  if (const auto js = in.find("js_k_nats"); js && !js->is_null()) l.js_k_nats = read_js_nats(*js, l.k_mean, "k_mean");
 }
 
 json to_json(const Connections& c) {
@@ -158,13 +166,21 @@ void from_json(JsonObject& in, RunResult& r) {
       r.routing.push_back(std::move(l));
     }
     object.finish();
-    const bool two = std::any_of(r.routing.begin(), r.routing.end(), [](const auto& l) { return !l.v_mean.empty(); });
-    for (auto& l : r.routing) {
-      if (!two || !l.v_mean.empty()) continue;
-      // A single source gets all the weight on either route, so its V distribution may be left out.
-      if (l.sources == 1) l.v_mean = {1.0};
-      else layers.bad(concat("gives 'v_mean' for some layers but not for layer ", l.layer));
-    }
+    // A route is given for every layer or none. A single source gets all the weight on any route,
+    // so a single-source layer may leave its V and K distributions out.
+    auto complete = [&](std::vector<double> LayerRouting::*route, const char* key) {
+      const bool given =
+          std::any_of(r.routing.begin(), r.routing.end(), [&](const auto& l) { return !(l.*route).empty(); });
+      for (auto& l : r.routing) {
+        if (!given || !(l.*route).empty()) continue;
+        if (l.sources == 1) l.*route = {1.0};
+        else layers.bad(concat("gives '", key, "' for some layers but not for layer ", l.layer));
+      }
+      return given;
+    };
+    const bool v_route = complete(&LayerRouting::v_mean, "v_mean");
+    // The K route's own distribution is compared with the V route's.
+    if (complete(&LayerRouting::k_mean, "k_mean") && !v_route) layers.bad("gives 'k_mean' without 'v_mean'");
     std::sort(r.routing.begin(), r.routing.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
   }
 

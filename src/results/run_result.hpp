@@ -13,13 +13,20 @@
 
 namespace attnres::results {
 
-// One attention sublayer's routing, averaged over evaluation tokens by the runner.
+// One attention sublayer's routing, averaged over evaluation tokens by the runner. The routes are
+// the depth distributions its attention's inputs are read with: one (Q/K/V), two (Q/K and V: rd)
+// or three (Q, K and V: MUDD, whose distributions are p_c(j) ∝ |dw[c,j]|·‖X_j‖, baselines-spec
+// §6.5). Per-token JS is always taken against the V route.
 struct LayerRouting {
   int layer = 0;
   int sources = 0;
-  std::vector<double> qk_mean;     // the Q/K route's mean depth distribution (sources entries)
-  std::vector<double> v_mean;      // the V route's; empty for single-route arms
-  double js_nats = kNotAvailable;  // per-token JS averaged over tokens; NaN when the runner gave none
+  // The mean depth distribution (sources entries) of the route that forms the queries, and the keys
+  // too unless k_mean is given.
+  std::vector<double> qk_mean;
+  std::vector<double> v_mean;        // the V route's; empty for single-route arms
+  double js_nats = kNotAvailable;    // JS(qk, V) per token, averaged over tokens; NaN when the runner gave none
+  std::vector<double> k_mean;        // the K route's own (MUDD); empty where qk_mean forms the keys
+  double js_k_nats = kNotAvailable;  // JS(K, V) as js_nats; NaN without k_mean
 };
 
 // The depth connections of a baseline mode (baselines-spec §6.5): mixing weights that are signed
@@ -51,9 +58,10 @@ struct RunResult {
   std::vector<Connections> connections;  // empty: none, no "connections" key
 };
 
-// Reading checks what one file can show: types, ranges, distributions summing to 1, a value route
-// given for all layers or none (a single-source layer may leave it out: it is {1}). Whether the file
-// fits its experiment (arm, seed, milestones) is the summary's check.
+// Reading checks what one file can show: types, ranges, distributions summing to 1, a V (or K)
+// route given for all layers or none (a single-source layer may leave it out: it is {1}), a K route
+// only beside a V route. Whether the file fits its experiment (arm, seed, milestones) is the
+// summary's check.
 nlohmann::json to_json(const LayerRouting& l);
 void from_json(JsonObject& in, LayerRouting& l);
 nlohmann::json to_json(const Connections& c);

@@ -171,6 +171,12 @@ json to_json(const ArmRouting& a) {
       lj["js_bits"] = number_or_null(l.js_bits);
       lj["js_of_means_nats"] = number_or_null(l.js_of_means_nats);
     }
+    if (a.k_route) {
+      lj["k_mean"] = numbers_or_null(l.k_mean);
+      lj["js_k_nats"] = number_or_null(l.js_k_nats);
+      lj["js_k_bits"] = number_or_null(l.js_k_bits);
+      lj["js_k_of_means_nats"] = number_or_null(l.js_k_of_means_nats);
+    }
     layers.push_back(std::move(lj));
   }
   json j = {{"arm", a.arm}, {"seeds", a.n_seeds}, {"two_routes", a.two_routes}, {"layers", std::move(layers)}};
@@ -179,6 +185,11 @@ json to_json(const ArmRouting& a) {
     j["js_mean_all_layers"] = to_json(a.all_layers);
     j["js_mean_multi_source_layers"] = to_json(a.multi_source_layers);
   }
+  if (a.k_route) {
+    j["k_route"] = true;
+    j["js_k_mean_all_layers"] = to_json(a.k_all_layers);
+    j["js_k_mean_multi_source_layers"] = to_json(a.k_multi_source_layers);
+  }
   return j;
 }
 
@@ -186,6 +197,12 @@ void from_json(JsonObject& in, ArmRouting& a) {
   a.arm = in.get("arm").string();
   a.n_seeds = static_cast<int>(in.get("seeds").integer());
   a.two_routes = in.get("two_routes").boolean();
+  // Absent in summaries without a K route (and in those written before attnres recorded one).
+  if (const auto k = in.find("k_route")) {
+    a.k_route = k->boolean();
+    if (!a.k_route) k->bad("must be true or left out");
+    if (!a.two_routes) k->bad("is true but 'two_routes' is false (a K route is compared with the V route)");
+  }
   for (const JsonValue& entry : in.get("layers").array()) {
     JsonObject lj = entry.object();
     LayerRoutingSummary l;
@@ -198,6 +215,12 @@ void from_json(JsonObject& in, ArmRouting& a) {
       l.js_bits = lj.get("js_bits").number_or_null();
       l.js_of_means_nats = lj.get("js_of_means_nats").number_or_null();
     }
+    if (a.k_route) {
+      l.k_mean = lj.get("k_mean").numbers_or_null();
+      l.js_k_nats = lj.get("js_k_nats").number_or_null();
+      l.js_k_bits = lj.get("js_k_bits").number_or_null();
+      l.js_k_of_means_nats = lj.get("js_k_of_means_nats").number_or_null();
+    }
     lj.finish();
     a.layers.push_back(std::move(l));
   }
@@ -209,6 +232,9 @@ void from_json(JsonObject& in, ArmRouting& a) {
   a.per_token_js = e == kPerTokenMean;
   a.all_layers = read_object<JsLayerMean>(in.get("js_mean_all_layers"));
   a.multi_source_layers = read_object<JsLayerMean>(in.get("js_mean_multi_source_layers"));
+  if (!a.k_route) return;
+  a.k_all_layers = read_object<JsLayerMean>(in.get("js_k_mean_all_layers"));
+  a.k_multi_source_layers = read_object<JsLayerMean>(in.get("js_k_mean_multi_source_layers"));
 }
 
 json to_json(const ArmSystems& a) {

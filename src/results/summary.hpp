@@ -72,6 +72,12 @@ struct LayerRoutingSummary {
   double js_bits = kNotAvailable;
   // JS between the seed-mean distributions above: a lower bound of the per-token average (convexity).
   double js_of_means_nats = kNotAvailable;
+  // Arms with a K route of its own (ArmRouting::k_route) only: its mean distribution over seeds and
+  // the JS between it and the V route, as the three above for the qk route.
+  std::vector<double> k_mean;
+  double js_k_nats = kNotAvailable;
+  double js_k_bits = kNotAvailable;
+  double js_k_of_means_nats = kNotAvailable;
 };
 
 struct JsLayerMean {
@@ -83,12 +89,17 @@ struct JsLayerMean {
 struct ArmRouting {
   std::string arm;
   int n_seeds = 0;
-  bool two_routes = false;  // has a separate V route (rd, rd-average, rd-frozen)
+  bool two_routes = false;  // has a separate V route (rd, rd-average, rd-frozen, mudd)
+  // Has a K route of its own besides the Q and V routes: MUDD, whose routes are the distributions
+  // p_c(j) ∝ |dw[c,j]|·‖X_j‖ of the DA feeding each block (baselines-spec §6.5); qk_mean is then the Q
+  // route. Written only when true (summaries of other arms are as before).
+  bool k_route = false;
   // The rest is written for arms with two routes only.
-  bool per_token_js = false;  // js_nats is the runs' per-token average (else the JS of mean distributions)
+  bool per_token_js = false;  // js_nats (and js_k_nats) are the runs' per-token averages, else JS of means
   std::vector<LayerRoutingSummary> layers;
-  JsLayerMean all_layers;           // mean over every attention sublayer (single-source ones count as 0)
+  JsLayerMean all_layers;           // JS(qk, V): mean over every attention sublayer (single-source ones count as 0)
   JsLayerMean multi_source_layers;  // mean over layers with more than one source
+  JsLayerMean k_all_layers, k_multi_source_layers;  // JS(K, V), the same two ways (k_route only)
 };
 
 // An arm's depth connections (run_result.hpp's Connections), each weight the mean over the seeds.

@@ -24,6 +24,9 @@ class ModelRouting final : public DepthRouting {
   void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const override {
     model_.mudd_weights(da, way, token, dw);
   }
+  void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const override {
+    model_.mudd_source_norms(da, token, norms);
+  }
 
  private:
   const Model<float>& model_;

@@ -27,6 +27,9 @@ class DepthRouting {
   // MUDD: dw[way, 0..S-1] of DA module `da` for one token (Model::mudd_weights). Backends
   // without MUDD refuse.
   virtual void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const;
+  // MUDD: the norms of the S sources DA module `da` mixes, for one token
+  // (Model::mudd_source_norms). Backends without MUDD refuse.
+  virtual void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const;
 };
 
 // Incremental decoding with a KV cache: each appended token costs one step of work. Holds a

@@ -434,10 +434,28 @@ TEST_F(CliTest, ExperimentRecordsMuddConnections) {
     EXPECT_EQ(c[w]["rows"][0]["sources"].size(), 2u);  // X_0, X_1
   }
   EXPECT_EQ(c[3]["rows"][1]["target"], layers);  // the last DA feeds the final norm
+  // Its routing diagnostic (baselines-spec §6.5): per block, the Q, K and V ways' distributions
+  // and the per-token JS of Q~V and K~V; block 0 reads the embedding alone.
+  ASSERT_TRUE(result.contains("routing")) << result.dump(1);
+  const nlohmann::json& routing = result["routing"]["layers"];
+  ASSERT_EQ(static_cast<int>(routing.size()), layers);
+  EXPECT_EQ(routing[0]["sources"], 1);
+  EXPECT_EQ(routing[0]["js_k_nats"], 0.0);
+  EXPECT_EQ(routing[1]["sources"], 2);
+  for (const char* key : {"qk_mean", "k_mean", "v_mean"}) EXPECT_EQ(routing[1][key].size(), 2u) << key;
+  EXPECT_GE(routing[1]["js_nats"].get<double>(), 0.0);
+  EXPECT_GE(routing[1]["js_k_nats"].get<double>(), 0.0);
   ASSERT_EQ(run_cli("report --experiment " + out).exit_code, 0);
   std::ifstream md(out + "/report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(contains(text, "Depth connections: mudd 'mudd.v'")) << text;
+  EXPECT_TRUE(contains(text, "| mudd | K ~ V | 1 |")) << text;
+  EXPECT_TRUE(contains(text, "p_c(j) = |dw[c,j]|·‖X_j‖")) << text;
+  std::ifstream summary(out + "/summary.json");
+  const nlohmann::json s = nlohmann::json::parse(summary);
+  ASSERT_EQ(s["routing"].size(), 1u);  // prenorm has none
+  EXPECT_EQ(s["routing"][0]["k_route"], true);
+  EXPECT_EQ(s["routing"][0]["js_k_mean_all_layers"]["layers"], layers);
 }
 
 TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {

@@ -80,6 +80,30 @@ TEST(Report, DepthConnectionsTable) {
   EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
 }
 
+// MUDD's routing: Q ~ V and K ~ V rows and columns, its K route's distributions and heatmap, and
+// the definition of its distributions next to the numbers, in report.md and report.html.
+TEST(Report, MuddRoutingRowsAndTheirDefinition) {
+  SyntheticExperiment exp(true);
+  const ReportFiles files = write_report(summarize(exp.dir()), exp.dir() + "/out");
+  const std::string md = read_text_file(files.markdown);
+  const std::string definition = "p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖";
+  EXPECT_NE(md.find("| mudd | Q ~ V | 3 | 0.1000 (3) | 0.1443 | 0.1500 (2) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| mudd | K ~ V | 3 | 0.1667 (3) | 0.2404 | 0.2500 (2) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rd | Q/K + V | 2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| layer | sources | rd | mudd Q ~ V | mudd K ~ V |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | 3 |  | 0.2000 | 0.3000 |"), std::string::npos) << md;  // rd has no layer 2
+  EXPECT_NE(md.find("| mudd | 1 | 2 | 0.500 0.500 | 0.200 0.800 | 0.800 0.200 |"), std::string::npos) << md;
+  EXPECT_NE(md.find(definition), std::string::npos) << md;
+  EXPECT_NE(md.find("mudd: mean JS between its Q, K and V ways"), std::string::npos) << md;  // key results
+  const std::string html = read_text_file(files.html);
+  EXPECT_NE(html.find(definition), std::string::npos);
+  EXPECT_NE(html.find("mudd · K route"), std::string::npos);  // the K route's heatmap
+  EXPECT_NE(html.find("mudd · Q route"), std::string::npos);
+  EXPECT_NE(html.find("mudd K~V layer 2 (3 sources): JS 0.3000 nats"), std::string::npos);  // a JS bar
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
+  EXPECT_EQ(html.find("nan"), std::string::npos);
+}
+
 TEST(Report, HtmlWithoutRoutingOrCurves) {
   SyntheticExperiment exp;
   // Only prenorm and the baseline finished, without curves or routing.

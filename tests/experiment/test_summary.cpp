@@ -177,6 +177,71 @@ TEST(Summary, SingleSourceLayerMayOmitTheValueRoute) {
   EXPECT_NEAR(s.routing[1].all_layers.nats, 0.075, 1e-12);
 }
 
+// MUDD's Q, K and V routes (baselines-spec §6.5): Q ~ V and K ~ V, each averaged over seeds per
+// layer and then over layers with and without the single-source block 0.
+TEST(Summary, MuddRoutingGivesQvAndKvMeans) {
+  SyntheticExperiment exp(true);
+  const ExperimentSummary s = compute_summary(exp.dir());
+  ASSERT_EQ(s.routing.size(), 4u);
+  const ArmRouting& m = s.routing[3];
+  ASSERT_EQ(m.arm, "mudd");
+  EXPECT_TRUE(m.two_routes);
+  EXPECT_TRUE(m.k_route);
+  EXPECT_TRUE(m.per_token_js);
+  EXPECT_EQ(m.n_seeds, 3);
+  ASSERT_EQ(m.layers.size(), 3u);
+  EXPECT_EQ(m.layers[0].k_mean, std::vector<double>{1.0});
+  EXPECT_EQ(m.layers[0].js_k_nats, 0.0);
+  EXPECT_NEAR(m.layers[1].k_mean[0], 0.2, 1e-12);  // (0.1 + 0.2 + 0.3) / 3
+  EXPECT_NEAR(m.layers[1].js_nats, 0.1, 1e-12);
+  EXPECT_NEAR(m.layers[1].js_k_nats, 0.2, 1e-12);
+  EXPECT_NEAR(m.layers[1].js_k_bits, 0.2 / std::numbers::ln2, 1e-12);
+  EXPECT_NEAR(m.layers[1].js_k_of_means_nats,
+              js_divergence_nats(std::vector<double>{0.2, 0.8}, std::vector<double>{0.8, 0.2}), 1e-12);
+  EXPECT_NEAR(m.layers[2].js_k_nats, 0.3, 1e-12);
+  EXPECT_NEAR(m.all_layers.nats, (0 + 0.1 + 0.2) / 3, 1e-12);
+  EXPECT_EQ(m.all_layers.layers, 3);
+  EXPECT_NEAR(m.multi_source_layers.nats, 0.15, 1e-12);
+  EXPECT_NEAR(m.k_all_layers.nats, (0 + 0.2 + 0.3) / 3, 1e-12);
+  EXPECT_EQ(m.k_all_layers.layers, 3);
+  EXPECT_NEAR(m.k_multi_source_layers.nats, 0.25, 1e-12);
+  EXPECT_EQ(m.k_multi_source_layers.layers, 2);
+  EXPECT_NEAR(m.k_multi_source_layers.bits, 0.25 / std::numbers::ln2, 1e-12);
+  EXPECT_FALSE(s.routing[1].k_route);  // rd: Q/K and V
+
+  // summary.json: the K fields for mudd only, and they read back byte for byte.
+  summarize(exp.dir());
+  const std::string path = results::summary_path(exp.dir());
+  const std::string text = read_text_file(path);
+  const json j = json::parse(text);
+  EXPECT_EQ(j["routing"][3]["k_route"], true);
+  EXPECT_NEAR(j["routing"][3]["js_k_mean_multi_source_layers"]["nats"].get<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(j["routing"][3]["layers"][1]["js_k_nats"].get<double>(), 0.2, 1e-12);
+  EXPECT_FALSE(j["routing"][1].contains("k_route"));
+  EXPECT_FALSE(j["routing"][1]["layers"][1].contains("k_mean"));
+  results::write_summary(path, results::read_summary(path));
+  EXPECT_EQ(read_text_file(path), text);
+
+  // Without per-token K~V in one run: JS of the seed-mean distributions, for both pairs.
+  json r = make_result("mudd", 2);
+  for (auto& l : r["routing"]["layers"]) l.erase("js_k_nats");
+  write_json(exp.result_path("mudd", 2), r);
+  const ArmRouting& of_means = compute_summary(exp.dir()).routing[3];
+  EXPECT_FALSE(of_means.per_token_js);
+  EXPECT_NEAR(of_means.layers[1].js_k_nats, of_means.layers[1].js_k_of_means_nats, 1e-15);
+  EXPECT_NEAR(of_means.layers[1].js_nats, of_means.layers[1].js_of_means_nats, 1e-15);
+  EXPECT_EQ(of_means.layers[0].js_k_nats, 0.0);
+
+  // A seed without the K route does not match the others.
+  r = make_result("mudd", 3);
+  for (auto& l : r["routing"]["layers"]) l.erase("k_mean"), l.erase("js_k_nats");
+  write_json(exp.result_path("mudd", 3), r);
+  const std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("runs/mudd/seed-3/result.json: key 'routing.layers' entry for layer 0"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("v_mean, k_mean"), std::string::npos) << msg;
+}
+
 TEST(Summary, SystemsAgainstBaseline) {
   SyntheticExperiment exp;
   const ExperimentSummary s = compute_summary(exp.dir());

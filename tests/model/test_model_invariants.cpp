@@ -755,3 +755,89 @@ TEST(Invariants, MuddConfigKeysValidateAndDefault) {
   EXPECT_THROW(model_config_from_json(w, "x.json"), Error);
   EXPECT_EQ(parse_residual_mode("mudd"), ResidualMode::mudd);
 }
+
+// Model::mudd_source_norms gives ‖X_j‖ of the sources each DA mixes (baselines-spec §6.5). With
+// every block's attention and MLP outputs zeroed (W_O = W_down = 0), block b's output is its R
+// input, so the sources follow directly from the embedding and the R weights: X_0 = emb,
+// X_{i+2} = Σ_j dw[R,j] X_j (PrePostDANorm: X_{i+1} + RMSNorm_post(Σ_j dw[R,j] X^_j), X^_j =
+// RMSNorm_j(X_j)). The norms must be those of these vectors, the normalised ones with PrePost.
+TEST(Invariants, MuddSourceNormsAreTheNormsOfWhatEachDaMixes) {
+  int checked = 0;
+  for (const Variant& v : mudd_variants()) {
+    if (v.mudd_ways != MuddWays::qkvr) continue;
+    const ModelConfig c = tiny_config(v, 3);
+    const int L = c.n_layers, d = c.d_model;
+    Model<double> m(c, B, T, false);
+    randomize_weights(m, 13);
+    auto tensor = [&](const std::string& name) { return m.params().data() + m.layout().at(name).offset; };
+    for (int i = 0; i < L; ++i)
+      for (const char* zeroed : {".attn.wo.weight", ".mlp.w_down.weight"}) {
+        const std::string name = "layers." + std::to_string(i) + zeroed;
+        std::fill(tensor(name), tensor(name) + m.layout().at(name).numel, 0.0);
+      }
+    const auto tokens = random_tokens(B, T, c.vocab_size, 21);
+    m.forward(tokens, B, T);
+    // y = RMSNorm(x) with weight w.
+    auto rmsnorm = [&](const std::vector<double>& x, const double* w) {
+      double ms = 0;
+      for (double e : x) ms += e * e / d;
+      std::vector<double> y(x.size());
+      for (int e = 0; e < d; ++e) y[e] = x[e] / std::sqrt(ms + c.norm_eps) * w[e];
+      return y;
+    };
+    auto norm = [](const std::vector<double>& x) {
+      double ss = 0;
+      for (double e : x) ss += e * e;
+      return std::sqrt(ss);
+    };
+    for (int r = 0; r < B; ++r)
+      for (int t = 0; t < T; ++t) {
+        const std::int64_t token = std::int64_t(r) * T + t;
+        const int id = tokens[r * (T + 1) + t];
+        std::vector<std::vector<double>> X = {std::vector<double>(tensor("tok_emb.weight") + id * d,
+                                                                  tensor("tok_emb.weight") + (id + 1) * d)};
+        std::vector<std::vector<double>> mixed;  // what the DAs read: X_j, or X^_j with PrePost
+        auto add_source = [&](std::vector<double> x) {
+          mixed.push_back(c.mudd_prepost_norm ? rmsnorm(x, tensor("mudd.src_norm." + std::to_string(X.size() - 1) +
+                                                                  ".weight"))
+                                              : x);
+        };
+        add_source(X[0]);
+        X.push_back(std::vector<double>(X[0]));  // block 0 reads the embedding on every stream: X_1 = its R input
+        add_source(X[1]);
+        for (int i = 0; i < L; ++i) {
+          const int S = c.mudd_da_sources(i);
+          std::vector<double> got(static_cast<std::size_t>(S));
+          m.mudd_source_norms(i, token, got);
+          for (int j = 0; j < S; ++j) {
+            EXPECT_NEAR(got[j], norm(mixed[j]), 1e-12 * norm(mixed[j])) << v.name << " DA " << i << " source " << j;
+            ++checked;
+          }
+          if (i + 1 == L) break;
+          std::vector<double> dw(static_cast<std::size_t>(S)), sum(static_cast<std::size_t>(d), 0.0);
+          m.mudd_weights(i, 3, token, dw);  // the R way
+          for (int j = 0; j < S; ++j)
+            for (int e = 0; e < d; ++e) sum[e] += dw[j] * mixed[j][e];
+          std::vector<double> next = sum;
+          if (c.mudd_prepost_norm) {
+            next = rmsnorm(sum, tensor("mudd." + std::to_string(i) + ".post_norm.weight"));
+            for (int e = 0; e < d; ++e) next[e] += X[i + 1][e];
+          }
+          X.push_back(next);
+          add_source(next);
+        }
+      }
+  }
+  EXPECT_GT(checked, 0);
+  // Wrong queries are errors.
+  Model<double> m(tiny_config(ResidualMode::mudd, ValueRoute::decoupled, 3), 1, 2, false);
+  m.forward(random_tokens(1, 2, 11, 1), 1, 2);
+  std::vector<double> two(2), three(3);
+  EXPECT_NO_THROW(m.mudd_source_norms(0, 1, two));
+  EXPECT_THROW(m.mudd_source_norms(0, 1, three), Error);
+  EXPECT_THROW(m.mudd_source_norms(0, 2, two), Error);
+  EXPECT_THROW(m.mudd_source_norms(3, 0, two), Error);
+  Model<double> pre(tiny_config(ResidualMode::prenorm), 1, 2, false);
+  pre.forward(random_tokens(1, 2, 11, 1), 1, 2);
+  EXPECT_THROW(pre.mudd_source_norms(0, 0, two), Error);
+}

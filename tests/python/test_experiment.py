@@ -68,6 +68,7 @@ class ExperimentTest(unittest.TestCase):
                 self.assertEqual([x["weight"] for x in rows if x["route"] == "v"], layer.get("v_mean", []))
         js = exp.records("js")
         self.assertEqual({x["arm"] for x in js}, {"rd"})
+        self.assertEqual({x["route"] for x in js}, {"qk"})
         self.assertTrue(all(abs(x["js_bits"] * 0.6931471805599453 - x["js_nats"]) < 1e-15 for x in js))
         self.assertEqual(len(exp.records("systems")), 6)
         self.assertGreater(len(exp.records("curve")), 0)
@@ -125,6 +126,29 @@ class ExperimentTest(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(raw, f)
         with self.assertRaisesRegex(ExperimentError, r"key 'routing.layers\[1\].qk_mean' has \d+ entries"):
+            attnres.read_experiment(copy)
+        # MUDD's K route (k_mean, js_k_nats): read into the routing and js tables, and checked.
+        raw = self.result("rd", 1)
+        for layer in raw["routing"]["layers"]:
+            layer["k_mean"] = layer["v_mean"]
+            layer["js_k_nats"] = 0.25 if layer["sources"] > 1 else 0.0
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        exp = attnres.read_experiment(copy)
+        k_rows = [x for x in exp.records("routing") if x["arm"] == "rd" and x["seed"] == 1 and x["route"] == "k"]
+        self.assertEqual([x["weight"] for x in k_rows], [w for l in raw["routing"]["layers"] for w in l["v_mean"]])
+        self.assertIn({"arm": "rd", "seed": 1, "layer": 1, "sources": raw["routing"]["layers"][1]["sources"],
+                       "route": "k", "js_nats": 0.25, "js_bits": 0.25 / 0.6931471805599453}, exp.records("js"))
+        raw["routing"]["layers"][1]["js_k_nats"] = 0.8
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, r"'routing.layers\[1\].js_k_nats' must lie in \[0, ln 2\]"):
+            attnres.read_experiment(copy)
+        del raw["routing"]["layers"][1]["k_mean"]
+        del raw["routing"]["layers"][1]["js_k_nats"]
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, "gives 'k_mean' for some layers but not for layer 1"):
             attnres.read_experiment(copy)
         raw = self.result("rd", 1)
         raw["seed"] = 7

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -124,7 +125,7 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   r.milestones = {{std::nullopt, 1000, 5.0}, {std::nullopt, 2000, 4.5}};
   r.test_nll = 4.4;
   r.peak_rss_bytes = 1 << 20;
-  r.routing = {{0, 1, {1.0}, {1.0}, 0.0}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1}};
+  r.routing = {{0, 1, {1.0}, {1.0}, 0.0, {}, kNotAvailable}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1, {}, kNotAvailable}};
   r.connections = {{"dwa", {{1, {0, 1}, {0.125, 1.5}}, {2, {0, 2}, {-0.25, 1.0}}}}};
   write_run_result(tmp.file("r.json"), r);
   const RunResult back = read_run_result(tmp.file("r.json"));
@@ -144,6 +145,71 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   other.seeds = {1, 3};
   EXPECT_NE(read_experiment_spec(tmp.file("e.json")), other);
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("e.json"))).contains("data"));  // "" is left out
+}
+
+// MUDD's routing (a K route of its own, JS(K, V)): written, read back byte for byte, and checked;
+// files without it (every file written before it existed) read as before, with no K route.
+TEST(Schemas, MuddRoutingReadsBackAndIsChecked) {
+  TempDir tmp;
+  RunResult r;
+  r.arm = "mudd";
+  r.seed = 1;
+  r.params = 1100;
+  r.milestones = {{std::nullopt, 1000, 5.0}};
+  r.routing = {{0, 1, {1.0}, {1.0}, 0.0, {1.0}, 0.0}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1, {0.125, 0.875}, 0.2}};
+  const std::string path = tmp.file("result.json");
+  write_run_result(path, r);
+  const std::string text = read_text_file(path);
+  const RunResult back = read_run_result(path);
+  EXPECT_EQ(back.routing[1].k_mean, (std::vector<double>{0.125, 0.875}));
+  EXPECT_EQ(back.routing[1].js_k_nats, 0.2);
+  write_run_result(path, back);
+  EXPECT_EQ(read_text_file(path), text);
+  // A single-source layer may leave its K route out, like its V route.
+  write_edited(path, text, [](json& j) {
+    j["routing"]["layers"][0].erase("k_mean");
+    j["routing"]["layers"][0].erase("js_k_nats");
+  });
+  EXPECT_EQ(read_run_result(path).routing[0].k_mean, std::vector<double>{1.0});
+
+  for (const auto& old : old_run_results()) {
+    for (const LayerRouting& l : read_run_result(old.string()).routing) {
+      EXPECT_TRUE(l.k_mean.empty()) << old;
+      EXPECT_TRUE(std::isnan(l.js_k_nats)) << old;
+    }
+  }
+
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](json& j) { j["routing"]["layers"][1]["k_mean"] = {0.5, 0.25, 0.25}; },
+       "key 'routing.layers[1].k_mean' has 3 entries but 'sources' is 2"},
+      {[](json& j) { j["routing"]["layers"][1]["k_mean"] = {0.5, 0.75}; },
+       "key 'routing.layers[1].k_mean' must sum to 1"},
+      {[](json& j) { j["routing"]["layers"][1]["k_mean"] = "q"; }, "key 'routing.layers[1].k_mean' must be an array"},
+      {[](json& j) { j["routing"]["layers"][1]["js_k_nats"] = 0.7; },
+       "key 'routing.layers[1].js_k_nats' must lie in [0, ln 2]"},
+      {[](json& j) { j["routing"]["layers"][1]["js_k_nats"] = "high"; },
+       "key 'routing.layers[1].js_k_nats' must be a number"},
+      {[](json& j) { j["routing"]["layers"][1].erase("k_mean"); },
+       "key 'routing.layers[1].js_k_nats' is given without 'k_mean'"},
+      {[](json& j) { j["routing"]["layers"][1].erase("k_mean"), j["routing"]["layers"][1].erase("js_k_nats"); },
+       "key 'routing.layers' gives 'k_mean' for some layers but not for layer 1"},
+      {[](json& j) {
+         for (auto& l : j["routing"]["layers"]) l.erase("v_mean"), l.erase("js_nats");
+       },
+       "key 'routing.layers' gives 'k_mean' without 'v_mean'"},
+      {[](json& j) { j["routing"]["layers"][1]["js_k_bits"] = 0.3; },
+       "key 'routing.layers[1].js_k_bits' is not part"},
+  };
+  for (const auto& c : cases) {
+    write_edited(path, text, c.edit);
+    const std::string msg = error_of([&] { read_run_result(path); });
+    EXPECT_NE(msg.find(path + ": "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.want), std::string::npos) << msg;
+  }
 }
 
 TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
@@ -212,6 +278,19 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
             std::string::npos);
   write_edited(summary, summary_text, [](json& s) { s["routing"][1]["js_estimate"] = "per_layer"; });
   EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].js_estimate' must be"), std::string::npos);
+  // A K route (MUDD) needs its fields, and a V route to be compared with.
+  write_edited(summary, summary_text, [](json& s) { s["routing"][1]["k_route"] = true; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].layers[0].k_mean' is missing"),
+            std::string::npos);
+  write_edited(summary, summary_text, [](json& s) { s["routing"][0]["k_route"] = true; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[0].k_route' is true but 'two_routes' is false"),
+            std::string::npos);
+  write_edited(summary, summary_text, [](json& s) { s["routing"][1]["k_route"] = false; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].k_route' must be true or left out"),
+            std::string::npos);
+  write_edited(summary, summary_text, [](json& s) { s["routing"][1]["layers"][1]["js_k_nats"] = 0.1; });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].layers[1].js_k_nats' is not part"),
+            std::string::npos);
 }
 
 }  // namespace

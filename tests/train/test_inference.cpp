@@ -231,3 +231,84 @@ TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
   const std::unique_ptr<InferenceBackend> pre = make_inference_backend("cpu", prenorm, B, T);
   EXPECT_TRUE(experiment::mudd_connections(*pre, val, B, T, 64).empty());
 }
+
+// MUDD's routing diagnostic (experiment/routing.hpp, baselines-spec §6.5): per block, the token
+// means of p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖ of the Q, K and V ways of the DA feeding
+// it and the per-token JS(p_Q, p_V), JS(p_K, p_V), recomputed here from the routing of the pass
+// (one batch: the backend's routing afterwards is the pass the diagnostic read).
+TEST(InferenceBackend, MuddRoutingIsThePerTokenJsOfTheWeighedWays) {
+  TempDir dir("attnres_inference_mudd_routing");
+  const std::string data_dir = prepare_synthetic_data(dir.path());
+  const data::TokenDataset val = data::TokenDataset::open(data_dir, "val", {false, nullptr});
+  const int B = 2, T = 16;
+  auto js = [](const std::vector<double>& p, const std::vector<double>& q) {  // spec §7, 0·log 0 = 0
+    double out = 0;
+    for (std::size_t j = 0; j < p.size(); ++j) {
+      const double m = 0.5 * (p[j] + q[j]);
+      if (p[j] > 0) out += 0.5 * p[j] * std::log(p[j] / m);
+      if (q[j] > 0) out += 0.5 * q[j] * std::log(q[j] / m);
+    }
+    return out;
+  };
+  for (const char* variant : {"mudd", "mudd_static", "mudd_prepost"}) {
+    ModelConfig c;
+    for (const Variant& v : all_variants())
+      if (v.name == variant) c = tiny_config(v, 3);
+    ASSERT_EQ(c.residual, ResidualMode::mudd) << variant;
+    c.vocab_size = val.vocab_size();
+    c.max_seq_len = T;
+    const fs::path path = dir.path() / (std::string(variant) + ".safetensors");
+    SavedModel saved(c, B, T, path);
+    const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
+    backend->load_weights(path.string());
+    const auto layers = experiment::routing_diagnostics(*backend, val, B, T, B * T);
+    ASSERT_EQ(layers.size(), 3u) << variant;
+    EXPECT_EQ(layers[0].sources, 1);  // block 0 reads the embedding alone
+    EXPECT_EQ(layers[0].k_mean, std::vector<double>{1.0});
+    EXPECT_EQ(layers[0].js_nats, 0.0);
+    EXPECT_EQ(layers[0].js_k_nats, 0.0);
+    const DepthRouting& routing = *backend->routing();
+    for (int b = 1; b < 3; ++b) {
+      const auto& l = layers[static_cast<std::size_t>(b)];
+      SCOPED_TRACE(std::string(variant) + " block " + std::to_string(b));
+      EXPECT_EQ(l.layer, b);
+      ASSERT_EQ(l.sources, b + 1);
+      std::vector<double> mean[3], js_sum(2, 0.0);
+      for (auto& x : mean) x.assign(static_cast<std::size_t>(b + 1), 0.0);
+      for (std::int64_t t = 0; t < B * T; ++t) {
+        std::vector<float> norms(static_cast<std::size_t>(b + 1)), dw(norms.size());
+        routing.mudd_source_norms(b - 1, t, norms);
+        std::vector<double> p[3];
+        for (int way = 0; way < 3; ++way) {
+          routing.mudd_weights(b - 1, way, t, dw);
+          double sum = 0;
+          for (std::size_t j = 0; j < dw.size(); ++j) sum += std::abs(double(dw[j])) * norms[j];
+          for (std::size_t j = 0; j < dw.size(); ++j) {
+            p[way].push_back(std::abs(double(dw[j])) * norms[j] / sum);
+            mean[way][j] += p[way][j] / (B * T);
+          }
+        }
+        js_sum[0] += js(p[0], p[2]) / (B * T);
+        js_sum[1] += js(p[1], p[2]) / (B * T);
+      }
+      for (std::size_t j = 0; j < mean[0].size(); ++j) {
+        EXPECT_NEAR(l.qk_mean[j], mean[0][j], 1e-9);
+        EXPECT_NEAR(l.k_mean[j], mean[1][j], 1e-9);
+        EXPECT_NEAR(l.v_mean[j], mean[2][j], 1e-9);
+      }
+      EXPECT_NEAR(l.js_nats, js_sum[0], 1e-9);
+      EXPECT_NEAR(l.js_k_nats, js_sum[1], 1e-9);
+      // Random weights: the ways differ (though static block 1's Q and V rows of a happen to have
+      // nearly the same ratio, so JS(p_Q, p_V) is tiny there).
+      EXPECT_GT(l.js_nats + l.js_k_nats, 1e-3);
+    }
+  }
+  // mudd_ways = r has one stream per block, nothing to compare; prenorm has no routing at all.
+  ModelConfig r = tiny_config(ResidualMode::mudd, ValueRoute::decoupled, 3);
+  r.mudd_ways = MuddWays::r;
+  r.vocab_size = val.vocab_size();
+  r.max_seq_len = T;
+  EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
+  r.residual = ResidualMode::prenorm;
+  EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
+}
