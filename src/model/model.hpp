@@ -104,6 +104,10 @@ class Model {
   // MUDD: the mixing weights dw[way, 0..S-1] of DA module `da` (after block da) in the last
   // forward pass, for one token (as read_weights); static: its a.
   void mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const;
+  // hc, mhc: the stream coefficients of sublayer `sublayer`'s module in the last forward pass, for
+  // one token (as read_weights), in the layout the forward saves (kernels/streams.hpp): alpha [n,
+  // n+1] row-major, then beta [n]; static HC: its A and B.
+  void stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const;
 
  private:
   struct Sublayer {

@@ -12,6 +12,10 @@ void DepthRouting::mudd_weights(int, int, std::int64_t, std::span<float>) const 
   fail("this backend keeps no MUDD mixing weights");
 }
 
+void DepthRouting::stream_weights(int, std::int64_t, std::span<float>) const {
+  fail("this backend keeps no stream coefficients");
+}
+
 namespace {
 
 // "cpu": nullopt; "cuda": default_gpu; "cuda:N": N.

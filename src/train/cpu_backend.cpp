@@ -24,6 +24,9 @@ class ModelRouting final : public DepthRouting {
   void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const override {
     model_.mudd_weights(da, way, token, dw);
   }
+  void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const override {
+    model_.stream_weights(sublayer, token, coef);
+  }
 
  private:
   const Model<float>& model_;

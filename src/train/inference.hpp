@@ -27,6 +27,9 @@ class DepthRouting {
   // MUDD: dw[way, 0..S-1] of DA module `da` for one token (Model::mudd_weights). Backends
   // without MUDD refuse.
   virtual void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const;
+  // hc, mhc: the stream coefficients of sublayer `sublayer`'s module for one token, alpha [n, n+1]
+  // then beta [n] (Model::stream_weights). Backends without streams refuse.
+  virtual void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const;
 };
 
 // Incremental decoding with a KV cache: each appended token costs one step of work. Holds a

@@ -73,6 +73,18 @@ TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
       }
   }
   EXPECT_EQ(compared > 0, topology.has_reads());
+  if (c.uses_streams()) {  // the stream coefficients of that pass, every sublayer and token
+    std::vector<float> got(static_cast<std::size_t>(c.n_streams() * (c.n_streams() + 2))), want(got.size());
+    for (int j = 0; j < c.n_sublayers(); ++j)
+      for (std::int64_t t = 0; t < std::int64_t(B) * T; ++t) {
+        routing->stream_weights(j, t, got);
+        model.stream_weights(j, t, want);
+        EXPECT_EQ(got, want) << "sublayer " << j << " token " << t;
+      }
+  } else {
+    std::vector<float> none(8);
+    EXPECT_THROW(routing->stream_weights(0, 0, none), Error);
+  }
 
   // Logits of a shorter batch.
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B * (T - 1)));
