@@ -101,6 +101,23 @@ TEST(OldFormat, EveryFileReadsAndWritesBackByteForByte) {
   EXPECT_EQ(read_text_file(tmp.file("summary.json")), read_text_file(summary.string()));
 }
 
+// A dynamic `hc` run's result.json as the runner wrote it before the per-token connections and the
+// Amax gains: its connections are "hc_static_part" (the unfolding of A and B alone, without the
+// per-token terms) and there is no "amax_gain". (Made from a tiny run of this version: that file's
+// per-token "hc" replaced by the old computation of the static part from its weights.)
+TEST(OldFormat, HcStaticPartReadsAndWritesBackByteForByte) {
+  TempDir tmp;
+  const std::string path = (fs::path(ATTNRES_SOURCE_DIR) / "tests/results/data/hc-static-part/result.json").string();
+  const RunResult r = read_run_result(path);
+  EXPECT_EQ(r.arm, "hc");
+  ASSERT_EQ(r.connections.size(), 1u);
+  EXPECT_EQ(r.connections[0].name, "hc_static_part");
+  ASSERT_EQ(r.connections[0].rows.size(), 5u);  // 4 sublayers and the readout
+  EXPECT_FALSE(r.amax_gain.has_value());
+  write_run_result(tmp.file("result.json"), r);
+  EXPECT_EQ(read_text_file(tmp.file("result.json")), read_text_file(path));
+}
+
 TEST(Schemas, ReadBackWhatTheyWrite) {
   TempDir tmp;
   TrainResult t;
