@@ -102,9 +102,9 @@ TEST(OldFormat, EveryFileReadsAndWritesBackByteForByte) {
 }
 
 // A dynamic `hc` run's result.json as the runner wrote it before the per-token connections and the
-// Amax gains: its connections are "hc_static_part" (the unfolding of A and B alone, without the
-// per-token terms) and there is no "amax_gain". (Made from a tiny run of this version: that file's
-// per-token "hc" replaced by the old computation of the static part from its weights.)
+// Amax gains (a copy of docs/results/baselines/runs/hc/seed-1's, the matched-baselines study): its
+// connections are "hc_static_part" (the unfolding of A and B alone, without the per-token terms)
+// and there is no "amax_gain".
 TEST(OldFormat, HcStaticPartReadsAndWritesBackByteForByte) {
   TempDir tmp;
   const std::string path = (fs::path(ATTNRES_SOURCE_DIR) / "tests/results/data/hc-static-part/result.json").string();
@@ -112,7 +112,7 @@ TEST(OldFormat, HcStaticPartReadsAndWritesBackByteForByte) {
   EXPECT_EQ(r.arm, "hc");
   ASSERT_EQ(r.connections.size(), 1u);
   EXPECT_EQ(r.connections[0].name, "hc_static_part");
-  ASSERT_EQ(r.connections[0].rows.size(), 5u);  // 4 sublayers and the readout
+  ASSERT_EQ(r.connections[0].rows.size(), 9u);  // the tiny preset's 8 sublayers and the readout
   EXPECT_FALSE(r.amax_gain.has_value());
   write_run_result(tmp.file("result.json"), r);
   EXPECT_EQ(read_text_file(tmp.file("result.json")), read_text_file(path));

@@ -316,16 +316,48 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   // Dynamic HC: the per-token terms s tanh(.) move the connections away from the unfolding of A
   // and B alone (what "hc_static_part" recorded before), and they vary by token.
   const ModelConfig hc = config({.name = "hc", .residual = ResidualMode::hc, .n_streams = 3});
-  { SavedModel saved(hc, B, T, path); }
-  const experiment::StreamDiagnostics dy = diagnostics(hc);
-  EXPECT_EQ(dy.connections.name, "hc");
-  ASSERT_EQ(dy.connections.rows.size(), static_cast<std::size_t>(L + 1));
-  ModelConfig static_part = hc;
-  static_part.hc_dynamic = false;
-  const std::vector<results::Connections> part =
-      experiment::static_connections(static_part, read_safetensors(path.string()), path.string());
-  EXPECT_GT(largest_difference(dy.connections, part[0]), 1e-3);
-  EXPECT_GT(dy.gain.composite_forward_max, dy.gain.composite_forward_mean * (1 + 1e-6));
+  {
+    SavedModel saved(hc, B, T, path);
+    const experiment::StreamDiagnostics dy = diagnostics(hc);
+    EXPECT_EQ(dy.connections.name, "hc");
+    ASSERT_EQ(dy.connections.rows.size(), static_cast<std::size_t>(L + 1));
+    ModelConfig static_part = hc;
+    static_part.hc_dynamic = false;
+    const std::vector<results::Connections> part =
+        experiment::static_connections(static_part, read_safetensors(path.string()), path.string());
+    EXPECT_GT(largest_difference(dy.connections, part[0]), 1e-3);
+    // Every token's own product: the forward gains recomputed here token by token from the model,
+    // over the windows the diagnostics read (one pass of B windows).
+    const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", hc, B, T);
+    backend->load_weights(path.string());
+    const experiment::StreamDiagnostics one = *experiment::stream_diagnostics(*backend, val, B, T, B * T);
+    const data::BatchLoader order(val, 1, T, 0);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
+    for (int w = 0; w < B; ++w)
+      order.window(w, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(w) * (T + 1), T + 1));
+    saved.model.forward(tokens, B, T);
+    const int n = 3;
+    std::vector<float> coef(static_cast<std::size_t>(n * (n + 2)));
+    double sum = 0, most = 0;
+    for (std::int64_t t = 0; t < std::int64_t(B) * T; ++t) {
+      double P[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
+      for (int j = 0; j < L; ++j) {
+        saved.model.stream_weights(j, t, coef);
+        double next[3][3] = {};
+        for (int k = 0; k < n; ++k)  // new stream k = sum_i alpha[i, k+1] H_i
+          for (int c = 0; c < n; ++c)
+            for (int i = 0; i < n; ++i) next[k][c] += double(coef[static_cast<std::size_t>(i * (n + 1) + 1 + k)]) * P[i][c];
+        std::copy(&next[0][0], &next[0][0] + 9, &P[0][0]);
+      }
+      double forward = 0;
+      for (const auto& row : P) forward = std::max(forward, std::abs(row[0] + row[1] + row[2]));
+      sum += forward;
+      most = std::max(most, forward);
+    }
+    EXPECT_NEAR(one.gain.composite_forward_mean, sum / (B * T), 1e-12);
+    EXPECT_NEAR(one.gain.composite_forward_max, most, 1e-12);
+    EXPECT_GT(most, sum / (B * T) * (1 + 1e-6));  // it varies by token
+  }
   // At initialisation (W_alpha = w_beta = 0) every token's coefficients are A = [e_home, I] and
   // B = 1: pre-norm's running sum (1 from every earlier output, n at the sum readout), gains 1.
   save_initial(hc);
