@@ -21,6 +21,17 @@ FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
       const double K = c.mudd_dynamic ? c.mudd_da_hidden(i) : 0;
       f.depth_reads += 6 * (d * K + K * cs + cs * d);
     }
+  if (c.uses_streams()) {
+    // baselines-spec §3.3 and §4.3: the forward FLOPs of one stream module, in every sublayer, and
+    // the exit's sum of the n streams; x3 for forward and backward.
+    const double n = c.n_streams();
+    double module = 0;
+    if (c.residual == ResidualMode::hc)
+      module = c.hc_dynamic ? 4 * n * d * (n + 3) : 2 * n * d * (n + 2);
+    else
+      module = 2 * n * d * (n * n + 2 * n) + 2 * n * n * d + 7 * n * d + 4 * n * n * c.mhc_sinkhorn_iters;
+    f.depth_reads += 3 * (c.n_sublayers() * module + 2 * (n - 1) * d);
+  }
   return f;
 }
 

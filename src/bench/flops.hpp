@@ -17,7 +17,15 @@ namespace attnres::bench {
 //                                                    mix (2 d) for each of the M outputs; x3
 //               mudd: 6 * sum over DA modules of (d K + K C S + C S d)  generator (W1, W2; none when
 //                                                    static) and the C-way mix of S sources
-// Not counted: embedding lookup, norms, RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
+//               hc, mhc: 3 * (2 L m + 2 (n-1) d)     one module per sublayer (baselines-spec §3.3,
+//                                                    §4.3), m forward FLOPs each, and the exit's
+//                                                    sum of the n streams; with n streams:
+//                 static HC   m = 2 n d (n+2)        the read and the write (width 2n(n+1)d, depth 2nd)
+//                 dynamic HC  m = 4 n d (n+3)        adds the projections 2nd(n+2) and row norms 4nd
+//                 mHC         m = 2nd(n²+2n) + 2n²d + 7nd + 4n² t_max   the projection phi, the
+//                                                    H_res mix, read, H_post write and norm, Sinkhorn
+// Not counted: embedding lookup, norms (except dynamic HC's row norms and mHC's flattened one, part
+// of the spec's module counts), RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
 struct FlopCount {
   double dense = 0, lm_head = 0, attention = 0, depth_reads = 0;
   double total() const { return dense + lm_head + attention + depth_reads; }

@@ -281,6 +281,14 @@ std::string render_html(const ExperimentSummary& s) {
     for (const auto& a : s.connections) h += "<figure>" + plot_connections(s, a) + "</figure>\n";
     h += "</div>\n" + table_titled("Depth connections");
   }
+  if (!s.amax_gain.empty()) {
+    h += "<h2>Amax gain of the stream mixing</h2>\n<p class=\"lead\">How much the n-stream modes' residual "
+         "mixing amplifies a signal common to all streams on the way up (forward) or a gradient on the way down "
+         "(backward), through all sublayers (composite) or one; 1 is neutral. mHC's Sinkhorn constraint holds "
+         "them close to 1 (the forward gain exactly in the paper's order, col→row); HC's mixing is unconstrained "
+         "(MHC-P §3.1).</p>\n";
+    h += table_titled("Amax gain");
+  }
   if (!s.systems.empty()) {
     h += "<h2>Systems</h2>\n" + table_titled("Systems");
   }

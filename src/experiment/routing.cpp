@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "experiment/stats.hpp"
+#include "experiment/stream_mixing.hpp"
 #include "kernels/dwa.hpp"
 #include "model/topology.hpp"
 #include "util/error.hpp"
@@ -164,49 +165,28 @@ std::vector<results::LayerRouting> routing_diagnostics(InferenceBackend& model, 
 
 namespace {
 
-// HC's unfolded dense connections (baselines-spec §6.5, HC-P eq. 27) from its static coefficients
-// A and B: how much of each earlier output reaches each sublayer's input, c_kj = B_j (prod A_r)
-// A_m^k. Per source, its weight in each of the n streams is carried through every later write;
-// a read sums them with A_m (the final readout with 1, or 1/n for the mean).
+// Static HC's unfolded dense connections (baselines-spec §6.5, HC-P eq. 27) from its coefficients
+// A and B, exactly: they are every token's, so one token's unfolding is their mean.
 results::Connections hc_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                     const std::string& path) {
   const int n = config.hc_n, L = config.n_sublayers();
-  results::Connections c;
-  c.name = config.hc_dynamic ? "hc_static_part" : "hc";
-  std::vector<std::vector<double>> in_streams = {std::vector<double>(static_cast<std::size_t>(n), 1.0)};  // emb
+  const auto N = static_cast<std::size_t>(n);
   auto tensor = [&](const std::string& name, std::size_t size) {
     std::vector<double> v = weights.at(name, path).values<double>();
     require(v.size() == size, path, ": tensor '", name, "' has ", v.size(), " values, expected ", size);
     return v;
   };
-  auto read = [&](int target, const std::vector<double>& weight_of_stream) {
-    results::ConnectionRow row;
-    row.target = target;
-    for (std::size_t src = 0; src < in_streams.size(); ++src) {
-      double w = 0;
-      for (int i = 0; i < n; ++i) w += weight_of_stream[static_cast<std::size_t>(i)] * in_streams[src][static_cast<std::size_t>(i)];
-      row.sources.push_back(static_cast<int>(src));
-      row.weights.push_back(w);
-    }
-    c.rows.push_back(std::move(row));
-  };
-  const auto N = static_cast<std::size_t>(n);
+  std::vector<double> coefficients;  // per sublayer A [n, n+1], then B: the model's layout
   for (int j = 0; j < L; ++j) {
     const std::string p = "hc." + std::to_string(j) + ".";
-    const std::vector<double> A = tensor(p + "A", N * (N + 1)), B = tensor(p + "B", N);
-    std::vector<double> a_m(N);
-    for (std::size_t i = 0; i < N; ++i) a_m[i] = A[i * (N + 1)];
-    read(j, a_m);
-    for (auto& v : in_streams) {  // H_new_k = sum_i A[i, k+1] H_i
-      std::vector<double> next(N, 0.0);
-      for (std::size_t k = 0; k < N; ++k)
-        for (std::size_t i = 0; i < N; ++i) next[k] += A[i * (N + 1) + 1 + k] * v[i];
-      v = std::move(next);
+    for (const auto& [name, size] : {std::pair{p + "A", N * (N + 1)}, std::pair{p + "B", N}}) {
+      const std::vector<double> v = tensor(name, size);
+      coefficients.insert(coefficients.end(), v.begin(), v.end());
     }
-    in_streams.push_back(B);  // sublayer j's output enters stream k with weight B_k
   }
-  read(L, std::vector<double>(N, config.hc_reduce == StreamReadout::mean ? 1.0 / n : 1.0));
-  return c;
+  UnfoldedConnections unfolded(n, L, config.hc_reduce == StreamReadout::mean ? 1.0 / n : 1.0);
+  unfolded.add(coefficients);
+  return unfolded.mean("hc");
 }
 
 }  // namespace
@@ -251,10 +231,34 @@ std::vector<results::Connections> mudd_connections(InferenceBackend& model, cons
   return out;
 }
 
+std::optional<StreamDiagnostics> stream_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
+                                                    int batch, int seq, std::int64_t max_tokens) {
+  const ModelConfig& c = model.config();
+  if (!c.uses_streams()) return std::nullopt;
+  const DepthRouting& routing = routing_of(model);
+  const int n = c.n_streams(), L = c.n_sublayers();
+  const auto m = static_cast<std::size_t>(n) * (n + 2);
+  UnfoldedConnections unfolded(n, L, c.stream_readout() == StreamReadout::mean ? 1.0 / n : 1.0);
+  AmaxGainSum gain(n, L);
+  std::vector<float> coef(m);
+  std::vector<double> token(m * static_cast<std::size_t>(L));  // one token's, every sublayer's
+  over_windows(model, split, batch, seq, max_tokens, [&](std::int64_t n_tok) {
+    for (std::int64_t t = 0; t < n_tok; ++t) {
+      for (int j = 0; j < L; ++j) {
+        routing.stream_weights(j, t, coef);
+        std::copy(coef.begin(), coef.end(), token.begin() + static_cast<std::ptrdiff_t>(m * j));
+      }
+      unfolded.add(token);
+      gain.add(token);
+    }
+  });
+  return StreamDiagnostics{unfolded.mean(c.residual == ResidualMode::mhc ? "mhc" : "hc"), gain.result()};
+}
+
 std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                                      const std::string& path) {
   std::vector<results::Connections> out;
-  if (config.residual == ResidualMode::hc) out.push_back(hc_connections(config, weights, path));
+  if (config.residual == ResidualMode::hc && !config.hc_dynamic) out.push_back(hc_connections(config, weights, path));
   if (config.residual != ResidualMode::denseformer) return out;
   results::Connections dwa;
   dwa.name = "dwa";

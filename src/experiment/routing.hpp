@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <vector>
 
 #include "data/loader.hpp"
@@ -48,12 +49,24 @@ void mudd_way_distribution(std::span<const float> dw, std::span<const float> nor
 std::vector<results::Connections> mudd_connections(InferenceBackend& model, const data::TokenDataset& split,
                                                    int batch, int seq, std::int64_t max_tokens);
 
+// HC's and mHC's diagnostics (baselines-spec §6.5) over the split's first windows (up to
+// max_tokens), from every token's stream coefficients (experiment/stream_mixing.hpp): the token
+// mean of the unfolded dense connections c_kj = B_j (prod A_r) A_m^k ("hc", or "mhc" with H_pre,
+// H_post and H_res in those roles; rows as static_connections' HC) and the Amax gains of the
+// H_res products. nullopt for other modes. The model must keep its routing (the CPU backend).
+struct StreamDiagnostics {
+  results::Connections connections;
+  results::AmaxGain gain;
+};
+std::optional<StreamDiagnostics> stream_diagnostics(InferenceBackend& model, const data::TokenDataset& split,
+                                                    int batch, int seq, std::int64_t max_tokens);
+
 // The static depth connections of a mode (results::Connections) from its weights file, as
 // result.json records them: DenseFormer's DWA weights ("dwa": targets are the blocks a DWA follows,
-// sources the block outputs, 0 the embedding); HC's unfolded dense connections from A and B ("hc",
-// or "hc_static_part" for dynamic HC, whose per-token terms it leaves out: targets are sublayers
-// 0 .. 2 n_layers - 1 and the final readout 2 n_layers, source s > 0 sublayer s - 1's output).
-// Empty for modes without.
+// sources the block outputs, 0 the embedding); static HC's unfolded dense connections from A and B
+// ("hc", exactly: every token has these coefficients; targets are sublayers 0 .. 2 n_layers - 1 and
+// the final readout 2 n_layers, source s > 0 sublayer s - 1's output). Empty for other modes,
+// dynamic HC included: its connections vary by token (stream_diagnostics).
 std::vector<results::Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                                      const std::string& path);
 

@@ -382,6 +382,13 @@ bool run_experiment(const ExperimentOptions& options) {
       result.connections = static_connections(config.model, weights, weights_path);
       if (config.model.residual == ResidualMode::mudd)
         result.connections = mudd_connections(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
+      if (const auto streams =
+              stream_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens)) {
+        // Static HC's connections came exactly from its weights (they are every token's).
+        if (config.model.residual != ResidualMode::hc || config.model.hc_dynamic)
+          result.connections = {streams->connections};
+        result.amax_gain = streams->gain;
+      }
       results::write_run_result(run.result_path, result);
       status.message(concat(run.label, ": done, test NLL ", test_eval.nll));
     }

@@ -149,6 +149,38 @@ void layer_js(const LayerRoutingSummary& l, const std::vector<double>& route, bo
   bits = nats_to_bits(nats);
 }
 
+// Per arm, the Amax gains over its runs: the composite's means averaged, every max the max. A
+// mode records them for every run or none, so a seed without them is an error.
+std::vector<ArmGain> summarize_gain(const ExperimentSummary& s) {
+  std::vector<ArmGain> out;
+  for (const auto& arm : s.spec.arms) {
+    const std::vector<const RunResult*> runs = finished_runs(s, arm);
+    const auto with = std::find_if(runs.begin(), runs.end(), [](const RunResult* r) { return r->amax_gain.has_value(); });
+    if (with == runs.end()) continue;
+    ArmGain a;
+    a.arm = arm;
+    a.n_seeds = static_cast<int>(runs.size());
+    results::AmaxGain& g = a.gain;
+    for (const RunResult* r : runs) {
+      require(r->amax_gain.has_value(), path_of(s, *r), ": key 'amax_gain' is missing but ", path_of(s, **with),
+              " has it (same arm)");
+      const results::AmaxGain& x = *r->amax_gain;
+      const double w = 1.0 / static_cast<double>(runs.size());
+      g.composite_forward_mean += x.composite_forward_mean * w;
+      g.composite_backward_mean += x.composite_backward_mean * w;
+      g.composite_forward_max = std::max(g.composite_forward_max, x.composite_forward_max);
+      g.composite_backward_max = std::max(g.composite_backward_max, x.composite_backward_max);
+      g.layer_forward_max = std::max(g.layer_forward_max, x.layer_forward_max);
+      g.layer_backward_max = std::max(g.layer_backward_max, x.layer_backward_max);
+    }
+    // Equal seeds' means can sum to a hair above their max: a mean never exceeds it.
+    g.composite_forward_mean = std::min(g.composite_forward_mean, g.composite_forward_max);
+    g.composite_backward_mean = std::min(g.composite_backward_mean, g.composite_backward_max);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
   std::vector<ArmRouting> out;
   for (const auto& arm : s.spec.arms) {
@@ -315,6 +347,7 @@ void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   s.test = compare(s, "test", s.spec.tokens, test_nll_of, !s.reused_baseline);
   s.routing = summarize_routing(s);
   s.connections = summarize_connections(s);
+  s.amax_gain = summarize_gain(s);
   s.systems = summarize_systems(s);
 }
 
@@ -367,6 +400,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.test = s.test;
   out.routing = s.routing;
   out.connections = s.connections;
+  out.amax_gain = s.amax_gain;
   out.systems = s.systems;
 }
 

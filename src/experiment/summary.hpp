@@ -23,6 +23,7 @@ namespace attnres::experiment {
 // The schema types the summary is made of, by their names in this namespace.
 using results::ArmComparison;
 using results::ArmConnections;
+using results::ArmGain;
 using results::ArmRouting;
 using results::ArmSystems;
 using results::Comparison;
@@ -52,6 +53,7 @@ struct ExperimentSummary {
   Comparison test;                     // test-split NLL at the end of training
   std::vector<ArmRouting> routing;     // arms with depth routing and at least one finished run
   std::vector<ArmConnections> connections;  // per arm and name, arms whose runs record connections
+  std::vector<ArmGain> amax_gain;      // arms whose runs record Amax gains (hc, mhc)
   std::vector<ArmSystems> systems;     // every arm with at least one finished run
   std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
 

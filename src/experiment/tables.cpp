@@ -116,6 +116,10 @@ std::string mib(double bytes) { return std::isfinite(bytes) ? format_printf("%.1
 
 std::string ratio_cell(double r) { return std::isfinite(r) ? format_printf("%.3f×", r) : "n/a"; }
 
+// Seven significant digits: HC's gains can run into the thousands, mHC's backward gain can differ
+// from 1 in the sixth decimal (Sinkhorn's column sums after 20 iterations).
+std::string gain_cell(double g) { return format_printf("%.7g", g); }
+
 }  // namespace
 
 std::string mudd_routing_note() {
@@ -235,15 +239,34 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
         cells[static_cast<std::size_t>(row.sources[k]) + 1] = format_number(row.weights[k], 3);
       t.rows.push_back(std::move(cells));
     }
-    if (a.connections.name == "hc" || a.connections.name == "hc_static_part")
+    const std::string& name = a.connections.name;
+    if (name == "hc" || name == "mhc" || name == "hc_static_part")
       t.notes = {"Hyper-connections unfolded (HC-P eq. 27): row k is sublayer k's input (the last row the final "
-                 "readout), column s > 0 the output of sublayer s - 1; each weight is B_j (prod A_r) A_m^k." +
-                 std::string(a.connections.name == "hc" ? ""
-                                                        : " Dynamic HC: the static part A, B only, without the "
-                                                          "per-token terms s tanh(.).")};
+                 "readout), column s > 0 the output of sublayer s - 1; each weight is B_j (prod A_r) A_m^k" +
+                 std::string(name == "mhc" ? " with mHC's H_post, H_res^T and H_pre in those roles" : "") + "."};
+    if (name == "hc" || name == "mhc")
+      t.notes.push_back("Per token from that token's coefficients, then the mean over evaluation tokens (static HC: "
+                        "the same for every token, computed from A and B).");
+    if (name == "hc_static_part")  // result.json files of versions before the per-token connections
+      t.notes.push_back("Dynamic HC: the static part A, B only, without the per-token terms s tanh(.).");
     if (a.connections.name == "dwa")
       t.notes = {"DenseFormer: row i is the DWA after block i, Y_i = sum_j alpha_j X_j over the block outputs it "
                  "reads (emb = X_0); identity initialisation puts 1 on X_i. Weights are signed."};
+    tables.push_back(std::move(t));
+  }
+
+  for (const auto& a : s.amax_gain) {
+    const results::AmaxGain& g = a.gain;
+    Table t;
+    t.title = "Amax gain: " + a.arm + " (" + std::to_string(a.n_seeds) + (a.n_seeds == 1 ? " seed)" : " seeds)");
+    t.header = {"gain", "composite: mean", "composite: max", "single sublayer: max"};
+    t.rows = {{"forward (max |row sum|)", gain_cell(g.composite_forward_mean), gain_cell(g.composite_forward_max),
+               gain_cell(g.layer_forward_max)},
+              {"backward (max |column sum|)", gain_cell(g.composite_backward_mean),
+               gain_cell(g.composite_backward_max), gain_cell(g.layer_backward_max)}};
+    t.notes = {"Per token, the composite P = H_res(last sublayer) ... H_res(first) (HC: A_r^T) and its largest "
+               "absolute row and column sums (MHC-P §3.1; 1 is neutral); mean and max over evaluation tokens, the "
+               "mean averaged and the max taken over seeds; single sublayer: the largest of one H_res."};
     tables.push_back(std::move(t));
   }
 

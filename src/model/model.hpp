@@ -109,6 +109,10 @@ class Model {
   // the DA reads instead. The routing diagnostic weighs |dw| by them (baselines-spec §6.5);
   // computed from the forward's buffers on each call, nothing is kept for it.
   void mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const;
+  // hc, mhc: the stream coefficients of sublayer `sublayer`'s module in the last forward pass, for
+  // one token (as read_weights), in the layout the forward saves (kernels/streams.hpp): alpha [n,
+  // n+1] row-major, then beta [n]; static HC: its A and B.
+  void stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const;
 
  private:
   struct Sublayer {

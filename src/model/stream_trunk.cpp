@@ -10,6 +10,7 @@
 // Saved per sublayer: the state H_j (n d per token), h_j, its norm and the body's activations, y_j
 // and the module's per-token coefficients (none for static HC); the state gradients live in two
 // buffers used in turn.
+#include <algorithm>
 #include <utility>
 
 #include "kernels/hyper_connection.hpp"
@@ -81,6 +82,20 @@ k::StreamCoefficients<Real> Model<Real>::stream_coefficients(int j) const {
 }
 
 template <class Real>
+void Model<Real>::stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const {
+  require(config_.uses_streams() && sublayer >= 0 && sublayer < topo_.n_sublayers(), "the model has no stream module ",
+          sublayer);
+  require(token >= 0 && token < n_tok_, "token index out of range");
+  const int n = config_.n_streams();
+  require(static_cast<int>(coef.size()) == k::stream_coefficient_count(n), "coefficient buffer has the wrong size");
+  const k::StreamCoefficients<Real> c = stream_coefficients(sublayer);
+  const Real* alpha = k::detail::alpha_of(c, token);
+  const Real* beta = k::detail::beta_of(c, token);
+  std::copy(alpha, alpha + n * (n + 1), coef.begin());
+  std::copy(beta, beta + n, coef.begin() + n * (n + 1));
+}
+
+template <class Real>
 const Real* Model<Real>::forward_streams(std::int64_t batch, int seq, KvCache<Real>* cache) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, ns = config_.n_streams(), L = topo_.n_sublayers();
@@ -144,6 +159,7 @@ void Model<Real>::backward_streams(std::int64_t batch, int seq) {
 
 #define ATTNRES_STREAM_TRUNK_INSTANTIATIONS(Real)                                                 \
   template k::StreamCoefficients<Real> Model<Real>::stream_coefficients(int) const;               \
+  template void Model<Real>::stream_weights(int, std::int64_t, std::span<Real>) const;            \
   template const Real* Model<Real>::forward_streams(std::int64_t, int, KvCache<Real>*);           \
   template void Model<Real>::backward_streams(std::int64_t, int);
 ATTNRES_STREAM_TRUNK_INSTANTIATIONS(float)

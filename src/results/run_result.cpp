@@ -100,6 +100,27 @@ void from_json(JsonObject& in, Connections& c) {
   }
 }
 
+json to_json(const AmaxGain& g) {
+  return {{"composite_forward_mean", g.composite_forward_mean}, {"composite_forward_max", g.composite_forward_max},
+          {"composite_backward_mean", g.composite_backward_mean}, {"composite_backward_max", g.composite_backward_max},
+          {"layer_forward_max", g.layer_forward_max}, {"layer_backward_max", g.layer_backward_max}};
+}
+
+void from_json(JsonObject& in, AmaxGain& g) {
+  const auto mean_and_max = [&](const char* mean_key, const char* max_key, double& mean, double& max) {
+    const JsonValue m = in.get(mean_key);
+    mean = m.non_negative();
+    max = in.get(max_key).non_negative();
+    // A mean over tokens never exceeds their max; the slack absorbs the rounding of sum / count.
+    if (mean > max * (1 + 1e-9)) m.bad(concat("is ", mean, ", larger than '", max_key, "' (", max, ")"));
+  };
+  mean_and_max("composite_forward_mean", "composite_forward_max", g.composite_forward_mean, g.composite_forward_max);
+  mean_and_max("composite_backward_mean", "composite_backward_max", g.composite_backward_mean,
+               g.composite_backward_max);
+  g.layer_forward_max = in.get("layer_forward_max").non_negative();
+  g.layer_backward_max = in.get("layer_backward_max").non_negative();
+}
+
 json to_json(const RunResult& r) {
   json milestones = json::array(), curve = json::array();
   for (const auto& m : r.milestones) milestones.push_back(to_json(m));
@@ -123,6 +144,7 @@ json to_json(const RunResult& r) {
     for (const auto& c : r.connections) connections.push_back(to_json(c));
     j["connections"] = std::move(connections);
   }
+  if (r.amax_gain) j["amax_gain"] = to_json(*r.amax_gain);
   return j;
 }
 
@@ -192,6 +214,9 @@ void from_json(JsonObject& in, RunResult& r) {
       r.connections.push_back(std::move(c));
     }
   }
+
+  // Optional: written for the n-stream modes, and only by versions that compute it.
+  if (const auto gain = in.find("amax_gain"); gain && !gain->is_null()) r.amax_gain = read_object<AmaxGain>(*gain);
 }
 
 std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed) {

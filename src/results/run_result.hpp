@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,20 @@ struct Connections {
   std::vector<ConnectionRow> rows;  // increasing targets
 };
 
+// The "Amax gain" of an n-stream mode's residual mixing (hc, mhc; MHC-P §3.1, baselines-spec
+// §6.5). Per token, every sublayer's write maps the n streams by its H_res (HC: A_r^T), and the
+// composite P = H_res(last sublayer) ... H_res(first) maps the embedding's copies to the streams
+// the exit reads. A matrix's forward gain is its largest absolute row sum max_i |sum_j P_ij| (how
+// much a signal common to all streams can grow on the way up), its backward gain its largest
+// absolute column sum max_j |sum_i P_ij| (the same for a gradient on the way down); 1 is neutral.
+// Over evaluation tokens (in the summary also over seeds): the composite's mean and max, and the
+// max over sublayers of a single H_res's.
+struct AmaxGain {
+  double composite_forward_mean = 0, composite_forward_max = 0;
+  double composite_backward_mean = 0, composite_backward_max = 0;
+  double layer_forward_max = 0, layer_backward_max = 0;
+};
+
 struct RunResult {
   std::string arm;
   std::int64_t seed = 0;
@@ -56,6 +71,7 @@ struct RunResult {
   std::vector<LossPoint> curve;       // may be empty
   std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
   std::vector<Connections> connections;  // empty: none, no "connections" key
+  std::optional<AmaxGain> amax_gain;     // hc, mhc; none: no "amax_gain" key
 };
 
 // Reading checks what one file can show: types, ranges, distributions summing to 1, a V (or K)
@@ -66,6 +82,9 @@ nlohmann::json to_json(const LayerRouting& l);
 void from_json(JsonObject& in, LayerRouting& l);
 nlohmann::json to_json(const Connections& c);
 void from_json(JsonObject& in, Connections& c);
+// Every value a finite number >= 0, each mean at most its max.
+nlohmann::json to_json(const AmaxGain& g);
+void from_json(JsonObject& in, AmaxGain& g);
 nlohmann::json to_json(const RunResult& r);
 void from_json(JsonObject& in, RunResult& r);
 

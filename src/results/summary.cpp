@@ -161,6 +161,19 @@ void from_json(JsonObject& in, ArmConnections& a) {
   from_json(in, a.connections);
 }
 
+json to_json(const ArmGain& a) {
+  json j = to_json(a.gain);
+  j["arm"] = a.arm;
+  j["seeds"] = a.n_seeds;
+  return j;
+}
+
+void from_json(JsonObject& in, ArmGain& a) {
+  a.arm = in.get("arm").string();
+  a.n_seeds = static_cast<int>(in.get("seeds").integer());
+  from_json(in, a.gain);
+}
+
 json to_json(const ArmRouting& a) {
   json layers = json::array();
   for (const auto& l : a.layers) {
@@ -279,6 +292,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
   j["test"] = to_json(r.test);
   j["routing"] = array_json(r.routing);
   if (!r.connections.empty()) j["connections"] = array_json(r.connections);  // absent in older summaries
+  if (!r.amax_gain.empty()) j["amax_gain"] = array_json(r.amax_gain);        // likewise
   j["systems"] = array_json(r.systems);
 }
 
@@ -290,6 +304,7 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   r.routing = read_array<ArmRouting>(in.get("routing"));
   // Optional: summaries written before attnres recorded connections have none.
   if (const auto connections = in.find("connections")) r.connections = read_array<ArmConnections>(*connections);
+  if (const auto gain = in.find("amax_gain")) r.amax_gain = read_array<ArmGain>(*gain);
   r.systems = read_array<ArmSystems>(in.get("systems"));
 }
 

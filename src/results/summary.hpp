@@ -109,6 +109,14 @@ struct ArmConnections {
   Connections connections;
 };
 
+// An arm's Amax gains (run_result.hpp's AmaxGain) over its seeds: each composite mean the mean of
+// the seeds' means, each max the max over the seeds.
+struct ArmGain {
+  std::string arm;
+  int n_seeds = 0;
+  AmaxGain gain;
+};
+
 struct ArmSystems {
   std::string arm;
   int runs = 0;  // finished seeds averaged
@@ -135,6 +143,7 @@ struct ArmsResults {
   Comparison test;                     // the test split after training (no baseline values when reused)
   std::vector<ArmRouting> routing;     // arms with depth routing and a finished run
   std::vector<ArmConnections> connections;  // per arm and connection name, arms that record them
+  std::vector<ArmGain> amax_gain;      // arms whose runs record it (hc, mhc)
   std::vector<ArmSystems> systems;     // arms with a finished run
 };
 
@@ -166,6 +175,8 @@ nlohmann::json to_json(const Comparison& c);
 void from_json(JsonObject& in, Comparison& c);
 nlohmann::json to_json(const ArmConnections& a);
 void from_json(JsonObject& in, ArmConnections& a);
+nlohmann::json to_json(const ArmGain& a);
+void from_json(JsonObject& in, ArmGain& a);
 nlohmann::json to_json(const JsLayerMean& m);
 void from_json(JsonObject& in, JsLayerMean& m);
 nlohmann::json to_json(const ArmRouting& a);  // with its layers

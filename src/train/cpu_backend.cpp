@@ -27,6 +27,9 @@ class ModelRouting final : public DepthRouting {
   void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const override {
     model_.mudd_source_norms(da, token, norms);
   }
+  void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const override {
+    model_.stream_weights(sublayer, token, coef);
+  }
 
  private:
   const Model<float>& model_;

@@ -30,6 +30,9 @@ class DepthRouting {
   // MUDD: the norms of the S sources DA module `da` mixes, for one token
   // (Model::mudd_source_norms). Backends without MUDD refuse.
   virtual void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const;
+  // hc, mhc: the stream coefficients of sublayer `sublayer`'s module for one token, alpha [n, n+1]
+  // then beta [n] (Model::stream_weights). Backends without streams refuse.
+  virtual void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const;
 };
 
 // Incremental decoding with a KV cache: each appended token costs one step of work. Holds a

@@ -1,5 +1,5 @@
 // The model FLOP count (bench/flops.hpp) against counts worked out by hand for one small model
-// in every residual mode and value route.
+// in every residual mode and value route, and the baselines' against baselines-spec §6.3.
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -38,6 +38,15 @@ void expect_counts(const ModelConfig& c, double depth_reads) {
   EXPECT_DOUBLE_EQ(f.total(), kDense + kLmHead + kAttention + depth_reads);
 }
 
+// The S and M presets of baselines-spec §6.3 (16 x 576 and 24 x 832), in `mode` (n = 4 streams for hc, mhc).
+ModelConfig preset(int layers, int d, ResidualMode mode) {
+  ModelConfig s = small(mode);
+  s.n_layers = layers;
+  s.d_model = d;
+  s.n_heads = d / 64;
+  return s;
+}
+
 TEST(FlopCount, Mudd) {
   // DA 0: C = 4 ways over S = 2 sources, K = 64 (8 rounds up to 64): d K + K C S + C S d = 512 +
   // 512 + 64; DA 1 (the last: R alone, e = 4): S = 3, K = 64 (12 -> 64): 512 + 192 + 24. x6.
@@ -47,11 +56,47 @@ TEST(FlopCount, Mudd) {
   expect_counts(c, 6 * (64 + 24));
   // baselines-spec §6.3: +2,050,432 forward FLOPs per token at S (16 x 576), 5,904,256 at M.
   for (auto [layers, d, forward] : {std::tuple{16, 576, 2050432.0}, std::tuple{24, 832, 5904256.0}}) {
-    ModelConfig s = small(ResidualMode::mudd);
-    s.n_layers = layers;
-    s.d_model = d;
-    s.n_heads = d / 64;
+    const ModelConfig s = preset(layers, d, ResidualMode::mudd);
     EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * forward);
+  }
+}
+
+TEST(FlopCount, HyperConnections) {
+  // n = 4 (the default), d = 8, 4 sublayers. Static module 2 n d (n + 2) = 384, dynamic
+  // 4 n d (n + 3) = 896; the exit's sum 2 (n - 1) d = 48. x3.
+  ModelConfig c = small(ResidualMode::hc);
+  ASSERT_EQ(c.hc_n, 4);
+  expect_counts(c, 3 * (4 * 896 + 48));
+  c.hc_dynamic = false;
+  expect_counts(c, 3 * (4 * 384 + 48));
+  c.hc_n = 2;  // module 2 * 2 * 8 * 4 = 128, exit 16
+  expect_counts(c, 3 * (4 * 128 + 16));
+  // baselines-spec §6.3: dynamic +2,067,840 forward FLOPs per token at S, +4,477,824 at M; static
+  // +888,192 and +1,921,920 (each with the exit's 2 (n - 1) d).
+  for (auto [layers, d, dynamic, forward] :
+       {std::tuple{16, 576, true, 2067840.0}, std::tuple{24, 832, true, 4477824.0},
+        std::tuple{16, 576, false, 888192.0}, std::tuple{24, 832, false, 1921920.0}}) {
+    ModelConfig s = preset(layers, d, ResidualMode::hc);
+    s.hc_dynamic = dynamic;
+    EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * forward) << layers << " x " << d;
+  }
+}
+
+TEST(FlopCount, Mhc) {
+  // n = 4, d = 8, t_max = 20: 2 n d (n^2 + 2n) = 1536, 2 n^2 d = 256, 7 n d = 224, 4 n^2 t_max =
+  // 1280: 3296 per module; the exit's sum 48. x3.
+  ModelConfig c = small(ResidualMode::mhc);
+  ASSERT_EQ(c.mhc_n, 4);
+  ASSERT_EQ(c.mhc_sinkhorn_iters, 20);
+  expect_counts(c, 3 * (4 * 3296 + 48));
+  c.mhc_sinkhorn_iters = 5;  // Sinkhorn 320
+  expect_counts(c, 3 * (4 * 2336 + 48));
+  // baselines-spec §6.3: +4,685,824 forward FLOPs per token at S, +10,125,312 at M. Its mHC row
+  // leaves out the exit's sum of the streams that its HC rows count (2 (n - 1) d); the trunk
+  // has the same exit in both modes, so it is counted here too.
+  for (auto [layers, d, forward] : {std::tuple{16, 576, 4685824.0}, std::tuple{24, 832, 10125312.0}}) {
+    const ModelConfig s = preset(layers, d, ResidualMode::mhc);
+    EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * (forward + 2 * 3 * d)) << layers << " x " << d;
   }
 }
 

@@ -458,6 +458,48 @@ TEST_F(CliTest, ExperimentRecordsMuddConnections) {
   EXPECT_EQ(s["routing"][0]["js_k_mean_all_layers"]["layers"], layers);
 }
 
+// HC's and mHC's diagnostics: the unfolded connections (per token for dynamic HC and mHC, from the
+// weights for static HC) and the Amax gains of the stream mixing (experiment/routing.hpp).
+TEST_F(CliTest, ExperimentRecordsStreamDiagnostics) {
+  TempDir runs("attnres_cli_exp_streams");
+  const std::string out = runs.str("e");
+  const CliResult r =
+      run_cli("experiment " + kTiny + " --arms hc,hc-static,mhc --seeds 1 --data " + data() + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int sublayers = 4;  // kTinyModel's 2 layers
+  for (const std::string arm : {"hc", "hc-static", "mhc"}) {
+    SCOPED_TRACE(arm);
+    std::ifstream in(out + "/runs/" + arm + "/seed-1/result.json");
+    const nlohmann::json result = nlohmann::json::parse(in);
+    ASSERT_TRUE(result.contains("connections")) << result.dump(1);
+    const nlohmann::json& c = result["connections"];
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0]["name"], arm == "mhc" ? "mhc" : "hc");
+    ASSERT_EQ(static_cast<int>(c[0]["rows"].size()), sublayers + 1);  // every sublayer and the readout
+    EXPECT_EQ(c[0]["rows"][sublayers]["sources"].size(), static_cast<std::size_t>(sublayers + 1));
+    ASSERT_TRUE(result.contains("amax_gain")) << result.dump(1);
+    const nlohmann::json& g = result["amax_gain"];
+    EXPECT_EQ(g.size(), 6u);
+    EXPECT_GE(g["composite_forward_max"].get<double>(), g["composite_forward_mean"].get<double>());
+    EXPECT_GE(g["composite_backward_max"].get<double>(), g["composite_backward_mean"].get<double>());
+    if (arm == "mhc") {  // Sinkhorn col -> row: every row sum is 1
+      EXPECT_NEAR(g["composite_forward_max"].get<double>(), 1.0, 1e-5);
+      EXPECT_NEAR(g["layer_forward_max"].get<double>(), 1.0, 1e-5);
+    }
+  }
+  ASSERT_EQ(run_cli("report --experiment " + out).exit_code, 0);
+  std::ifstream md(out + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "Depth connections: hc 'hc'")) << text;
+  EXPECT_TRUE(contains(text, "Depth connections: mhc 'mhc'")) << text;
+  EXPECT_TRUE(contains(text, "### Amax gain: hc-static (1 seed)")) << text;
+  EXPECT_TRUE(contains(text, "### Amax gain: mhc (1 seed)")) << text;
+  std::ifstream summary(out + "/summary.json");
+  const nlohmann::json j = nlohmann::json::parse(summary);
+  ASSERT_EQ(j["amax_gain"].size(), 3u);
+  EXPECT_EQ(j["amax_gain"][2]["arm"], "mhc");
+}
+
 TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   TempDir dir("attnres_cli_sp");
   {

@@ -1,5 +1,5 @@
 // The static depth connections result.json records (experiment/routing.hpp): DenseFormer's DWA
-// weights and HC's unfolded dense connections, read from a weights file.
+// weights and static HC's unfolded dense connections, read from a weights file.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -58,7 +58,8 @@ TEST(Connections, HcAtInitIsThePreNormSum) {
     ASSERT_EQ(row.sources.size(), static_cast<std::size_t>(k + 1));  // emb, then sublayers 0 .. k-1
     for (double w : row.weights) EXPECT_DOUBLE_EQ(w, k == 4 ? 3.0 : 1.0);
   }
-  EXPECT_EQ(connections_of(hc_config(true), [](const ParamLayout&, std::vector<double>&) {})[0].name, "hc_static_part");
+  // Dynamic HC's connections vary by token: the evaluation pass gives them (stream_diagnostics).
+  EXPECT_TRUE(connections_of(hc_config(true), [](const ParamLayout&, std::vector<double>&) {}).empty());
 }
 
 TEST(Connections, HcUnfoldsThroughTheStreamMixing) {

@@ -104,6 +104,55 @@ TEST(Report, MuddRoutingRowsAndTheirDefinition) {
   EXPECT_EQ(html.find("nan"), std::string::npos);
 }
 
+TEST(Report, HcConnectionsSayWhatTheyAre) {
+  SyntheticExperiment exp;
+  const auto hc = [&](const std::string& name) {
+    for (int seed : {1, 2, 3}) {
+      nlohmann::json r = testing::make_result("prenorm", seed);
+      r["connections"] = nlohmann::json::array(
+          {{{"name", name}, {"rows", {{{"target", 0}, {"sources", {0}}, {"weights", {1.0}}},
+                                      {{"target", 1}, {"sources", {0, 1}}, {"weights", {0.75, 1.5}}}}}}});
+      testing::write_json(exp.result_path("prenorm", seed), r);
+    }
+    return read_text_file(write_report(summarize(exp.dir()), exp.dir() + "/out").markdown);
+  };
+  std::string md = hc("mhc");
+  EXPECT_NE(md.find("Depth connections: prenorm 'mhc'"), std::string::npos) << md;
+  EXPECT_NE(md.find("with mHC's H_post, H_res^T and H_pre in those roles"), std::string::npos) << md;
+  EXPECT_NE(md.find("then the mean over evaluation tokens"), std::string::npos) << md;
+  // Files written before the per-token connections: dynamic HC's static part, said so.
+  md = hc("hc_static_part");
+  EXPECT_NE(md.find("Dynamic HC: the static part A, B only"), std::string::npos) << md;
+  EXPECT_EQ(md.find("then the mean over evaluation tokens"), std::string::npos) << md;
+}
+
+TEST(Report, AmaxGainTablePerArm) {
+  SyntheticExperiment exp;
+  {
+    const ReportFiles files = write_report(summarize(exp.dir()), exp.dir() + "/out");
+    EXPECT_EQ(read_text_file(files.markdown).find("Amax gain"), std::string::npos);  // no arm records it
+    EXPECT_EQ(read_text_file(files.html).find("Amax gain"), std::string::npos);
+  }
+  for (int seed : {1, 2, 3}) {
+    nlohmann::json r = testing::make_result("prenorm", seed);
+    r["amax_gain"] = {{"composite_forward_mean", 1.0},      {"composite_forward_max", 1.0000013},
+                      {"composite_backward_mean", 1.25},    {"composite_backward_max", 3125.5},
+                      {"layer_forward_max", 1.0},           {"layer_backward_max", 2.0}};
+    testing::write_json(exp.result_path("prenorm", seed), r);
+  }
+  const ReportFiles files = write_report(summarize(exp.dir()), exp.dir() + "/out");
+  const std::string md = read_text_file(files.markdown);
+  EXPECT_NE(md.find("### Amax gain: prenorm (3 seeds)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| gain | composite: mean | composite: max | single sublayer: max |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| forward (max \\|row sum\\|) | 1 | 1.000001 | 1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| backward (max \\|column sum\\|) | 1.25 | 3125.5 | 2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("largest absolute row and column sums (MHC-P §3.1"), std::string::npos) << md;  // the definition
+  const std::string html = read_text_file(files.html);
+  EXPECT_NE(html.find("<h2>Amax gain of the stream mixing</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<caption>Amax gain: prenorm (3 seeds)</caption>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">3125.5</td>"), std::string::npos);
+}
+
 TEST(Report, HtmlWithoutRoutingOrCurves) {
   SyntheticExperiment exp;
   // Only prenorm and the baseline finished, without curves or routing.

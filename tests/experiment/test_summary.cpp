@@ -151,6 +151,49 @@ TEST(Summary, ConnectionsAreMeanOverSeedsAndReported) {
   EXPECT_NE(msg.find("runs/prenorm/seed-1/result.json"), std::string::npos) << msg;
 }
 
+// An n-stream arm's Amax gains (here on prenorm's runs): seed s has composite forward mean s,
+// max 2s, backward mean 1 + s/4, max 5 - s, single-sublayer maxima 1 + s/8 and 3 - s/2.
+json amax_gain(int seed) {
+  return {{"composite_forward_mean", 1.0 * seed},     {"composite_forward_max", 2.0 * seed},
+          {"composite_backward_mean", 1 + seed / 4.0}, {"composite_backward_max", 5.0 - seed},
+          {"layer_forward_max", 1 + seed / 8.0},       {"layer_backward_max", 3 - seed / 2.0}};
+}
+
+TEST(Summary, AmaxGainIsTheMeanOfMeansAndTheMaxOfMaxima) {
+  SyntheticExperiment exp;
+  for (int seed : {1, 2, 3}) {
+    json r = make_result("prenorm", seed);
+    r["amax_gain"] = amax_gain(seed);
+    write_json(exp.result_path("prenorm", seed), r);
+  }
+  const ExperimentSummary s = summarize(exp.dir());
+  ASSERT_EQ(s.amax_gain.size(), 1u);  // the other arms record none
+  const ArmGain& a = s.amax_gain[0];
+  EXPECT_EQ(a.arm, "prenorm");
+  EXPECT_EQ(a.n_seeds, 3);
+  EXPECT_NEAR(a.gain.composite_forward_mean, 2.0, 1e-12);  // (1 + 2 + 3) / 3
+  EXPECT_EQ(a.gain.composite_forward_max, 6.0);
+  EXPECT_NEAR(a.gain.composite_backward_mean, 1.5, 1e-12);
+  EXPECT_EQ(a.gain.composite_backward_max, 4.0);  // seed 1's
+  EXPECT_EQ(a.gain.layer_forward_max, 1.375);
+  EXPECT_EQ(a.gain.layer_backward_max, 2.5);
+  // summary.json holds them and reads back byte for byte.
+  const std::string path = results::summary_path(exp.dir());
+  const std::string text = read_text_file(path);
+  const json j = json::parse(text);
+  EXPECT_EQ(j["amax_gain"][0]["arm"], "prenorm");
+  EXPECT_EQ(j["amax_gain"][0]["seeds"], 3);
+  EXPECT_EQ(j["amax_gain"][0]["composite_forward_max"], 6.0);
+  results::write_summary(path, results::read_summary(path));
+  EXPECT_EQ(read_text_file(path), text);
+
+  json r = make_result("prenorm", 2);  // a seed without them, beside seeds with: named
+  write_json(exp.result_path("prenorm", 2), r);
+  const std::string msg = summary_error(exp.dir());
+  EXPECT_NE(msg.find("runs/prenorm/seed-2/result.json: key 'amax_gain' is missing but "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("runs/prenorm/seed-1/result.json has it"), std::string::npos) << msg;
+}
+
 TEST(Summary, JsFallsBackToMeanDistributionsWithoutPerTokenValues) {
   SyntheticExperiment exp;
   for (int seed : {1, 2}) {

@@ -102,6 +102,23 @@ TEST(OldFormat, EveryFileReadsAndWritesBackByteForByte) {
   EXPECT_EQ(read_text_file(tmp.file("summary.json")), read_text_file(summary.string()));
 }
 
+// A dynamic `hc` run's result.json as the runner wrote it before the per-token connections and the
+// Amax gains (a copy of docs/results/baselines/runs/hc/seed-1's, the matched-baselines study): its
+// connections are "hc_static_part" (the unfolding of A and B alone, without the per-token terms)
+// and there is no "amax_gain".
+TEST(OldFormat, HcStaticPartReadsAndWritesBackByteForByte) {
+  TempDir tmp;
+  const std::string path = (fs::path(ATTNRES_SOURCE_DIR) / "tests/results/data/hc-static-part/result.json").string();
+  const RunResult r = read_run_result(path);
+  EXPECT_EQ(r.arm, "hc");
+  ASSERT_EQ(r.connections.size(), 1u);
+  EXPECT_EQ(r.connections[0].name, "hc_static_part");
+  ASSERT_EQ(r.connections[0].rows.size(), 9u);  // the tiny preset's 8 sublayers and the readout
+  EXPECT_FALSE(r.amax_gain.has_value());
+  write_run_result(tmp.file("result.json"), r);
+  EXPECT_EQ(read_text_file(tmp.file("result.json")), read_text_file(path));
+}
+
 TEST(Schemas, ReadBackWhatTheyWrite) {
   TempDir tmp;
   TrainResult t;
@@ -130,6 +147,21 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   write_run_result(tmp.file("r.json"), r);
   const RunResult back = read_run_result(tmp.file("r.json"));
   EXPECT_EQ(to_json(back), to_json(r));
+  EXPECT_FALSE(back.amax_gain.has_value());
+  EXPECT_FALSE(json::parse(read_text_file(tmp.file("r.json"))).contains("amax_gain"));
+  // An n-stream arm's: per-token connections and the Amax gains.
+  r.routing.clear();
+  r.connections = {{"mhc", {{0, {0}, {1.0}}, {1, {0, 1}, {0.5, 1.25}}}}};
+  r.amax_gain = AmaxGain{1.0, 1.0000002, 1.25, 1.5, 1.0, 1.75};
+  write_run_result(tmp.file("r.json"), r);
+  const std::string text = read_text_file(tmp.file("r.json"));
+  const RunResult gain = read_run_result(tmp.file("r.json"));
+  ASSERT_TRUE(gain.amax_gain.has_value());
+  EXPECT_EQ(gain.amax_gain->composite_forward_max, 1.0000002);
+  EXPECT_EQ(gain.amax_gain->composite_backward_mean, 1.25);
+  EXPECT_EQ(gain.amax_gain->layer_backward_max, 1.75);
+  write_run_result(tmp.file("r.json"), gain);
+  EXPECT_EQ(read_text_file(tmp.file("r.json")), text);
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("r.json")))["milestones"][0].contains("step"));
 
   ExperimentSpec s;
@@ -212,6 +244,11 @@ TEST(Schemas, MuddRoutingReadsBackAndIsChecked) {
   }
 }
 
+// A well-formed "amax_gain" for the malformed variants below.
+const json kGain = {{"composite_forward_mean", 1.0},  {"composite_forward_max", 1.0},
+                    {"composite_backward_mean", 1.25}, {"composite_backward_max", 1.5},
+                    {"layer_forward_max", 1.0},        {"layer_backward_max", 1.75}};
+
 TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
   TempDir tmp;
   const std::string path = tmp.file("result.json");
@@ -241,6 +278,32 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
        "key 'connections[1]' repeats the connections 'dwa'"},
       {[](json& r) { r["connections"] = {{{"name", "dwa"}, {"rows", json::array()}, {"mean", 1}}}; },
        "key 'connections[0].mean' is not part"},
+      {[](json& r) { r["amax_gain"] = 3; }, "key 'amax_gain' must be an object"},
+      {[](json& r) {
+         r["amax_gain"] = kGain;
+         r["amax_gain"].erase("composite_backward_max");
+       },
+       "key 'amax_gain.composite_backward_max' is missing"},
+      {[](json& r) {
+         r["amax_gain"] = kGain;
+         r["amax_gain"]["layer_forward_max"] = -1.0;
+       },
+       "key 'amax_gain.layer_forward_max' must not be negative"},
+      {[](json& r) {
+         r["amax_gain"] = kGain;
+         r["amax_gain"]["composite_forward_mean"] = "1";
+       },
+       "key 'amax_gain.composite_forward_mean' must be a number"},
+      {[](json& r) {
+         r["amax_gain"] = kGain;
+         r["amax_gain"]["composite_backward_mean"] = 2.0;
+       },
+       "key 'amax_gain.composite_backward_mean' is 2, larger than 'composite_backward_max' (1.5)"},
+      {[](json& r) {
+         r["amax_gain"] = kGain;
+         r["amax_gain"]["layer_max"] = 1.0;
+       },
+       "key 'amax_gain.layer_max' is not part"},
       {[](json& r) { r = json::array(); }, "key '(top level)' must be an object"},
   };
   for (const auto& c : cases) {
@@ -290,6 +353,19 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
             std::string::npos);
   write_edited(summary, summary_text, [](json& s) { s["routing"][1]["layers"][1]["js_k_nats"] = 0.1; });
   EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].layers[1].js_k_nats' is not part"),
+            std::string::npos);
+  write_edited(summary, summary_text, [](json& s) {
+    s["amax_gain"] = {kGain};
+    s["amax_gain"][0]["arm"] = "hc";
+  });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'amax_gain[0].seeds' is missing"), std::string::npos);
+  write_edited(summary, summary_text, [](json& s) {
+    s["amax_gain"] = {kGain};
+    s["amax_gain"][0]["arm"] = "hc";
+    s["amax_gain"][0]["seeds"] = 2;
+    s["amax_gain"][0]["composite_forward_mean"] = 3.0;
+  });
+  EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'amax_gain[0].composite_forward_mean' is 3, larger"),
             std::string::npos);
 }
 

@@ -73,6 +73,18 @@ TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
       }
   }
   EXPECT_EQ(compared > 0, topology.has_reads());
+  if (c.uses_streams()) {  // the stream coefficients of that pass, every sublayer and token
+    std::vector<float> got(static_cast<std::size_t>(c.n_streams() * (c.n_streams() + 2))), want(got.size());
+    for (int j = 0; j < c.n_sublayers(); ++j)
+      for (std::int64_t t = 0; t < std::int64_t(B) * T; ++t) {
+        routing->stream_weights(j, t, got);
+        model.stream_weights(j, t, want);
+        EXPECT_EQ(got, want) << "sublayer " << j << " token " << t;
+      }
+  } else {
+    std::vector<float> none(8);
+    EXPECT_THROW(routing->stream_weights(0, 0, none), Error);
+  }
 
   // Logits of a shorter batch.
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B * (T - 1)));
@@ -311,4 +323,150 @@ TEST(InferenceBackend, MuddRoutingIsThePerTokenJsOfTheWeighedWays) {
   EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
   r.residual = ResidualMode::prenorm;
   EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
+}
+
+namespace {
+
+void expect_same_connections(const results::Connections& got, const results::Connections& want, double tolerance) {
+  EXPECT_EQ(got.name, want.name);
+  ASSERT_EQ(got.rows.size(), want.rows.size());
+  for (std::size_t k = 0; k < got.rows.size(); ++k) {
+    EXPECT_EQ(got.rows[k].target, want.rows[k].target);
+    EXPECT_EQ(got.rows[k].sources, want.rows[k].sources);
+    ASSERT_EQ(got.rows[k].weights.size(), want.rows[k].weights.size());
+    for (std::size_t s = 0; s < got.rows[k].weights.size(); ++s)
+      EXPECT_NEAR(got.rows[k].weights[s], want.rows[k].weights[s],
+                  tolerance * std::max(1.0, std::abs(want.rows[k].weights[s])))
+          << "target " << k << " source " << s;
+  }
+}
+
+double largest_difference(const results::Connections& a, const results::Connections& b) {
+  double most = 0;
+  for (std::size_t k = 0; k < a.rows.size(); ++k)
+    for (std::size_t s = 0; s < a.rows[k].weights.size(); ++s)
+      most = std::max(most, std::abs(a.rows[k].weights[s] - b.rows[k].weights[s]));
+  return most;
+}
+
+}  // namespace
+
+// HC's and mHC's diagnostics for an experiment's result.json (experiment/routing.hpp): the token
+// mean of each token's unfolded connections and the Amax gains, through the backend's routing.
+TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
+  TempDir dir("attnres_inference_streams");
+  const std::string data_dir = prepare_synthetic_data(dir.path());
+  const data::TokenDataset val = data::TokenDataset::open(data_dir, "val", {false, nullptr});
+  const int B = 2, T = 16, L = 4;  // tiny_config: 2 layers, 4 sublayers
+  const auto config = [&](const Variant& v) {
+    ModelConfig c = tiny_config(v);
+    c.vocab_size = val.vocab_size();
+    c.max_seq_len = 16;
+    return c;
+  };
+  const fs::path path = dir.path() / "model.safetensors";
+  const auto diagnostics = [&](const ModelConfig& c) {
+    const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
+    backend->load_weights(path.string());
+    std::optional<experiment::StreamDiagnostics> d = experiment::stream_diagnostics(*backend, val, B, T, 64);
+    EXPECT_TRUE(d.has_value());
+    return d.value_or(experiment::StreamDiagnostics{});
+  };
+  const auto save_initial = [&](const ModelConfig& c) {
+    Model<float> init(c, 1, 1, false);
+    init_params<float>(init.layout(), 3, init.params());
+    save_weights<float>(path.string(), c, init.layout(), init.params());
+  };
+
+  // Static HC: every token's coefficients are A and B, so the token mean is the exact unfolding of
+  // the weights file (what result.json records for it), and each gain is every token's.
+  const ModelConfig hc_static =
+      config({.name = "hc_static", .residual = ResidualMode::hc, .n_streams = 3, .hc_dynamic = false});
+  { SavedModel saved(hc_static, B, T, path); }  // random weights
+  const experiment::StreamDiagnostics st = diagnostics(hc_static);
+  const std::vector<results::Connections> exact =
+      experiment::static_connections(hc_static, read_safetensors(path.string()), path.string());
+  ASSERT_EQ(exact.size(), 1u);
+  expect_same_connections(st.connections, exact[0], 1e-12);
+  EXPECT_GT(std::abs(exact[0].rows[2].weights[1] - 1.0), 1e-3);  // not the initial all-ones
+  EXPECT_NEAR(st.gain.composite_forward_mean, st.gain.composite_forward_max, 1e-12 * st.gain.composite_forward_max);
+  EXPECT_NEAR(st.gain.composite_backward_mean, st.gain.composite_backward_max,
+              1e-12 * st.gain.composite_backward_max);
+  EXPECT_GT(std::abs(st.gain.composite_forward_max - 1.0), 1e-3);  // A_r is far from I
+
+  // Dynamic HC: the per-token terms s tanh(.) move the connections away from the unfolding of A
+  // and B alone (what "hc_static_part" recorded before), and they vary by token.
+  const ModelConfig hc = config({.name = "hc", .residual = ResidualMode::hc, .n_streams = 3});
+  {
+    SavedModel saved(hc, B, T, path);
+    const experiment::StreamDiagnostics dy = diagnostics(hc);
+    EXPECT_EQ(dy.connections.name, "hc");
+    ASSERT_EQ(dy.connections.rows.size(), static_cast<std::size_t>(L + 1));
+    ModelConfig static_part = hc;
+    static_part.hc_dynamic = false;
+    const std::vector<results::Connections> part =
+        experiment::static_connections(static_part, read_safetensors(path.string()), path.string());
+    EXPECT_GT(largest_difference(dy.connections, part[0]), 1e-3);
+    // Every token's own product: the forward gains recomputed here token by token from the model,
+    // over the windows the diagnostics read (one pass of B windows).
+    const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", hc, B, T);
+    backend->load_weights(path.string());
+    const experiment::StreamDiagnostics one = *experiment::stream_diagnostics(*backend, val, B, T, B * T);
+    const data::BatchLoader order(val, 1, T, 0);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
+    for (int w = 0; w < B; ++w)
+      order.window(w, std::span<std::int32_t>(tokens).subspan(static_cast<std::size_t>(w) * (T + 1), T + 1));
+    saved.model.forward(tokens, B, T);
+    const int n = 3;
+    std::vector<float> coef(static_cast<std::size_t>(n * (n + 2)));
+    double sum = 0, most = 0;
+    for (std::int64_t t = 0; t < std::int64_t(B) * T; ++t) {
+      double P[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
+      for (int j = 0; j < L; ++j) {
+        saved.model.stream_weights(j, t, coef);
+        double next[3][3] = {};
+        for (int k = 0; k < n; ++k)  // new stream k = sum_i alpha[i, k+1] H_i
+          for (int c = 0; c < n; ++c)
+            for (int i = 0; i < n; ++i) next[k][c] += double(coef[static_cast<std::size_t>(i * (n + 1) + 1 + k)]) * P[i][c];
+        std::copy(&next[0][0], &next[0][0] + 9, &P[0][0]);
+      }
+      double forward = 0;
+      for (const auto& row : P) forward = std::max(forward, std::abs(row[0] + row[1] + row[2]));
+      sum += forward;
+      most = std::max(most, forward);
+    }
+    EXPECT_NEAR(one.gain.composite_forward_mean, sum / (B * T), 1e-12);
+    EXPECT_NEAR(one.gain.composite_forward_max, most, 1e-12);
+    EXPECT_GT(most, sum / (B * T) * (1 + 1e-6));  // it varies by token
+  }
+  // At initialisation (W_alpha = w_beta = 0) every token's coefficients are A = [e_home, I] and
+  // B = 1: pre-norm's running sum (1 from every earlier output, n at the sum readout), gains 1.
+  save_initial(hc);
+  const experiment::StreamDiagnostics init = diagnostics(hc);
+  for (const auto& row : init.connections.rows)
+    for (double w : row.weights) EXPECT_EQ(w, row.target == L ? 3.0 : 1.0) << "target " << row.target;
+  for (double g : {init.gain.composite_forward_mean, init.gain.composite_forward_max, init.gain.composite_backward_mean,
+                   init.gain.composite_backward_max, init.gain.layer_forward_max, init.gain.layer_backward_max})
+    EXPECT_EQ(g, 1.0);
+
+  // mHC: Sinkhorn ends on the rows (col -> row, the paper's order), so every H_res and their
+  // product keep a forward gain of 1 up to float rounding; row -> col ends on the columns.
+  for (const auto order : kernels::kSinkhornOrders) {
+    const ModelConfig mhc =
+        config({.name = "mhc", .residual = ResidualMode::mhc, .n_streams = 3, .sinkhorn_order = order});
+    { SavedModel saved(mhc, B, T, path); }
+    const experiment::StreamDiagnostics m = diagnostics(mhc);
+    SCOPED_TRACE(kernels::to_string(order));
+    EXPECT_EQ(m.connections.name, "mhc");
+    ASSERT_EQ(m.connections.rows.size(), static_cast<std::size_t>(L + 1));
+    const bool rows = order == kernels::SinkhornOrder::col_row;
+    EXPECT_NEAR(rows ? m.gain.composite_forward_max : m.gain.composite_backward_max, 1.0, 1e-5);
+    EXPECT_NEAR(rows ? m.gain.layer_forward_max : m.gain.layer_backward_max, 1.0, 1e-5);
+    EXPECT_LE(rows ? m.gain.composite_backward_mean : m.gain.composite_forward_mean,
+              rows ? m.gain.composite_backward_max : m.gain.composite_forward_max);
+  }
+
+  // Other modes have no streams.
+  const std::unique_ptr<InferenceBackend> block = make_inference_backend("cpu", config({"block", ResidualMode::block}), B, T);
+  EXPECT_FALSE(experiment::stream_diagnostics(*block, val, B, T, 64).has_value());
 }
