@@ -179,6 +179,24 @@ void create_run(const RunFiles& files, const std::string& config_toml) {
   std::fclose(f);
 }
 
+// Removes the checkpoints beyond the newest `keep` of a step up to `step`, and with `later_too`
+// those of a later step as well.
+void prune_checkpoints(const RunFiles& files, int keep, std::int64_t step, bool later_too) {
+  std::size_t kept = 0;
+  for (const CheckpointFile& c : files.checkpoints()) {
+    if (c.step > step && !later_too) continue;
+    if (c.step <= step && kept < static_cast<std::size_t>(keep)) {
+      ++kept;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove(c.path, ec);
+    if (ec)  // the run goes on: an extra old checkpoint costs disk space, not correctness
+      std::fprintf(stderr, "attnres: warning: cannot remove the old checkpoint '%s': %s\n", c.path.c_str(),
+                   ec.message().c_str());
+  }
+}
+
 }  // namespace
 
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
@@ -196,23 +214,14 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
                      {"tokenizer", tokenizer.spec()},
                      {"tokenizer_hash", tokenizer.content_hash()}},
                     tensors);
+  // Only now that the new checkpoint is durable (write_safetensors synced it and its directory),
+  // and before anything else: a process stopped between the two leaves one checkpoint too many.
+  prune_checkpoints(files, config.keep_checkpoints, state.step, true);
   save_weights<float>(files.weights, config.model, layout, host.params,
                       {{"step", std::to_string(state.step)},
                        {"tokenizer", tokenizer.spec()},
                        {"tokenizer_hash", tokenizer.content_hash()}});
-  // Only now that the new checkpoint is durable (write_safetensors synced it and its directory).
-  std::size_t kept = 0;
-  for (const CheckpointFile& c : files.checkpoints()) {
-    if (c.step <= state.step && kept < static_cast<std::size_t>(config.keep_checkpoints)) {
-      ++kept;
-      continue;
-    }
-    std::error_code ec;
-    fs::remove(c.path, ec);
-    if (ec)  // the run goes on: an extra old checkpoint costs disk space, not correctness
-      std::fprintf(stderr, "attnres: warning: cannot remove the old checkpoint '%s': %s\n", c.path.c_str(),
-                   ec.message().c_str());
-  }  // A process killed while writing a checkpoint leaves its temporary, and the next write of that
+  // A process killed while writing a checkpoint leaves its temporary, and the next write of that
   // name, which would remove it, may never come: the steps go on.
   std::error_code ec;
   for (fs::directory_iterator it(files.dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -251,6 +260,10 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
   backend.load_state(stored.params, stored.m, stored.v, start.state.step);
   if (comm.is_root() && fs::exists(files.metrics))
     fs::resize_file(files.metrics, static_cast<std::uintmax_t>(start.state.metrics_bytes));
+  // A run stopped between a checkpoint and the pruning after it left one too many; without this,
+  // every such stop of the resumed runs would add one more. Later checkpoints (skipped because
+  // they did not verify) stay until this run's next checkpoint replaces their steps.
+  if (comm.is_root()) prune_checkpoints(files, config.keep_checkpoints, start.state.step, false);
   return start;
 }
 

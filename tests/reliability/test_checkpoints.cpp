@@ -85,6 +85,21 @@ TEST(Checkpoints, TheNewestKAreKept) {
   EXPECT_FALSE(has_checkpoint(runs.path() / "zero"));
 }
 
+// A process stopped between a checkpoint and the pruning after it leaves one checkpoint too many;
+// without pruning at --resume, each such stop of the resumed run would add one more (found by the
+// signal-storm test under ASan, whose slower processes stop in that window more often).
+TEST(Checkpoints, AResumePrunesWhatStopsBeforeThePruningLeft) {
+  TempDir runs("attnres_resume_prunes");
+  const fs::path run = unfinished_copy(runs);
+  for (const std::int64_t step : {4, 2})  // as two stops in that window would have left them
+    fs::copy_file(run / checkpoint_file_name(6), run / checkpoint_file_name(step));
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<std::int64_t>{8, 6, 4, 2}));
+  const CliResult r = run_cli(TinyRun::get().train(run) + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(checkpoint_steps(run), (std::vector<std::int64_t>{8, 6}));
+  EXPECT_TRUE(hidden_files(run).empty());
+}
+
 TEST(Checkpoints, ACorruptNewestCheckpointResumesFromThePreviousOneExactly) {
   TempDir runs("attnres_corrupt_newest");
   const fs::path run = unfinished_copy(runs);
