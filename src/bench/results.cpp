@@ -225,6 +225,7 @@ void print_ratios(const json& out) {
 
 json results_json(const Results& r) {
   json out;
+  out["version"] = kBenchResultVersion;
   out["machine"] = {{"cpu", cpu_model()},
                     {"cores", online_cores()},
                     {"load_average_start", r.load_start},

@@ -32,6 +32,9 @@ struct Results {
   nlohmann::json paired = nlohmann::json::array();  // paired_summary() of each pair
 };
 
+// Its schema version, key "version" (docs/performance.md, "The benchmark"): raised when a key
+// changes meaning or goes away.
+inline constexpr int kBenchResultVersion = 1;
 nlohmann::json results_json(const Results& r);
 // The human-readable report of results_json(r).
 void print_table(const Results& r, const nlohmann::json& out);

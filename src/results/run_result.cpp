@@ -145,10 +145,12 @@ json to_json(const RunResult& r) {
     j["connections"] = std::move(connections);
   }
   if (r.amax_gain) j["amax_gain"] = to_json(*r.amax_gain);
+  put_schema_version(j, r.version);
   return j;
 }
 
 void from_json(JsonObject& in, RunResult& r) {
+  r.version = read_schema_version(in, kRunResultVersion);
   r.arm = in.get("arm").string();
   r.seed = in.get("seed").integer();
   const JsonValue params = in.get("params");

@@ -59,7 +59,11 @@ struct AmaxGain {
   double layer_forward_max = 0, layer_backward_max = 0;
 };
 
+// The newest result.json schema version this build writes and reads (results/strict_json.hpp).
+inline constexpr int kRunResultVersion = 1;
+
 struct RunResult {
+  int version = kRunResultVersion;  // kUnversioned: read from a file of an earlier build
   std::string arm;
   std::int64_t seed = 0;
   std::int64_t params = 0;

@@ -99,6 +99,20 @@ void JsonObject::finish() const {
           .bad("is not part of this file's format (misspelt, or written by a newer attnres?)");
 }
 
+int read_schema_version(JsonObject& in, int newest) {
+  const std::optional<JsonValue> v = in.find("version");
+  if (!v) return kUnversioned;
+  const std::int64_t version = v->integer();
+  if (version < 1 || version > newest)
+    v->bad(concat("is ", version, "; this build reads ", newest == 1 ? "version 1" : concat("versions 1 to ", newest),
+                  " (written by a newer attnres?)"));
+  return static_cast<int>(version);
+}
+
+void put_schema_version(json& j, int version) {
+  if (version != kUnversioned) j["version"] = version;
+}
+
 json parse_json_file(const std::string& path) {
   return parse_json(read_text_file(path), [&] { return concat(path, ": invalid JSON: "); });
 }

@@ -81,6 +81,13 @@ T read_object(const JsonValue& value) {
   return out;
 }
 
+// A file's schema version, key "version": written by every writer since the key was introduced,
+// absent (0) in files of earlier builds, which read as before and are written back without it
+// (byte for byte). A version this build does not know is an error naming the file.
+inline constexpr int kUnversioned = 0;
+int read_schema_version(JsonObject& in, int newest);
+void put_schema_version(nlohmann::json& j, int version);  // nothing for kUnversioned
+
 // The parsed file; "<file>: invalid JSON: ..." when it does not parse.
 nlohmann::json parse_json_file(const std::string& path);
 

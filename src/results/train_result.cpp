@@ -31,19 +31,22 @@ json to_json(const TrainResult& r) {
   json milestones = json::array(), curve = json::array();
   for (const auto& m : r.milestones) milestones.push_back(to_json(m));
   for (const auto& p : r.curve) curve.push_back(to_json(p));
-  return {{"params", r.params},
-          {"steps", r.steps},
-          {"milestones", std::move(milestones)},
-          {"curve", std::move(curve)},
-          {"tokens_per_sec", r.tokens_per_sec},
-          {"step_time_ms", r.step_time_ms},
-          {"peak_rss_bytes", r.peak_rss_bytes},
-          {"processes", r.processes},
-          {"reduce_fraction", r.reduce_fraction},
-          {"micro_batches", r.micro_batches}};
+  json j = {{"params", r.params},
+            {"steps", r.steps},
+            {"milestones", std::move(milestones)},
+            {"curve", std::move(curve)},
+            {"tokens_per_sec", r.tokens_per_sec},
+            {"step_time_ms", r.step_time_ms},
+            {"peak_rss_bytes", r.peak_rss_bytes},
+            {"processes", r.processes},
+            {"reduce_fraction", r.reduce_fraction},
+            {"micro_batches", r.micro_batches}};
+  put_schema_version(j, r.version);
+  return j;
 }
 
 void from_json(JsonObject& in, TrainResult& r) {
+  r.version = read_schema_version(in, kTrainResultVersion);
   r.params = in.get("params").integer();
   r.steps = in.get("steps").integer();
   for (const JsonValue& m : in.get("milestones").array()) r.milestones.push_back(read_object<Milestone>(m));

@@ -26,7 +26,11 @@ struct LossPoint {
   double train_loss = 0;
 };
 
+// The newest train_result.json schema version this build writes and reads (results/strict_json.hpp).
+inline constexpr int kTrainResultVersion = 1;
+
 struct TrainResult {
+  int version = kTrainResultVersion;  // kUnversioned: read from a file of an earlier build
   std::int64_t params = 0;
   std::int64_t steps = 0;
   std::vector<Milestone> milestones;

@@ -142,6 +142,7 @@ TEST(BenchPrecision, Fp32TorchFollowsAndTheReferenceIsSgemm) {
   SKIP_WITHOUT_TORCH();
   const BenchRun r = bench("bench_fp32", "--precision fp32 --torch on");
   ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["version"], 1);  // the schema's (bench::kBenchResultVersion)
   expect_precisions(r.out, "fp32", "fp32", "auto");
   EXPECT_FALSE(r.out["mfu_reference"].contains("bf16")) << "no step ran bf16";
   EXPECT_EQ(r.out["mfu_reference"]["fp32"]["op"], "cblas_sgemm");

@@ -181,6 +181,38 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
 
 // MUDD's routing (a K route of its own, JS(K, V)): written, read back byte for byte, and checked;
 // files without it (every file written before it existed) read as before, with no K route.
+// result.json and train_result.json carry their schema version from this build on; files without
+// one (earlier builds: the old-format tests above) read as before, an unknown version is an error.
+TEST(Schemas, ResultFilesCarryTheirVersion) {
+  TempDir tmp;
+  RunResult r;
+  r.arm = "rd";
+  r.seed = 1;
+  r.params = 10;
+  const std::string result = tmp.file("result.json");
+  write_run_result(result, r);
+  const json written = json::parse(read_text_file(result));
+  EXPECT_EQ(written.at("version"), kRunResultVersion);
+  EXPECT_EQ(read_run_result(result).version, kRunResultVersion);
+  const std::string train = tmp.file("train_result.json");
+  write_train_result(train, TrainResult{});
+  EXPECT_EQ(json::parse(read_text_file(train)).at("version"), kTrainResultVersion);
+  EXPECT_EQ(read_train_result(train).version, kTrainResultVersion);
+
+  const std::string text = read_text_file(result), train_text = read_text_file(train);
+  for (const int bad : {kRunResultVersion + 1, 0}) {
+    write_edited(result, text, [&](json& j) { j["version"] = bad; });
+    const std::string msg = error_of([&] { read_run_result(result); });
+    EXPECT_NE(msg.find(result + ": key 'version' is " + std::to_string(bad) + "; this build reads version 1"),
+              std::string::npos)
+        << msg;
+    write_edited(train, train_text, [&](json& j) { j["version"] = bad; });
+    EXPECT_NE(error_of([&] { read_train_result(train); }).find(train + ": key 'version' is "), std::string::npos);
+  }
+  const RunResult old = read_run_result((kOldFormat / "runs/rd/seed-1/result.json").string());
+  EXPECT_EQ(old.version, kUnversioned);
+}
+
 TEST(Schemas, MuddRoutingReadsBackAndIsChecked) {
   TempDir tmp;
   RunResult r;
@@ -355,12 +387,12 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
   EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'routing[1].layers[1].js_k_nats' is not part"),
             std::string::npos);
   write_edited(summary, summary_text, [](json& s) {
-    s["amax_gain"] = {kGain};
+    s["amax_gain"] = json::array({kGain});  // (not {kGain}: clang reads that as a copy)
     s["amax_gain"][0]["arm"] = "hc";
   });
   EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'amax_gain[0].seeds' is missing"), std::string::npos);
   write_edited(summary, summary_text, [](json& s) {
-    s["amax_gain"] = {kGain};
+    s["amax_gain"] = json::array({kGain});  // (not {kGain}: clang reads that as a copy)
     s["amax_gain"][0]["arm"] = "hc";
     s["amax_gain"][0]["seeds"] = 2;
     s["amax_gain"][0]["composite_forward_mean"] = 3.0;
