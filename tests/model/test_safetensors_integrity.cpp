@@ -137,8 +137,10 @@ TEST_F(SafetensorsIntegrity, AChangedMetadataValueIsCaught) {
 
 TEST_F(SafetensorsIntegrity, BadChecksumRecordsAreErrors) {
   const std::string bytes = read_text_file(path_);
-  auto [header, start] = header_of(bytes);
-  const std::string payload = bytes.substr(start);
+  // (Not a structured binding: clang 14 cannot capture one in the lambda below.)
+  const auto parsed = header_of(bytes);
+  const json& header = parsed.first;
+  const std::string payload = bytes.substr(parsed.second);
   const json sums = json::parse(header["__metadata__"][kChecksumKey].get<std::string>());
   auto with_sums = [&](const json& s) {
     json h = header;
