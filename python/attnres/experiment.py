@@ -229,6 +229,10 @@ def _read_spec(path: str) -> dict:
 def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
     f = _Json(path)
     j = f.root
+    # result.json's schema version: 1, or none in files of earlier builds (docs/experiments.md).
+    version = f.find(j, "", "version")
+    if version is not None and (type(version) is not int or version != 1):
+        f.bad("version", f"is {version}; this reader reads version 1 (or none: files of earlier builds)")
     if f.field(j, "", "arm", "string") != arm:
         f.bad("arm", f"is '{j['arm']}' but the file is in the directory of arm '{arm}'")
     if f.field(j, "", "seed", "integer") != seed:

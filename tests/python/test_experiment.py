@@ -150,6 +150,17 @@ class ExperimentTest(unittest.TestCase):
             json.dump(raw, f)
         with self.assertRaisesRegex(ExperimentError, "gives 'k_mean' for some layers but not for layer 1"):
             attnres.read_experiment(copy)
+        # The schema version (C++ writes 1 since it was introduced; earlier files have none).
+        raw = self.result("rd", 1)
+        raw["version"] = 1
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        attnres.read_experiment(copy)
+        raw["version"] = 2
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, "key 'version' is 2; this reader reads version 1"):
+            attnres.read_experiment(copy)
         raw = self.result("rd", 1)
         raw["seed"] = 7
         with open(path, "w") as f:
