@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/gemm_bf16.hpp"
+
 namespace attnres::kernels {
 
 inline constexpr int kMaxHeadDim = 256;
@@ -34,13 +36,17 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
 // The bf16 variant (models whose matmul precision is bf16): the operands of the five products (Q,
 // K, V, P, dO, dS) rounded to bf16 and the products summed in fp32, as in kernels/gemm_bf16.hpp;
 // the softmax statistics (max, sum, lse) and D = dO . O (with dO rounded as in dP = dO V^T, so
-// that dS = P (dP - D) cancels as it should) stay fp32. Same blocks and O(T) memory as
-// the fp32 kernel, on the AVX-512 FMA tiles of kernels/avx512_tiles.hpp; where those are not
-// available (no AVX-512, head_dim not a multiple of 16) the fp32 kernel runs instead.
+// that dS = P (dP - D) cancels as it should) stay fp32. Same blocks and O(T) memory as the fp32
+// kernel, on the AVX-512 tiles of kernels/avx512_tiles.hpp: VDPBF16PS on bf16 pairs when the
+// backend is avx512-bf16 (what bf16_backend() picks on AMD Zen 4/5), fp32 FMAs of the rounded
+// operands otherwise (the two differ only in the fp32 summation order). Where AVX-512 is missing
+// or head_dim is not a multiple of 16, the fp32 kernel runs instead. backend: as gemm_bf16's (a
+// named one that the CPU lacks is an error).
 bool attention_bf16_supported(const AttentionShape& s);
 void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
-                            const AttentionShape& s);
+                            const AttentionShape& s, Bf16Backend backend = Bf16Backend::automatic);
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                             const float* v, const float* out, const float* lse, const AttentionShape& s);
+                             const float* v, const float* out, const float* lse, const AttentionShape& s,
+                             Bf16Backend backend = Bf16Backend::automatic);
 
 }  // namespace attnres::kernels

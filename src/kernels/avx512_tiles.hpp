@@ -109,6 +109,10 @@ ATTNRES_AVX512F_INLINE void transpose16(__m512i r[16]) {
 // VCVTNEPS2BF16 helpers (AVX512_BF16; the AMX and VDPBF16PS packing). The instruction rounds like
 // round_to_bf16 (tested on both paths).
 #define ATTNRES_AVX512BF16_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline
+// The VDPBF16PS kernels (the GEMM's and attention's dpbf16 paths).
+#define ATTNRES_DPBF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")))
+#define ATTNRES_DPBF16_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16"), always_inline)) inline
 
 // 16 floats (the first `valid`, the rest zero) -> 16 bf16.
 ATTNRES_AVX512BF16_INLINE __m256i cvt16(const float* p, std::int64_t valid) {
@@ -226,6 +230,62 @@ ATTNRES_AVX512_INLINE void store_tile(const __m512 (&acc)[MR][NV], std::int64_t 
       __m512 x = _mm512_mul_ps(va, acc[i][v]);
       if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], row + 16 * v), x);
       _mm512_mask_storeu_ps(row + 16 * v, mask[v], x);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The VDPBF16PS microkernel and its panels: operands as bf16 pairs (k = 2s, 2s + 1) in 32-bit
+// words (stored in float buffers), one pair per step; VDPBF16PS adds both products of a pair to
+// each fp32 accumulator, the odd k's first (the instruction's order).
+// ------------------------------------------------------------------------------------------
+
+// Row r of the panel is src[r * ld + k] (k contiguous): 32 consecutive k of a row are 16 pairs;
+// a 16 x 16 transpose turns 16 rows of pairs into 16 steps of rows.
+template <int R>
+ATTNRES_DPBF16_INLINE void pack_pairs_rows(const float* src, std::int64_t ld, std::int64_t valid_rows, std::int64_t k,
+                                           float* out) {
+  const std::int64_t steps = (k + 1) / 2;
+  for (int g = 0; g < R; g += 16) {
+    const __mmask16 store = lanes(R - g);
+    for (std::int64_t s0 = 0; s0 < steps; s0 += 16) {
+      __m512i t[16];
+      for (int j = 0; j < 16; ++j)
+        t[j] = g + j < valid_rows ? cvt32(src + (g + j) * ld + 2 * s0, k - 2 * s0) : _mm512_setzero_si512();
+      transpose16(t);
+      const std::int64_t sq = std::min<std::int64_t>(16, steps - s0);
+      for (std::int64_t q = 0; q < sq; ++q) _mm512_mask_storeu_epi32(out + (s0 + q) * R + g, store, t[q]);
+    }
+  }
+}
+
+// Row r of the panel is src[k * ld + r] (k-major): pair rows k = 2s and 2s + 1.
+template <int R>
+ATTNRES_DPBF16_INLINE void pack_pairs_cols(const float* src, std::int64_t ld, std::int64_t valid_rows, std::int64_t k,
+                                           float* out) {
+  const std::int64_t steps = (k + 1) / 2;
+  for (std::int64_t s = 0; s < steps; ++s)
+    for (int g = 0; g < R; g += 16) {
+      const __m256i even = cvt16(src + 2 * s * ld + g, valid_rows - g);
+      const __m256i odd = 2 * s + 1 < k ? cvt16(src + (2 * s + 1) * ld + g, valid_rows - g) : _mm256_setzero_si256();
+      _mm512_mask_storeu_epi32(out + s * R + g, lanes(R - g), pairs(even, odd));
+    }
+}
+
+// fma_tile on pairs: acc[i][v] += the pair products of a[s * lda + i * RowStride] and
+// b[s * ldb + 16 v + j], s in increasing order.
+template <int MR, int NV, int RowStride = 1>
+ATTNRES_DPBF16_INLINE void dp_tile(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                   std::int64_t steps, __m512 (&acc)[MR][NV]) {
+  for (std::int64_t s = 0; s < steps; ++s) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_ps(b + s * ldb + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_ps(a[s * lda + i * RowStride]);  // a move: the pair's bits are kept
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
     }
   }
 }

@@ -55,10 +55,6 @@ namespace {
 
 constexpr int kMR = 14, kNV = 2, kNR = 16 * kNV;
 
-#define ATTNRES_DPBF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")))
-#define ATTNRES_DPBF16_INLINE \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16"), always_inline)) inline
-
 struct Problem {
   bool trans_a, trans_b;
   std::int64_t m, n, k;
@@ -105,39 +101,7 @@ ATTNRES_AVX512_TARGET void pack_b_fma(const Problem& p, std::int64_t np, float* 
   else pack_panel_cols<kNR>(p.b + j0, p.ldb, cols, p.k, out);
 }
 
-// ---- dpbf16: panels of bf16 pairs (k = 2s, 2s + 1) in 32-bit words, one pair per step --------
-
-// Row r of the panel is src[r * ld + k] (k contiguous): 32 consecutive k of a row are 16 pairs;
-// a 16 x 16 transpose turns 16 rows of pairs into 16 steps of rows.
-template <int R>
-ATTNRES_DPBF16_INLINE void pack_pairs_rows(const float* src, std::int64_t ld, std::int64_t valid_rows, std::int64_t k,
-                                           float* out) {
-  const std::int64_t steps = (k + 1) / 2;
-  for (int g = 0; g < R; g += 16) {
-    const __mmask16 store = lanes(R - g);
-    for (std::int64_t s0 = 0; s0 < steps; s0 += 16) {
-      __m512i t[16];
-      for (int j = 0; j < 16; ++j)
-        t[j] = g + j < valid_rows ? cvt32(src + (g + j) * ld + 2 * s0, k - 2 * s0) : _mm512_setzero_si512();
-      transpose16(t);
-      const std::int64_t sq = std::min<std::int64_t>(16, steps - s0);
-      for (std::int64_t q = 0; q < sq; ++q) _mm512_mask_storeu_epi32(out + (s0 + q) * R + g, store, t[q]);
-    }
-  }
-}
-
-// Row r of the panel is src[k * ld + r] (k-major): pair rows k = 2s and 2s + 1.
-template <int R>
-ATTNRES_DPBF16_INLINE void pack_pairs_cols(const float* src, std::int64_t ld, std::int64_t valid_rows, std::int64_t k,
-                                           float* out) {
-  const std::int64_t steps = (k + 1) / 2;
-  for (std::int64_t s = 0; s < steps; ++s)
-    for (int g = 0; g < R; g += 16) {
-      const __m256i even = cvt16(src + 2 * s * ld + g, valid_rows - g);
-      const __m256i odd = 2 * s + 1 < k ? cvt16(src + (2 * s + 1) * ld + g, valid_rows - g) : _mm256_setzero_si256();
-      _mm512_mask_storeu_epi32(out + s * R + g, lanes(R - g), pairs(even, odd));
-    }
-}
+// ---- dpbf16: panels of bf16 pairs (pack_pairs_rows / pack_pairs_cols, kernels/avx512_tiles.hpp) --
 
 ATTNRES_DPBF16_TARGET void pack_a_dp(const Problem& p, std::int64_t mb, float* out) {
   const std::int64_t i0 = mb * kMR, rows = std::min<std::int64_t>(kMR, p.m - i0);
@@ -166,22 +130,6 @@ ATTNRES_DPBF16_TARGET void pack_b_dp(const Problem& p, std::int64_t np, float* o
   const std::int64_t j0 = np * kNR, cols = std::min<std::int64_t>(kNR, p.n - j0);
   if (p.trans_b) pack_pairs_rows<kNR>(p.b + j0 * p.ldb, p.ldb, cols, p.k, out);
   else pack_pairs_cols<kNR>(p.b + j0, p.ldb, cols, p.k, out);
-}
-
-template <int MR, int NV>
-ATTNRES_DPBF16_INLINE void dp_tile(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-                                   std::int64_t steps, __m512 (&acc)[MR][NV]) {
-  for (std::int64_t s = 0; s < steps; ++s) {
-    __m512bh bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_ps(b + s * ldb + 16 * v);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512bh av = (__m512bh)_mm512_set1_ps(a[s * lda + i]);  // a move: the pair's bits are kept
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
-    }
-  }
 }
 
 // Long k runs in passes of kPassK k: within a pass the row block's slab of A (14 x 512 values,
