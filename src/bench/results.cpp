@@ -15,6 +15,10 @@ using nlohmann::json;
 
 constexpr double kTargetSpeedup = 3.0;   // attnres tokens/s over torch's, block and rd on `small`
 constexpr double kTargetRdBlock = 1.02;  // rd over block: step time and peak memory
+// Context scaling: tokens/s at T = 4096 at least this fraction of that at T = 256, the same tokens
+// per step.
+constexpr double kTargetContextScaling = 0.7;
+constexpr int kContextShort = 256, kContextLong = 4096;
 
 json flops_json(const FlopCount& f) {
   return {{"dense", f.dense}, {"lm_head", f.lm_head}, {"attention", f.attention}, {"depth_reads", f.depth_reads},
@@ -119,6 +123,34 @@ json rd_block_json(const Results& r) {
   return out;
 }
 
+// Each implementation and arm at every longer T against its shortest T of the run: tokens/s ratio.
+// The target applies to T = 4096 against T = 256 with the same tokens per step.
+json context_scaling_json(const Results& r) {
+  json out = json::array();
+  if (r.seqs.size() < 2) return out;
+  const int base_seq = *std::min_element(r.seqs.begin(), r.seqs.end());
+  for (const std::string impl : {"attnres", "torch"})
+    for (const auto& arm : r.arms) {
+      const Cell* base = r.measurement.find(impl, arm, base_seq);
+      if (base == nullptr) continue;
+      for (int seq : r.seqs) {
+        const Cell* c = r.measurement.find(impl, arm, seq);
+        if (c == nullptr || seq == base_seq) continue;
+        const double ratio = c->tokens_per_sec() / base->tokens_per_sec();
+        const bool same_tokens = std::int64_t(c->batch) * c->seq == std::int64_t(base->batch) * base->seq;
+        const bool target_pair = base_seq == kContextShort && seq == kContextLong && same_tokens;
+        out.push_back({{"impl", impl},
+                       {"arm", arm},
+                       {"seq", seq},
+                       {"base_seq", base_seq},
+                       {"tokens_per_sec_ratio", ratio},
+                       {"same_tokens_per_step", same_tokens},
+                       {"meets_target", target_pair ? json(ratio >= kTargetContextScaling) : json(nullptr)}});
+      }
+    }
+  return out;
+}
+
 void print_header(const Results& r, const json& out) {
   const ModelConfig& mc = r.base.model;
   std::printf("attnres bench: %s (d=%d, %d layers, %d heads, mlp %d, %d blocks, vocab %d, %s embeddings)\n",
@@ -209,6 +241,16 @@ void print_ratios(const json& out) {
                   r["cpu_time_ratio"].get<double>(), r["peak_rss_ratio"].get<double>(),
                   double(r["peak_rss_delta_bytes"].get<std::int64_t>()) / 1e6);
   }
+  if (!out["context_scaling"].empty()) {
+    std::printf("\ncontext scaling (tokens/s over that at the shortest T; target >= %.1f at T=%d against T=%d, the\n"
+                "same tokens per step):\n",
+                kTargetContextScaling, kContextLong, kContextShort);
+    for (const auto& c : out["context_scaling"])
+      std::printf("  %-8s %-10s T=%-5d / T=%-5d %.2f%s\n", c["impl"].get<std::string>().c_str(),
+                  c["arm"].get<std::string>().c_str(), c["seq"].get<int>(), c["base_seq"].get<int>(),
+                  c["tokens_per_sec_ratio"].get<double>(),
+                  c["same_tokens_per_step"].get<bool>() ? "" : "  (different tokens per step)");
+  }
   if (!out["paired"].empty()) {
     std::printf("\nattnres paired in one process, alternate steps (median of per-step ratios, its distribution-free\n"
                 "95%% confidence interval, range; more --steps narrow the interval):\n");
@@ -261,10 +303,13 @@ json results_json(const Results& r) {
   json runs = json::array();
   for (const Cell& c : r.measurement.cells) runs.push_back(run_json(r, c));
   out["runs"] = runs;
-  out["targets"] = {{"speedup_vs_torch_min", kTargetSpeedup}, {"rd_over_block_max", kTargetRdBlock}};
+  out["targets"] = {{"speedup_vs_torch_min", kTargetSpeedup},
+                    {"rd_over_block_max", kTargetRdBlock},
+                    {"context_scaling_min", kTargetContextScaling}};
   out["attnres_vs_torch"] = vs_torch_json(r);
   out["paired"] = r.paired;
   out["rd_vs_block"] = rd_block_json(r);
+  out["context_scaling"] = context_scaling_json(r);
   return out;
 }
 

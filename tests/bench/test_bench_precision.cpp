@@ -34,10 +34,10 @@ struct BenchRun {
   json out;       // the --json-file object
 };
 
-BenchRun bench(const std::string& name, const std::string& flags) {
+BenchRun bench(const std::string& name, const std::string& flags, const std::string& base = kTiny) {
   testing::TempDir dir(name);
   BenchRun r;
-  r.cli = run_cli(kTiny + " " + flags + " --json-file " + dir.str("bench.json"));
+  r.cli = run_cli(base + " " + flags + " --json-file " + dir.str("bench.json"));
   EXPECT_EQ(r.cli.exit_code, 0) << r.cli.output;
   if (r.cli.exit_code == 0) r.out = json::parse(testing::read_file(dir.path() / "bench.json"));
   return r;
@@ -201,6 +201,38 @@ TEST(BenchPrecision, WithoutTorchTheBf16ReferenceIsAttnresOwnAndSaysSo) {
   EXPECT_NE(r.cli.output.find("(torch not run (--torch off): attnres' bf16 GEMM only)"), std::string::npos)
       << r.cli.output;
   expect_mfu_against_own_reference(r.out);
+}
+
+// With two lengths the report gives each implementation's tokens/s at the longer over the shorter
+// T, says when the tokens per step differ, and judges the target only on its own pair (4096 / 256).
+TEST(BenchContextScaling, RatiosOfTheRunsTokensPerSecond) {
+  // kTiny without its one --seq and --batch.
+  const std::string base = "bench --preset tiny --vocab 512 --arms block --steps 1 --warmup 0 --threads 1 --no-paired "
+                           "--bf16-reference-cube 256 --torch off";
+  const BenchRun r = bench("bench_context", "--seq 16,32 --tokens-per-step 32", base);
+  ASSERT_EQ(r.cli.exit_code, 0);
+  EXPECT_EQ(r.out["targets"]["context_scaling_min"], 0.7);
+  const json& scaling = r.out["context_scaling"];
+  ASSERT_EQ(scaling.size(), 1u) << scaling.dump();
+  const json& c = scaling[0];
+  EXPECT_EQ(c["impl"], "attnres");
+  EXPECT_EQ(c["arm"], "block");
+  EXPECT_EQ(c["seq"], 32);
+  EXPECT_EQ(c["base_seq"], 16);
+  EXPECT_EQ(c["same_tokens_per_step"], true);
+  EXPECT_EQ(c["meets_target"], nullptr) << "the target is for T = 4096 against T = 256";
+  double tps16 = 0, tps32 = 0;
+  for (const json& run : r.out["runs"]) (run["seq"] == 16 ? tps16 : tps32) = run["tokens_per_sec"].get<double>();
+  EXPECT_NEAR(c["tokens_per_sec_ratio"].get<double>(), tps32 / tps16, 1e-12);
+  EXPECT_NE(r.cli.output.find("context scaling"), std::string::npos) << r.cli.output;
+  EXPECT_NE(r.cli.output.find("T=32    / T=16"), std::string::npos) << r.cli.output;
+
+  // A fixed batch: different tokens per step, said in the JSON and the table.
+  const BenchRun b = bench("bench_context_batch", "--seq 16,32 --batch 1", base);
+  ASSERT_EQ(b.cli.exit_code, 0);
+  ASSERT_EQ(b.out["context_scaling"].size(), 1u);
+  EXPECT_EQ(b.out["context_scaling"][0]["same_tokens_per_step"], false);
+  EXPECT_NE(b.cli.output.find("(different tokens per step)"), std::string::npos) << b.cli.output;
 }
 
 }  // namespace
