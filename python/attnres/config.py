@@ -12,12 +12,16 @@ import json
 import math
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc")
 # attnres' mudd mode (baselines-spec §2) has no implementation here, but every config attnres
 # writes carries its keys, so they load (and are checked) with any mode.
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
+STREAM_READOUTS = ("sum", "mean")  # hc_reduce, mhc_reduce
+SINKHORN_ORDERS = ("col_row", "row_col")
+MHC_BIAS_INITS = ("home_pm3", "zero")
+MAX_STREAMS = 8  # kernels::kMaxStreams (src/kernels/streams.hpp)
 VRES_MODES = ("fixed", "learned_convex", "learned_pair", "constant")
 VRES_PARAMETERS = {"fixed": 0, "learned_convex": 1, "learned_pair": 2, "constant": 0}  # per layer after the first
 MAX_HEAD_DIM = 256  # kernels::kMaxHeadDim (src/kernels/attention.hpp)
@@ -55,8 +59,7 @@ class ModelConfig:
     vres_mode: str = "fixed"
     vres_lambda1: float = 0.5
     vres_lambda2: float = 0.5
-    # Hyper-connections and mHC (baselines-spec §3-4; residual "hc" / "mhc", which this package
-    # does not build yet: the keys are here so that every checkpoint's config reads).
+    # Hyper-connections and mHC (baselines-spec §3-4; residual "hc" / "mhc").
     hc_n: int = 4
     hc_dynamic: bool = True
     hc_tanh: bool = True
@@ -134,6 +137,18 @@ class ModelConfig:
         require(self.mudd_gelu in GELUS, f"unknown value '{self.mudd_gelu}' of mudd_gelu (expected {', '.join(GELUS)})")
         require(self.mudd_hidden_round >= 0, f"mudd_hidden_round must be at least 0 (got {self.mudd_hidden_round})")
         require(self.mudd_last_expand >= 1, f"mudd_last_expand must be at least 1 (got {self.mudd_last_expand})")
+        require(1 <= self.hc_n <= MAX_STREAMS, f"hc_n must be 1 to {MAX_STREAMS} (got {self.hc_n})")
+        require(1 <= self.mhc_n <= MAX_STREAMS, f"mhc_n must be 1 to {MAX_STREAMS} (got {self.mhc_n})")
+        for key in ("hc_reduce", "mhc_reduce"):
+            require(getattr(self, key) in STREAM_READOUTS,
+                    f"unknown value '{getattr(self, key)}' of {key} (expected {', '.join(STREAM_READOUTS)})")
+        require(self.mhc_sinkhorn_order in SINKHORN_ORDERS, f"unknown value '{self.mhc_sinkhorn_order}' of "
+                f"mhc_sinkhorn_order (expected {', '.join(SINKHORN_ORDERS)})")
+        require(self.mhc_bias_init in MHC_BIAS_INITS, f"unknown value '{self.mhc_bias_init}' of mhc_bias_init "
+                f"(expected {', '.join(MHC_BIAS_INITS)})")
+        require(self.mhc_sinkhorn_iters >= 1, f"mhc_sinkhorn_iters must be at least 1 (got {self.mhc_sinkhorn_iters})")
+        require(self.mhc_phi_std >= 0, f"mhc_phi_std must be at least 0 (got {self.mhc_phi_std})")
+        require(self.mhc_pre_eps >= 0, f"mhc_pre_eps must be at least 0 (got {self.mhc_pre_eps})")
         require(self.vocab_size >= 2, f"vocab_size must be at least 2 (got {self.vocab_size})")
         require(self.d_model >= 2, f"d_model must be at least 2 (got {self.d_model})")
         require(self.n_layers >= 1, f"n_layers must be at least 1 (got {self.n_layers})")

@@ -295,6 +295,14 @@ class ResidualMode:
     def build(self, model: "AttnResModel") -> None:
         pass
 
+    def initial_values(self) -> Dict[str, torch.Tensor]:
+        """Parameters whose initial value is fixed by the mode (ParamLayout::add_fixed), by name."""
+        return {}
+
+    def init_std(self, name: str) -> Optional[float]:
+        """The init std of a mode's own random matrix (None: the model's default)."""
+        return None
+
     def trunk(self, model: "AttnResModel", emb, ctx: _Pass):
         raise NotImplementedError
 
@@ -481,8 +489,156 @@ class RdAttnRes(BlockAttnRes):
         return norm(h), norm(h_v)
 
 
+class HyperConnection(nn.Module):
+    """HC module of one sublayer, `hc.{j}.*` (baselines-spec §3.1): A [n, n+1] (column 0: A_m, the read;
+    columns 1..n: A_r, the stream mix), B [n] (output weights); dynamic: w_alpha [n+1, d], w_beta [d],
+    the scales s_alpha, s_beta and the norm of the streams they read."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        n, d = c.hc_n, c.d_model
+        self.A = nn.Parameter(torch.empty(n, n + 1))
+        self.B = nn.Parameter(torch.empty(n))
+        self.dynamic, self.act = c.hc_dynamic, torch.tanh if c.hc_tanh else (lambda t: t)
+        if c.hc_dynamic:
+            self.w_alpha = nn.Parameter(torch.empty(n + 1, d))
+            self.w_beta = nn.Parameter(torch.empty(d))
+            self.s_alpha = nn.Parameter(torch.empty(1))
+            self.s_beta = nn.Parameter(torch.empty(1))
+            self.norm = RMSNorm(d, c.norm_eps)
+
+    def coefficients(self, H):
+        """H [B, T, n, d] -> alpha [.., n, n+1], beta [.., n] (static: A and B for every token)."""
+        if not self.dynamic:
+            return self.A, self.B
+        hb = self.norm(H)
+        return self.s_alpha * self.act(hb @ self.w_alpha.T) + self.A, self.s_beta * self.act(hb @ self.w_beta) + self.B
+
+
+def sinkhorn(Z, iters: int, order: str):
+    """Sinkhorn-Knopp (baselines-spec §4.1): exp(Z - max Z) per matrix, then per iteration columns then
+    rows (col_row) or rows then columns (row_col)."""
+    M = torch.exp(Z - Z.detach().amax(dim=(-2, -1), keepdim=True))
+    for ax in ((-2, -1) if order == "col_row" else (-1, -2)) * iters:  # summing over -2 normalises columns
+        M = M / M.sum(dim=ax, keepdim=True)
+    return M
+
+
+class Mhc(nn.Module):
+    """mHC module of one sublayer, `mhc.{j}.*` (baselines-spec §4.1): phi [n(n+2), n d], alpha [3]
+    (pre, post, res), b [n(n+2)]."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        n = c.mhc_n
+        self.n, self.eps, self.iters, self.order, self.pre_eps = (n, c.norm_eps, c.mhc_sinkhorn_iters,
+                                                                  c.mhc_sinkhorn_order, c.mhc_pre_eps)
+        self.phi = nn.Parameter(torch.empty(n * (n + 2), n * c.d_model))
+        self.alpha = nn.Parameter(torch.empty(3))
+        self.b = nn.Parameter(torch.empty(n * (n + 2)))
+
+    def coefficients(self, H):
+        """H [B, T, n, d] -> H_pre [.., n], H_post [.., n], H_res [.., n, n]."""
+        n, v = self.n, H.flatten(-2)
+        z = (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.eps)) @ self.phi.T
+        pre = torch.sigmoid(self.alpha[0] * z[..., :n] + self.b[:n]) + self.pre_eps
+        post = 2 * torch.sigmoid(self.alpha[1] * z[..., n:2 * n] + self.b[n:2 * n])
+        res = sinkhorn((self.alpha[2] * z[..., 2 * n:] + self.b[2 * n:]).unflatten(-1, (n, n)), self.iters, self.order)
+        return pre, post, res
+
+
+class StreamResiduals(ResidualMode):
+    """`hc` (Hyper-Connections, baselines-spec §3) and `mhc` (§4): n residual streams H [B, T, n, d],
+    n copies of the embedding at the start; sublayer j reads h from H with its module, computes
+    y = f_j(RMSNorm_j(h)) and writes H <- (mixed streams) + (output weights) y; the exit is the sum
+    (or mean) of the streams. At initialisation both compute pre-norm's function (HC exactly, mHC
+    up to its sigmoids)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        c = config
+        self.hc = c.residual == "hc"
+        self.n = c.hc_n if self.hc else c.mhc_n
+        self.readout = c.hc_reduce if self.hc else c.mhc_reduce
+
+    def final_params(self):
+        c, n, d = self.config, self.n, self.config.d_model
+        out = []
+        for j in range(c.n_sublayers):
+            if self.hc:
+                p = f"hc.{j}."
+                out += [(p + "A", (n, n + 1)), (p + "B", (n,))]
+                if c.hc_dynamic:
+                    out += [(p + "w_alpha", (n + 1, d)), (p + "w_beta", (d,)), (p + "s_alpha", (1,)),
+                            (p + "s_beta", (1,)), (p + "norm.weight", (d,))]
+            else:
+                p = f"mhc.{j}."
+                out += [(p + "phi", (n * (n + 2), n * d)), (p + "alpha", (3,)), (p + "b", (n * (n + 2),))]
+        return out
+
+    def build(self, model):
+        modules = nn.ModuleList((HyperConnection if self.hc else Mhc)(self.config)
+                                for _ in range(self.config.n_sublayers))
+        if self.hc:
+            model.hc = modules
+        else:
+            model.mhc = modules
+
+    def initial_values(self):
+        """ParamLayout::add_hyper_connection / add_mhc: HC A_m = e_{j mod n}, A_r = I, B = 1, W = 0,
+        s = hc_scale_init; mHC alpha = mhc_alpha_init, b by mhc_bias_init (home_pm3: +3 on the home
+        stream of H_pre and -3 elsewhere, 0 for H_post, 6I - 3 for H_res)."""
+        c, n, out = self.config, self.n, {}
+        for j in range(c.n_sublayers):
+            home = j % n
+            if self.hc:
+                p = f"hc.{j}."
+                A = torch.zeros(n, n + 1)
+                A[home, 0] = 1.0
+                A[:, 1:] = torch.eye(n)
+                out[p + "A"], out[p + "B"] = A, torch.ones(n)
+                if c.hc_dynamic:
+                    out[p + "w_alpha"], out[p + "w_beta"] = torch.zeros(n + 1, c.d_model), torch.zeros(c.d_model)
+                    out[p + "s_alpha"] = out[p + "s_beta"] = torch.tensor([c.hc_scale_init])
+            else:
+                p = f"mhc.{j}."
+                b = torch.zeros(n * (n + 2))
+                if c.mhc_bias_init == "home_pm3":
+                    b[:n] = -3.0
+                    b[home] = 3.0
+                    b[2 * n:] = (6 * torch.eye(n) - 3).flatten()
+                out[p + "alpha"], out[p + "b"] = torch.full((3,), c.mhc_alpha_init), b
+        return out
+
+    def init_std(self, name):
+        return self.config.mhc_phi_std if name.startswith("mhc.") and name.endswith(".phi") else None
+
+    def trunk(self, model, emb, ctx):
+        H = emb.unsqueeze(-2).expand(emb.shape[:-1] + (self.n, emb.shape[-1]))
+        modules = model.hc if self.hc else model.mhc
+        for j in range(self.config.n_sublayers):
+            i, is_mlp = divmod(j, 2)
+            layer = model.layers[i]
+            if self.hc:
+                alpha, beta = modules[j].coefficients(H)
+                h = (alpha[..., :, 0:1] * H).sum(-2)
+            else:
+                pre, post, res = modules[j].coefficients(H)
+                h = (pre[..., :, None] * H).sum(-2)
+            if is_mlp:
+                y = layer.mlp(layer.mlp_norm(h))
+            else:
+                a = layer.attn_norm(h)
+                y = layer.attn(a, a, ctx, i)
+            if self.hc:  # H_k <- sum_i alpha[i, k+1] H_i + beta_k y
+                H = alpha[..., :, 1:].transpose(-1, -2) @ H + beta[..., :, None] * y[..., None, :]
+            else:  # H_i <- sum_k H_res[i, k] H_k + H_post[i] y
+                H = res @ H + post[..., :, None] * y[..., None, :]
+        return H.sum(-2) if self.readout == "sum" else H.mean(-2)
+
+
 MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes,
-         "denseformer": DenseFormer}
+         "denseformer": DenseFormer, "hc": StreamResiduals, "mhc": StreamResiduals}
 
 
 def residual_mode(config: ModelConfig) -> ResidualMode:
@@ -516,8 +672,11 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
 
 
 def weight_decayed(config: ModelConfig, name: str, shape: Tuple[int, ...]) -> bool:
-    """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices, and DenseFormer's
-    DWA weights when dwa_weight_decay; never norm weights, queries or value-residual lambdas."""
+    """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices, DenseFormer's DWA
+    weights when dwa_weight_decay, HC's dynamic w_alpha and w_beta and mHC's phi (not HC's A);
+    never norm weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
+    if name.startswith(("hc.", "mhc.")):
+        return name.endswith((".w_alpha", ".w_beta", ".phi"))
     return len(shape) == 2 or (name.startswith("dwa.") and config.dwa_weight_decay)
 
 
@@ -551,12 +710,18 @@ class AttnResModel(nn.Module):
         """The project's initialisation scheme (docs/model.md) with torch's generator (not the C++
         values): matrices N(0, 0.02), wo and w_down N(0, 0.02/sqrt(2 n_layers)), norm and key-norm
         weights 1, pseudo-queries 0, DWA weights the identity (1 on the block's own output, last),
-        value-residual lambdas (vres_lambda1, vres_lambda2)[:n]."""
+        value-residual lambdas (vres_lambda1, vres_lambda2)[:n], the HC and mHC modules as
+        StreamResiduals.initial_values (mHC's phi N(0, mhc_phi_std))."""
         g = torch.Generator().manual_seed(seed)
         std_out = 0.02 / math.sqrt(2 * self.config.n_layers)
+        fixed = self.mode.initial_values()
         for name, p in self.named_parameters():
-            if p.dim() == 2:
-                std = std_out if name.endswith(("wo.weight", "w_down.weight")) else 0.02
+            if name in fixed:
+                p.copy_(fixed[name])
+            elif p.dim() == 2:
+                std = self.mode.init_std(name)
+                if std is None:
+                    std = std_out if name.endswith(("wo.weight", "w_down.weight")) else 0.02
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * std)
             elif name.endswith("query"):
                 p.zero_()
@@ -630,5 +795,7 @@ class AttnResModel(nn.Module):
         route = f", value_route={c.value_route}" if c.residual == "rd" else ""
         blocks = f", n_blocks={c.n_blocks}" if c.residual in ("block", "rd") else ""
         dwa = f", dwa={c.dwa_dilation}x{c.dwa_period}" if c.residual == "denseformer" else ""
+        dwa += f", hc_n={c.hc_n}, dynamic={c.hc_dynamic}" if c.residual == "hc" else ""
+        dwa += f", mhc_n={c.mhc_n}" if c.residual == "mhc" else ""
         vres = f", value_residual={c.vres_mode}" if c.value_residual else ""
         return f"residual={c.residual}{blocks}{route}{dwa}{vres}, params={self.num_params():,}"

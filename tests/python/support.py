@@ -38,10 +38,19 @@ BASELINES = [("denseformer", dict(residual="denseformer")),
              ("rd_vres_convex", dict(residual="rd", value_residual=True, vres_mode="learned_convex")),
              ("rd_average_vres_pair", dict(residual="rd", value_route="average", value_residual=True,
                                            vres_mode="learned_pair", vres_lambda1=0.25, vres_lambda2=0.875)),
-             ("denseformer_vres_pair", dict(residual="denseformer", value_residual=True, vres_mode="learned_pair"))]
+             ("denseformer_vres_pair", dict(residual="denseformer", value_residual=True, vres_mode="learned_pair")),
+             # Hyper-connections (§3) and mHC (§4): dynamic and static, tanh off with the mean readout, 3 streams;
+             # Sinkhorn in both orders, the mean readout, H_pre's epsilon, with the value residual.
+             ("hc", dict(residual="hc")),
+             ("hc_static", dict(residual="hc", hc_dynamic=False)),
+             ("hc_linear_mean_n3", dict(residual="hc", hc_tanh=False, hc_reduce="mean", hc_n=3)),
+             ("mhc", dict(residual="mhc")),
+             ("mhc_row_col_mean", dict(residual="mhc", mhc_sinkhorn_order="row_col", mhc_reduce="mean", mhc_n=2,
+                                       mhc_sinkhorn_iters=5, mhc_pre_eps=1e-6)),
+             ("mhc_vres_convex", dict(residual="mhc", value_residual=True, vres_mode="learned_convex"))]
 # The ones tests/python/test_cli.py trains with the attnres binary: every vres_mode once.
 CLI_BASELINES = ["denseformer", "denseformer_4x5", "prenorm_vres_fixed", "block_vres_constant", "rd_vres_convex",
-                 "denseformer_vres_pair"]
+                 "denseformer_vres_pair", "hc", "mhc_row_col_mean"]
 
 
 def set_flags(settings) -> list:
