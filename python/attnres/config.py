@@ -12,9 +12,7 @@ import json
 import math
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc")
-# attnres' mudd mode (baselines-spec §2) has no implementation here, but every config attnres
-# writes carries its keys, so they load (and are checked) with any mode.
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd")
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
@@ -115,6 +113,11 @@ class ModelConfig:
     def vres_parameters(self) -> int:
         """Learned value-residual scalars per attention layer after the first (0 without value_residual)."""
         return VRES_PARAMETERS[self.vres_mode] if self.value_residual else 0
+
+    @property
+    def mudd_separate_kv_norms(self) -> bool:
+        """MUDD with four ways and mudd_sep_qkv_norm: K and V have pre-norms of their own (attn_norm_k, _v)."""
+        return self.residual == "mudd" and self.mudd_ways == "qkvr" and self.mudd_sep_qkv_norm
 
     @property
     def route(self) -> str:

@@ -18,8 +18,9 @@ Efficiency (this is also the PyTorch side of `attnres bench`, attnres.bench_work
 A residual mode is one class (ResidualMode): the parameters it adds to each layer and to the model,
 the modules holding them, and the trunk that turns the embedding into the final hidden state. New
 modes register themselves in MODES. The baselines of /work/shared/docs/baselines-spec.md:
-DenseFormer (§1) is the mode DenseFormer; ResFormer's value residual (§5) is an option of every
-mode, inside the attention sublayer (ValueResidual).
+DenseFormer (§1) is the mode DenseFormer, MUDDFormer (§2) the mode Mudd, Hyper-Connections and mHC
+(§3-4) the mode StreamResiduals; ResFormer's value residual (§5) is an option of every mode, inside
+the attention sublayer (ValueResidual).
 """
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ class Attention(nn.Module):
         if vres is not None and layer >= 1 and vres.n_params > 0:  # the first layer keeps its own values
             self.vres_lambda = nn.Parameter(torch.tensor(vres.initial()))
 
-    def forward(self, x_qk, x_v, ctx: "_Pass", layer: int):
+    def forward(self, x_qk, x_v, ctx: "_Pass", layer: int, x_k=None):
+        """x_k: K's own input (MUDD's K stream); default x_qk."""
         B, T, d = x_qk.shape
         H = self.n_heads
 
@@ -104,7 +106,7 @@ class Attention(nn.Module):
             return t.view(B, T, H, d // H).transpose(1, 2)  # [B, H, T, hd]
 
         q = ctx.rope(heads(F.linear(x_qk, self.wq.weight * self.scale)))
-        k = ctx.rope(heads(F.linear(x_qk, self.wk.weight)))
+        k = ctx.rope(heads(F.linear(x_qk if x_k is None else x_k, self.wk.weight)))
         v = F.linear(x_v, self.wv.weight)
         if self.vres is not None:
             if layer == 0:
@@ -138,7 +140,10 @@ class Layer(nn.Module):
 
     def __init__(self, c: ModelConfig, index: int, vres: Optional[ValueResidual]):
         super().__init__()
-        self.attn_norm = RMSNorm(c.d_model, c.norm_eps)
+        self.attn_norm = RMSNorm(c.d_model, c.norm_eps)  # MUDD qkvr: Q's
+        if c.mudd_separate_kv_norms:
+            self.attn_norm_k = RMSNorm(c.d_model, c.norm_eps)
+            self.attn_norm_v = RMSNorm(c.d_model, c.norm_eps)
         self.attn = Attention(c.d_model, c.n_heads, vres, index)
         self.mlp_norm = RMSNorm(c.d_model, c.norm_eps)
         self.mlp = SwiGLU(c.d_model, c.mlp_hidden)
@@ -637,8 +642,127 @@ class StreamResiduals(ResidualMode):
         return H.sum(-2) if self.readout == "sum" else H.mean(-2)
 
 
+def mudd_da_shape(c: ModelConfig, i: int) -> Tuple[int, int, int]:
+    """(C, S, K) of MUDD's DA module after block i (0-based; ModelConfig::mudd_da_ways / _sources /
+    _hidden): ways (4: Q, K, V, R; 1 for mudd_ways = r and the last DA), sources X_0..X_{i+1}, and the
+    generator's width C S e rounded up past a multiple of mudd_hidden_round (e = mudd_last_expand for
+    the last DA, else 1)."""
+    last = i == c.n_layers - 1
+    C = 1 if last or c.mudd_ways == "r" else 4
+    S = i + 2
+    k = C * S * (c.mudd_last_expand if last else 1)
+    K = (k // c.mudd_hidden_round + 1) * c.mudd_hidden_round if c.mudd_hidden_round > 0 else k
+    return C, S, K
+
+
+class MuddDa(nn.Module):
+    """MUDD's DA module after block i, `mudd.{i}.*` (baselines-spec §2.1-2.2): dynamic: the generator
+    w1 [K, d], GELU, w2 [C S, K] gives per-token weights dw [C, S] = W2 GELU(W1 RMSNorm(x)) + a; static:
+    dw = a [C, S]. Stream c = sum_s dw[c, s] X_s; with PrePostDANorm the sources are normalised, the
+    generator's norm has a weight and the streams are x + mix (R: x + RMSNorm(mix))."""
+
+    def __init__(self, c: ModelConfig, i: int):
+        super().__init__()
+        C, S, K = mudd_da_shape(c, i)
+        self.C, self.S, self.eps = C, S, c.norm_eps
+        self.dynamic, self.prepost = c.mudd_dynamic, c.mudd_prepost_norm
+        self.gelu = "tanh" if c.mudd_gelu == "tanh" else "none"
+        if c.mudd_dynamic:
+            self.w1 = nn.Parameter(torch.empty(K, c.d_model))
+            self.w2 = nn.Parameter(torch.empty(C * S, K))
+        self.a = nn.Parameter(torch.empty(C, S))
+        if c.mudd_prepost_norm:
+            if c.mudd_dynamic:
+                self.gen_norm = RMSNorm(c.d_model, c.norm_eps)
+            self.post_norm = RMSNorm(c.d_model, c.norm_eps)
+
+    def forward(self, sources, x):
+        """sources: S tensors [B, T, d] (normalised with PrePostDANorm), x: the block output -> C streams, R last."""
+        if self.dynamic:
+            nx = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            if self.prepost:
+                nx = nx * self.gen_norm.weight
+            g = F.gelu(F.linear(nx, self.w1), approximate=self.gelu)
+            dw = F.linear(g, self.w2).unflatten(-1, (self.C, self.S)) + self.a
+        else:
+            dw = self.a
+        mix = dw @ torch.stack(sources, -2)  # [B, T, C, d]
+        if not self.prepost:
+            return list(mix.unbind(-2))
+        streams = [x + mix[..., c, :] for c in range(self.C - 1)]
+        return streams + [x + self.post_norm(mix[..., self.C - 1, :])]
+
+
+class Mudd(ResidualMode):
+    """`mudd` (MUDDFormer, baselines-spec §2): block i takes its Q, K, V and residual inputs from four
+    streams (one with mudd_ways = r), Q, K and V through their own pre-norms (one norm for all without
+    mudd_sep_qkv_norm): h = x_R + Attn, X_{i+1} = h + MLP(RMSNorm(h)); the DA module after block i
+    mixes X_0..X_{i+1} into the next block's streams, and the last one's R stream feeds the final
+    norm. At initialisation every stream is the block output: pre-norm's function, bit for bit."""
+
+    def final_params(self):
+        c, d, out = self.config, self.config.d_model, []
+        for i in range(c.n_layers):
+            C, S, K = mudd_da_shape(c, i)
+            p = f"mudd.{i}."
+            if c.mudd_dynamic:
+                out += [(p + "w1", (K, d)), (p + "w2", (C * S, K))]
+            out += [(p + "a", (C, S))]
+            if c.mudd_prepost_norm:
+                out += [(p + "gen_norm.weight", (d,))] * c.mudd_dynamic + [(p + "post_norm.weight", (d,))]
+        if c.mudd_prepost_norm:
+            out += [(f"mudd.src_norm.{s}.weight", (d,)) for s in range(c.n_layers + 1)]
+        return out
+
+    def build(self, model):
+        c = self.config
+        model.mudd = nn.Module()  # mudd.{i}.* (MuddDa), then mudd.src_norm.{s}.weight: ParamLayout's order
+        for i in range(c.n_layers):
+            model.mudd.add_module(str(i), MuddDa(c, i))
+        if c.mudd_prepost_norm:
+            model.mudd.src_norm = nn.ModuleList(RMSNorm(c.d_model, c.norm_eps) for _ in range(c.n_layers + 1))
+
+    def initial_values(self):
+        """ParamLayout::add_mudd: w2 = 0; a = 1 on the block output (the last source) in every way (0 with
+        PrePostDANorm, whose streams are x + the mix); post_norm = 1e-3."""
+        c, out = self.config, {}
+        for i in range(c.n_layers):
+            C, S, K = mudd_da_shape(c, i)
+            p = f"mudd.{i}."
+            if c.mudd_dynamic:
+                out[p + "w2"] = torch.zeros(C * S, K)
+            a = torch.zeros(C, S)
+            if not c.mudd_prepost_norm:
+                a[:, -1] = 1.0
+            out[p + "a"] = a
+            if c.mudd_prepost_norm:
+                out[p + "post_norm.weight"] = torch.full((c.d_model,), 1e-3)
+        return out
+
+    def init_std(self, name):
+        return 1.0 / math.sqrt(self.config.d_model) if name.startswith("mudd.") and name.endswith(".w1") else None
+
+    def trunk(self, model, emb, ctx):
+        c = self.config
+        src_norm = model.mudd.src_norm if c.mudd_prepost_norm else None
+        X = [src_norm[0](emb) if src_norm is not None else emb]  # the DA's sources (normalised with PrePost)
+        x_q = x_k = x_v = x_r = emb
+        for i, layer in enumerate(model.layers):
+            n_k = layer.attn_norm_k if c.mudd_separate_kv_norms else layer.attn_norm
+            n_v = layer.attn_norm_v if c.mudd_separate_kv_norms else layer.attn_norm
+            h = x_r + layer.attn(layer.attn_norm(x_q), n_v(x_v), ctx, i, x_k=n_k(x_k))
+            x = h + layer.mlp(layer.mlp_norm(h))
+            X.append(src_norm[i + 1](x) if src_norm is not None else x)
+            streams = getattr(model.mudd, str(i))(X, x)
+            if len(streams) == 4:
+                x_q, x_k, x_v, x_r = streams
+            else:  # R alone (mudd_ways = r, or the last DA): every input of the next block
+                x_q = x_k = x_v = x_r = streams[0]
+        return x_r
+
+
 MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes,
-         "denseformer": DenseFormer, "hc": StreamResiduals, "mhc": StreamResiduals}
+         "denseformer": DenseFormer, "hc": StreamResiduals, "mhc": StreamResiduals, "mudd": Mudd}
 
 
 def residual_mode(config: ModelConfig) -> ResidualMode:
@@ -658,6 +782,8 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
     for i in range(c.n_layers):
         p = f"layers.{i}."
         out += [(p + "attn_norm.weight", (d,))]
+        if c.mudd_separate_kv_norms:
+            out += [(p + "attn_norm_k.weight", (d,)), (p + "attn_norm_v.weight", (d,))]
         out += [(p + f"attn.{w}.weight", (d, d)) for w in ("wq", "wk", "wv", "wo")]
         if i >= 1 and c.vres_parameters > 0:  # the first attention layer keeps its own values
             out += [(p + "attn.vres_lambda", (c.vres_parameters,))]
@@ -677,6 +803,8 @@ def weight_decayed(config: ModelConfig, name: str, shape: Tuple[int, ...]) -> bo
     never norm weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
     if name.startswith(("hc.", "mhc.")):
         return name.endswith((".w_alpha", ".w_beta", ".phi"))
+    if name.startswith("mudd."):  # the generator's matrices; with mudd_decay_all (the official policy) all
+        return config.mudd_decay_all or name.endswith((".w1", ".w2"))
     return len(shape) == 2 or (name.startswith("dwa.") and config.dwa_weight_decay)
 
 
@@ -797,5 +925,6 @@ class AttnResModel(nn.Module):
         dwa = f", dwa={c.dwa_dilation}x{c.dwa_period}" if c.residual == "denseformer" else ""
         dwa += f", hc_n={c.hc_n}, dynamic={c.hc_dynamic}" if c.residual == "hc" else ""
         dwa += f", mhc_n={c.mhc_n}" if c.residual == "mhc" else ""
+        dwa += f", mudd_ways={c.mudd_ways}, dynamic={c.mudd_dynamic}" if c.residual == "mudd" else ""
         vres = f", value_residual={c.vres_mode}" if c.value_residual else ""
         return f"residual={c.residual}{blocks}{route}{dwa}{vres}, params={self.num_params():,}"

@@ -47,10 +47,20 @@ BASELINES = [("denseformer", dict(residual="denseformer")),
              ("mhc", dict(residual="mhc")),
              ("mhc_row_col_mean", dict(residual="mhc", mhc_sinkhorn_order="row_col", mhc_reduce="mean", mhc_n=2,
                                        mhc_sinkhorn_iters=5, mhc_pre_eps=1e-6)),
-             ("mhc_vres_convex", dict(residual="mhc", value_residual=True, vres_mode="learned_convex"))]
+             ("mhc_vres_convex", dict(residual="mhc", value_residual=True, vres_mode="learned_convex")),
+             # MUDDFormer (§2): dynamic qkvr with its three pre-norms (the default), static, r alone with the tanh
+             # GELU, one shared Q/K/V norm, PrePostDANorm (dynamic and static), with the value residual.
+             ("mudd", dict(residual="mudd")),
+             ("mudd_static", dict(residual="mudd", mudd_dynamic=False)),
+             ("mudd_r_tanh", dict(residual="mudd", mudd_ways="r", mudd_gelu="tanh", mudd_hidden_round=0,
+                                  mudd_last_expand=2)),
+             ("mudd_one_norm", dict(residual="mudd", mudd_sep_qkv_norm=False, mudd_decay_all=False)),
+             ("mudd_prepost", dict(residual="mudd", mudd_prepost_norm=True)),
+             ("mudd_prepost_static", dict(residual="mudd", mudd_prepost_norm=True, mudd_dynamic=False)),
+             ("mudd_vres_pair", dict(residual="mudd", value_residual=True, vres_mode="learned_pair"))]
 # The ones tests/python/test_cli.py trains with the attnres binary: every vres_mode once.
 CLI_BASELINES = ["denseformer", "denseformer_4x5", "prenorm_vres_fixed", "block_vres_constant", "rd_vres_convex",
-                 "denseformer_vres_pair", "hc", "mhc_row_col_mean"]
+                 "denseformer_vres_pair", "hc", "mhc_row_col_mean", "mudd", "mudd_prepost"]
 
 
 def set_flags(settings) -> list:

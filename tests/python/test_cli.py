@@ -57,14 +57,14 @@ class CliTest(unittest.TestCase):
         return safetensors.load(path_out)[0]
 
     def perturbed(self, name):
-        """The baseline run's model with its own parameters (DWA weights, value-residual lambdas, HC and mHC
-        modules) moved far from their initial values (8 training steps barely move them), saved for the C++
+        """The baseline run's model with its own parameters (DWA weights, value-residual lambdas, HC, mHC and
+        MUDD modules) moved far from their initial values (8 training steps barely move them), saved for the C++
         to read."""
         model = attnres.load(self.runs[name])
         g = torch.Generator().manual_seed(5)
         with torch.no_grad():
             for n, t in model.named_parameters():
-                if n.startswith(("dwa.", "hc.", "mhc.")) or n.endswith("vres_lambda"):
+                if n.startswith(("dwa.", "hc.", "mhc.", "mudd.")) or n.endswith("vres_lambda"):
                     t.add_(torch.randn(t.shape, generator=g) * (0.05 if n.endswith(".phi") else 0.5))
         path = self.tmp(f"{name}-perturbed.safetensors")
         attnres.save(model, path, tokenizer="bytes")
@@ -134,7 +134,7 @@ class CliTest(unittest.TestCase):
 
     def test_sampling_matches_attnres_sample(self):
         prompt = "the depth "
-        for name in ("block", "rd", "denseformer_vres_pair", "rd_vres_convex", "hc"):  # the vres decode caches V'
+        for name in ("block", "rd", "denseformer_vres_pair", "rd_vres_convex", "hc", "mudd"):  # the vres decode caches V'
             model = attnres.load(self.runs[name])
             tok = attnres.make_tokenizer("bytes")
             for temperature, top_k, seed in ((0, 0, 1), (1.0, 0, 3), (0.7, 5, 4), (1.3, 40, 5)):

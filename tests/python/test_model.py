@@ -69,7 +69,7 @@ def oracle_reads(record):
 
 
 # Modes without AttnRes reads (return_weights gives DenseFormer's DWAs, or nothing).
-NO_DEPTH_READS = ("prenorm", "denseformer", "hc", "mhc")
+NO_DEPTH_READS = ("prenorm", "denseformer", "hc", "mhc", "mudd")
 
 
 class OracleTest(unittest.TestCase):
@@ -252,6 +252,21 @@ class OracleTest(unittest.TestCase):
                     self.assertGreater(rel(model_with(c, R.random_params(R.parse_config(c), seed=5, std=0.3))(toks),
                                            pre(toks)), 1e-3, f"{name}: the streams change the model")
 
+            # MUDD at its initialisation is pre-norm bit for bit (every stream is the block output; with
+            # PrePostDANorm x + 0 and x + RMSNorm(0) = x), in every variant.
+            for name, c in all_configs():
+                if c["residual"] != "mudd":
+                    continue
+                m = attnres.AttnResModel(ModelConfig.from_json(c), dtype=torch.float64, seed=6)
+                keep = {k: t for k, t in m.state_dict().items()
+                        if not k.startswith("mudd.") and "attn_norm_" not in k}
+                pre = model_with(dict(c, residual="prenorm"), keep)
+                self.assertTrue(torch.equal(m(toks), pre(toks)), f"{name} at init")
+                self.assertLess(abs(m.mudd._modules["0"].w1.std().item() * 4 - 1) if c.get("mudd_dynamic", True)
+                                else 0, 0.2, name)  # N(0, 1/sqrt(d)), d = 16
+                self.assertGreater(rel(model_with(c, R.random_params(R.parse_config(c), seed=5, std=0.3))(toks),
+                                       pre(toks)), 1e-3, f"{name}: the DA modules change the model")
+
             for name, c in all_configs():
                 if not c.get("value_residual"):
                     continue
@@ -269,12 +284,12 @@ class OracleTest(unittest.TestCase):
                 self.assertGreater(rel(model_with(c, P)(toks), without(toks)), 1e-3, f"{name}: V' changes the model")
 
     def test_unknown_residual_modes_are_refused(self):
-        """A mode the package lacks (the C++ has one more: mudd) is an error naming it and the known ones,
-        also with keys of its own; the config's list of modes is the one the model implements."""
+        """A mode the package lacks (a newer attnres's) is an error naming it and the known ones, also with keys
+        of its own; the config's list of modes is the one the model implements."""
         from attnres.config import RESIDUALS
         self.assertEqual(tuple(attnres.model.MODES), RESIDUALS)
-        known = "prenorm, full, block, rd, denseformer, hc, mhc"
-        for residual in ("mudd",):
+        known = "prenorm, full, block, rd, denseformer, hc, mhc, mudd"
+        for residual in ("mudd2", "moe"):
             with self.assertRaisesRegex(ConfigError, f"x.safetensors: unknown residual mode '{residual}' "
                                                      f"\\(expected {known}\\)"):
                 ModelConfig.from_json(dict(config_dict(residual), mudd_expand=2), where="x.safetensors")
@@ -509,9 +524,10 @@ class BenchWorkerTest(unittest.TestCase):
             self.assertEqual(r["params"], sum(int(np.prod(s)) for _, s in
                                               attnres.param_layout(ModelConfig.from_json(cfg))))
             self.assertLess(abs(r["loss_first"] - np.log(64)), 0.1)  # near-uniform at initialisation
-        # the baseline arms of `attnres bench` (denseformer, denseformer-4x5, ARM+vres, hc, mhc) reach the worker as configs
+        # the baseline arms of `attnres bench` (denseformer, denseformer-4x5, ARM+vres, hc, mhc, mudd) reach the
+        # worker as configs (a process each)
         baselines = dict(support.BASELINES)
-        for name in ("denseformer_4x5", "rd_vres_convex", "denseformer_vres_pair", "hc", "mhc"):  # a process each
+        for name in ("denseformer_4x5", "rd_vres_convex", "denseformer_vres_pair", "hc", "mhc", "mudd"):
             cfg = json.dumps(config_dict(**dict(baselines[name], vocab_size=64, max_seq_len=8)))
             r = self.worker("--model-json", cfg, "--batch", "1", "--seq", "8", "--steps", "1", "--warmup", "0",
                             "--threads", "1")
@@ -522,12 +538,15 @@ class BenchWorkerTest(unittest.TestCase):
         """ParamInfo::decay, as the oracle's trainer has it: matrices, DWA weights when dwa_weight_decay, HC's
         w_alpha and w_beta and mHC's phi (not HC's A)."""
         for name, c in all_configs():
-            if c["residual"] in ("hc", "mhc"):
+            if c["residual"] in ("hc", "mhc", "mudd"):
                 cfg, config = R.parse_config(c), ModelConfig.from_json(c)
                 got = {n for n, s in attnres.param_layout(config) if attnres.model.weight_decayed(config, n, s)}
                 self.assertEqual(got, {n for n, t in R.random_params(cfg).items() if R.decayed(cfg, n, t)}, name)
-                self.assertEqual(any(n.endswith((".w_beta", ".phi")) for n in got), name != "hc_static", name)
-                self.assertFalse(any(n.endswith(".A") for n in got), name)
+                if c["residual"] != "mudd":
+                    self.assertEqual(any(n.endswith((".w_beta", ".phi")) for n in got), name != "hc_static", name)
+                    self.assertFalse(any(n.endswith(".A") for n in got), name)
+                else:  # a: decayed with mudd_decay_all (the default) only
+                    self.assertEqual("mudd.0.a" in got, c.get("mudd_decay_all", True), name)
         for decay in (True, False):
             c = config_dict("denseformer", value_residual=True, vres_mode="learned_pair", dwa_weight_decay=decay)
             cfg, config = R.parse_config(c), ModelConfig.from_json(c)
