@@ -556,8 +556,9 @@ class StreamResiduals(ResidualMode):
     """`hc` (Hyper-Connections, baselines-spec §3) and `mhc` (§4): n residual streams H [B, T, n, d],
     n copies of the embedding at the start; sublayer j reads h from H with its module, computes
     y = f_j(RMSNorm_j(h)) and writes H <- (mixed streams) + (output weights) y; the exit is the sum
-    (or mean) of the streams. At initialisation both compute pre-norm's function (HC exactly, mHC
-    up to its sigmoids)."""
+    (or mean) of the streams. At initialisation HC computes pre-norm's function (every stream is
+    pre-norm's x; the sum readout scales it by n, which the final norm undoes); mHC starts near it
+    through its biases (H_pre sigmoid(+-3), H_res Sinkhorn of 6I - 3)."""
 
     def __init__(self, config):
         super().__init__(config)
