@@ -504,7 +504,7 @@ class HyperConnection(nn.Module):
         n, d = c.hc_n, c.d_model
         self.A = nn.Parameter(torch.empty(n, n + 1))
         self.B = nn.Parameter(torch.empty(n))
-        self.dynamic, self.act = c.hc_dynamic, torch.tanh if c.hc_tanh else (lambda t: t)
+        self.dynamic, self.tanh = c.hc_dynamic, c.hc_tanh
         if c.hc_dynamic:
             self.w_alpha = nn.Parameter(torch.empty(n + 1, d))
             self.w_beta = nn.Parameter(torch.empty(d))
@@ -517,7 +517,10 @@ class HyperConnection(nn.Module):
         if not self.dynamic:
             return self.A, self.B
         hb = self.norm(H)
-        return self.s_alpha * self.act(hb @ self.w_alpha.T) + self.A, self.s_beta * self.act(hb @ self.w_beta) + self.B
+        za, zb = hb @ self.w_alpha.T, hb @ self.w_beta
+        if self.tanh:
+            za, zb = torch.tanh(za), torch.tanh(zb)
+        return self.s_alpha * za + self.A, self.s_beta * zb + self.B
 
 
 def sinkhorn(Z, iters: int, order: str):

@@ -210,6 +210,27 @@ TEST(AttentionBf16, CachedKeysMatchFullPass) {
   }
 }
 
+// A backend named explicitly that this CPU or OS lacks is an error naming it, not a silent fallback.
+TEST(AttentionBf16, AnUnavailableBackendIsAnError) {
+  const Inputs in = make_inputs(1, 20, 1, 16, 7);
+  if (!k::attention_bf16_supported(in.shape)) GTEST_SKIP() << "no AVX-512 on this machine";
+  int checked = 0;
+  for (const auto backend : {k::Bf16Backend::amx, k::Bf16Backend::avx512_bf16, k::Bf16Backend::avx512_fma}) {
+    if (k::bf16_backend_available(backend)) continue;
+    ++checked;
+    try {
+      run_bf16(in, backend);
+      ADD_FAILURE() << k::to_string(backend) << " ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(concat("bf16 attention: the ", k::to_string(backend), " backend is not "
+                                                  "available")),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "every backend is available on this machine";
+}
+
 // Where the fast path does not apply (head_dim 4 is not a multiple of 16), the fp32 kernel runs.
 TEST(AttentionBf16, UnsupportedShapeRunsFp32) {
   const Inputs in = make_inputs(1, 33, 2, 4, 5);

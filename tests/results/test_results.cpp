@@ -179,8 +179,6 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("e.json"))).contains("data"));  // "" is left out
 }
 
-// MUDD's routing (a K route of its own, JS(K, V)): written, read back byte for byte, and checked;
-// files without it (every file written before it existed) read as before, with no K route.
 // result.json and train_result.json carry their schema version from this build on; files without
 // one (earlier builds: the old-format tests above) read as before, an unknown version is an error.
 TEST(Schemas, ResultFilesCarryTheirVersion) {
@@ -213,6 +211,8 @@ TEST(Schemas, ResultFilesCarryTheirVersion) {
   EXPECT_EQ(old.version, kUnversioned);
 }
 
+// MUDD's routing (a K route of its own, JS(K, V)): written, read back byte for byte, and checked;
+// files without it (every file written before it existed) read as before, with no K route.
 TEST(Schemas, MuddRoutingReadsBackAndIsChecked) {
   TempDir tmp;
   RunResult r;
