@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "model/config.hpp"
 #include "util/error.hpp"
 
 namespace {
@@ -62,6 +63,17 @@ std::string version_text() {
   return text;
 }
 
+// The app's description. The residual modes come from the key that sets them (the one list of
+// ResidualMode's names, kResidualModes), so a new mode is listed without touching this text.
+std::string residual_modes_help() {
+  const auto* key = attnres::find_config_key(attnres::model_config_keys(), "model", "residual");
+  return "attnres: train and compare decoder-only Transformers whose residual stream is a learned\n"
+         "attention over depth, against matched baselines (docs/model.md).\n"
+         "Residual modes (" + key->path() + "): " + attnres::join_choices(key->choices) + ";\n"
+         "any of them with ResFormer's value residual (model.value_residual).\n"
+         "Run 'attnres COMMAND --help' for the options of a command.";
+}
+
 }  // namespace
 
 // Exit codes (docs/training.md, "Exit codes"): 0 done; 1 a user error (a bad flag, config, file or
@@ -69,11 +81,7 @@ std::string version_text() {
 // signal N, work saved and resumable (130: Ctrl-C, 143: SIGTERM).
 int main(int argc, char** argv) {
   configure_runtimes(argv);
-  CLI::App app{
-      "attnres: train and compare decoder-only Transformers whose residual stream is a learned\n"
-      "attention over depth (pre-norm, Full/Block AttnRes, RD-AttnRes and its controls; the baselines\n"
-      "DenseFormer, MUDDFormer and the value residual).\n"
-      "Run 'attnres COMMAND --help' for the options of a command."};
+  CLI::App app{residual_modes_help()};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
   app.set_version_flag("--version", version_text(), "Print the build's git hash, compiler, BLAS and CUDA/MPI support");

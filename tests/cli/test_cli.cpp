@@ -12,6 +12,7 @@
 
 #include "common/cli_util.hpp"
 #include "common/tiny_model.hpp"
+#include "model/config.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -80,6 +81,16 @@ TEST(Cli, ExitCodes) {
   expect_user_error("train --data x", {"--out is required"});
   expect_user_error("eval --checkpoint x --batch many", {"--batch"});
   expect_user_error("eval --checkpoint /nonexistent/model.safetensors --text /dev/null", {"/nonexistent"});
+}
+
+TEST(Cli, HelpListsEveryResidualMode) {
+  const CliResult r = run_cli("--help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> names;
+  for (const attnres::ResidualMode mode : attnres::kResidualModes) names.push_back(attnres::to_string(mode));
+  // As one list (the key's choices), hc and mhc included.
+  EXPECT_TRUE(contains(r.output, "(model.residual): " + attnres::join_choices(names))) << r.output;
+  EXPECT_TRUE(contains(r.output, "model.value_residual")) << r.output;
 }
 
 TEST(Cli, NumericFlagsAreRangeCheckedNamingTheFlag) {
