@@ -301,7 +301,7 @@ std::string type_text(const ConfigKey<TrainConfig>& k, bool markdown) {
 std::string value_text(const ConfigKey<TrainConfig>& k, const TrainConfig& c, bool markdown) {
   const ConfigValue v = k.get(c);
   if (k.type == ConfigType::choice) return markdown ? "`" + std::get<std::string>(v) + "`" : std::get<std::string>(v);
-  return display(v);
+  return toml_literal(v);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 namespace attnres {
@@ -39,38 +38,17 @@ double parse_bound(const std::string& text, const std::string& range) {
   return v;
 }
 
-// Shortest text that reads back as the same double.
+// The shortest text that reads back as the same double (0.003, not 0.0030000000000000001), as
+// a TOML number. Digits alone are a TOML integer, so an integral value that would not fit one
+// (|v| >= 1e15 printed without an exponent, e.g. 123456789012345680000) is written with one.
 std::string shortest(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  if (std::abs(v) >= 1e15 && std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)).find('e') == std::string_view::npos)
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
   return std::string(buf, r.ptr);
-}
-
-std::string seventeen_digits(double v) {
-  std::ostringstream o;
-  o.precision(17);
-  o << v;
-  return o.str();
-}
-
-template <class Number>
-std::string literal(const ConfigValue& value, Number&& number) {
-  return std::visit(
-      [&](const auto& v) -> std::string {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
-        else if constexpr (std::is_same_v<T, double>) return number(v);
-        else if constexpr (std::is_same_v<T, std::string>) return "\"" + v + "\"";
-        else {
-          std::string s = "[";
-          for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + number(v[i]);
-          return s + "]";
-        }
-      },
-      value);
 }
 
 }  // namespace
@@ -116,9 +94,22 @@ std::string ConfigRange::requirement() const {
   return "anything";
 }
 
-std::string toml_literal(const ConfigValue& value) { return literal(value, seventeen_digits); }
-
-std::string display(const ConfigValue& value) { return literal(value, shortest); }
+std::string toml_literal(const ConfigValue& value) {
+  return std::visit(
+      [&](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
+        else if constexpr (std::is_same_v<T, double>) return shortest(v);
+        else if constexpr (std::is_same_v<T, std::string>) return "\"" + v + "\"";
+        else {
+          std::string s = "[";
+          for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + shortest(v[i]);
+          return s + "]";
+        }
+      },
+      value);
+}
 
 nlohmann::json to_json_value(const ConfigValue& value) {
   return std::visit([](const auto& v) { return nlohmann::json(v); }, value);

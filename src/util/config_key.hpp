@@ -50,10 +50,9 @@ class ConfigRange {
   bool lo_open_ = false, hi_open_ = false;
 };
 
-// A value as a TOML literal (17 significant digits, so doubles read back exactly).
+// A value as a TOML literal, for files and people alike (config.toml, `attnres config`, messages,
+// the docs' key table): numbers in the shortest text that reads back as the same double.
 std::string toml_literal(const ConfigValue& value);
-// A value for people (messages, docs): TOML syntax with the shortest round-trip numbers.
-std::string display(const ConfigValue& value);
 nlohmann::json to_json_value(const ConfigValue& value);
 // The value of a JSON node as `type`; empty when the node has another type.
 std::optional<ConfigValue> from_json_value(const nlohmann::json& node, ConfigType type);
@@ -182,10 +181,10 @@ void check_config_range(const ConfigKey<Config>& k, const Config& c) {
   if (const auto* list = std::get_if<std::vector<double>>(&v)) {
     for (double x : *list)
       require(k.range.contains(x), k.path(), ": every element must be ", k.range.requirement(), " (got ",
-              display(ConfigValue(x)), ")");
+              toml_literal(ConfigValue(x)), ")");
   } else {
     const double x = std::holds_alternative<double>(v) ? std::get<double>(v) : double(std::get<std::int64_t>(v));
-    require(k.range.contains(x), k.path(), " must be ", k.range.requirement(), " (got ", display(v), ")");
+    require(k.range.contains(x), k.path(), " must be ", k.range.requirement(), " (got ", toml_literal(v), ")");
   }
 }
 
@@ -222,7 +221,7 @@ std::vector<ConfigDifference> config_differences(const ConfigKeys<Config>& keys,
   std::vector<ConfigDifference> out;
   for (const auto& k : keys) {
     const ConfigValue va = k.get(a), vb = k.get(b);
-    if (va != vb) out.push_back({k.path(), display(va), display(vb)});
+    if (va != vb) out.push_back({k.path(), toml_literal(va), toml_literal(vb)});
   }
   return out;
 }
