@@ -51,11 +51,9 @@ struct Interrupted {
 // Option checks and names (options.cpp).
 // A CLI11 check "must be at least MIN (got X)"; CLI11 prefixes the option's name.
 CLI::Validator at_least(double min);
-// Levenshtein distance, and the name of `names` closest to `word` ("" if none is close).
-std::size_t edit_distance(const std::string& a, const std::string& b);
-std::string closest_name(const std::string& word, const std::vector<std::string>& names);
 // Refuses an unknown command or long option before parsing, naming it and suggesting the
-// closest valid one (CLI11 would only say "a subcommand is required" or list the extras).
+// closest valid one (util/suggest.hpp; CLI11 would only say "a subcommand is required" or list
+// the extras).
 void check_command_line(const CLI::App& app, int argc, const char* const* argv);
 
 // --tokens N and --threads N of the commands that train: short for --set train.tokens=N and

@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres::cli {
 
@@ -28,35 +29,6 @@ CLI::Validator at_least(double min) {
         return "";
       },
       ">= " + bound, "at_least");
-}
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
-    }
-  }
-  return row[b.size()];
-}
-
-std::string closest_name(const std::string& word, const std::vector<std::string>& names) {
-  std::string best;
-  std::size_t best_distance = 0;
-  for (const std::string& name : names) {
-    const std::size_t d = edit_distance(word, name);
-    if (best.empty() || d < best_distance) {
-      best = name;
-      best_distance = d;
-    }
-  }
-  // Close enough to be a misspelling: a third of the word's letters, at least two.
-  return best_distance <= std::max<std::size_t>(2, word.size() / 3) ? best : std::string();
 }
 
 namespace {
@@ -82,8 +54,8 @@ std::string joined(const std::vector<std::string>& names) {
 
 [[noreturn]] void unknown(const std::string& what, const std::string& word, const std::string& where,
                           const std::vector<std::string>& valid) {
-  const std::string guess = closest_name(word, valid);
-  if (!guess.empty()) fail("unknown ", what, " '", word, "'", where, "; did you mean '", guess, "'?");
+  const std::string guess = did_you_mean(word, valid);
+  if (!guess.empty()) fail("unknown ", what, " '", word, "'", where, guess);
   fail("unknown ", what, " '", word, "'", where, " (expected one of: ", joined(valid), ")");
 }
 

@@ -7,6 +7,7 @@
 #include "data/sp_tokenizer.hpp"
 #include "util/checksum.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres::data {
 namespace {
@@ -57,6 +58,19 @@ std::string absolute_path(const std::string& spec, std::string_view path) {
   return s;
 }
 
+// "; did you mean ...?" for an unknown spec: a misspelt kind ('spp:tok.model', 'byte'), or a bare
+// path of an existing tokenizer (a file: sp:, a directory: gpt2:).
+std::string spec_suggestion(const std::string& spec) {
+  const std::size_t colon = spec.find(':');
+  if (colon == std::string::npos && !spec.empty() && std::filesystem::exists(spec))
+    return suggestion((std::filesystem::is_directory(spec) ? "gpt2:" : "sp:") + spec);
+  const std::string kind = colon == std::string::npos ? spec : spec.substr(0, colon + 1);
+  std::string guess = closest_name(kind, {"bytes", "gpt2:", "sp:"});
+  if (guess.ends_with(':'))
+    guess += colon != std::string::npos && colon + 1 < spec.size() ? spec.substr(colon + 1) : guess == "sp:" ? "FILE" : "DIR";
+  return suggestion(guess);
+}
+
 }  // namespace
 
 void Tokenizer::encode_append(std::string_view text, std::vector<std::int32_t>& out) const {
@@ -74,7 +88,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     const std::string file = absolute_path(spec, std::string_view(spec).substr(3));
     return std::make_unique<SpTokenizer>(file, "sp:" + file);
   }
-  fail("unknown tokenizer spec '", spec, "' (expected 'bytes', 'gpt2:DIR' or 'sp:FILE')");
+  fail("unknown tokenizer spec '", spec, "' (expected 'bytes', 'gpt2:DIR' or 'sp:FILE')", spec_suggestion(spec));
 }
 
 namespace {

@@ -57,7 +57,11 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   else if (base == "mudd") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = true;
   else if (base == "mudd-static") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false;
   else if (base == "mudd-r") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true;
-  else fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")");
+  else {
+    std::vector<std::string> names = arm_names();
+    for (const auto& n : arm_names()) names.push_back(n + std::string(kVres));
+    fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")", did_you_mean(arm, names));
+  }
   return m;
 }
 

@@ -37,19 +37,10 @@ std::string to_string(StreamReadout readout) { return readout == StreamReadout::
 std::string to_string(MhcBiasInit init) { return init == MhcBiasInit::home_pm3 ? "home_pm3" : "zero"; }
 std::string to_string(MuddWays ways) { return ways == MuddWays::qkvr ? "qkvr" : "r"; }
 
-ResidualMode parse_residual_mode(const std::string& text) {
-  std::vector<std::string> names;
-  for (auto m : kResidualModes) {
-    if (to_string(m) == text) return m;
-    names.push_back(to_string(m));
-  }
-  fail("unknown residual mode '", text, "' (expected ", join_choices(names), ")");
-}
+ResidualMode parse_residual_mode(const std::string& text) { return parse_choice(text, kResidualModes, "residual mode"); }
 
 ValueRoute parse_value_route(const std::string& text) {
-  for (auto r : kValueRoutes)
-    if (to_string(r) == text) return r;
-  fail("unknown value route '", text, "' (expected decoupled, tied, average or frozen)");
+  return parse_choice(text, kValueRoutes, "value route");
 }
 
 const ConfigKeys<ModelConfig>& model_config_keys() {
@@ -174,7 +165,11 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
   ModelConfig c;
   for (const auto& [name, node] : j.items()) {
     const ConfigKey<ModelConfig>* key = find_config_key(model_config_keys(), "model", name);
-    require(key != nullptr, where, ": unknown model config key '", name, "'");
+    if (key == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& k : model_config_keys()) names.push_back(k.name);
+      fail(where, ": unknown model config key '", name, "'", did_you_mean(name, names));
+    }
     const std::optional<ConfigValue> value = from_json_value(node, key->type);
     require(value.has_value(), where, ": model config key '", name, "' must be ", type_phrase(key->type));
     set_config_value(c, *key, *value, where);

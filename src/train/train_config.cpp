@@ -198,7 +198,11 @@ std::optional<ConfigValue> value_of(const toml::node& node, ConfigType type) {
 void set_key(TrainConfig& c, const std::string& section, const std::string& name, const toml::node& node,
              const std::string& where) {
   const ConfigKey<TrainConfig>* key = find_config_key(train_config_keys(), section, name);
-  require(key != nullptr, where, ": unknown config key '", section, ".", name, "'");
+  if (key == nullptr) {
+    std::vector<std::string> paths;
+    for (const auto& k : train_config_keys()) paths.push_back(k.path());
+    fail(where, ": unknown config key '", section, ".", name, "'", did_you_mean(section + "." + name, paths));
+  }
   const std::optional<ConfigValue> value = value_of(node, key->type);
   require(value.has_value(), where, ": '", key->path(), "' must be ", type_phrase(key->type));
   set_config_value(c, *key, *value, where);
@@ -210,9 +214,12 @@ void apply_table(TrainConfig& c, const toml::table& root, const std::string& sou
   const auto& keys = train_config_keys();
   for (const auto& [section_key, node] : root) {
     const std::string section(section_key.str());
-    const bool known = std::any_of(keys.begin(), keys.end(), [&](const auto& k) { return k.section == section; });
+    std::vector<std::string> sections;
+    for (const auto& k : keys)
+      if (std::find(sections.begin(), sections.end(), k.section) == sections.end()) sections.push_back(k.section);
+    const bool known = std::find(sections.begin(), sections.end(), section) != sections.end();
     require(node.is_table() && known, where(node), ": unknown config key '", section,
-            "' (expected [model] and [train] tables)");
+            "' (expected [model] and [train] tables)", known ? "" : did_you_mean(section, sections));
     const toml::table* table = node.as_table();
     for (const auto& [key, value] : *table) set_key(c, section, std::string(key.str()), value, where(value));
   }

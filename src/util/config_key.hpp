@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres {
 
@@ -115,8 +116,21 @@ ConfigKey<Config> config_field(std::string name, T Config::*member, std::string 
 // "a, b or c".
 std::string join_choices(const std::vector<std::string>& names);
 
-// A key whose field is an enum: `values` lists every value, named by to_string(value) (found by
-// argument-dependent lookup), so the enum's names are written once.
+// The value of `values` (an enum's values, each named by to_string(value), found by
+// argument-dependent lookup) whose name is `text`. Otherwise an Error: "unknown WHAT 'text'
+// (expected a, b or c); did you mean 'b'?" (the suggestion when one is close).
+template <class E, std::size_t N>
+E parse_choice(const std::string& text, const std::array<E, N>& values, std::string_view what) {
+  std::vector<std::string> names;
+  for (E e : values) {
+    if (to_string(e) == text) return e;
+    names.emplace_back(to_string(e));
+  }
+  fail("unknown ", what, " '", text, "' (expected ", join_choices(names), ")", did_you_mean(text, names));
+}
+
+// A key whose field is an enum: `values` lists every value, named by to_string(value), so the
+// enum's names are written once.
 template <class Config, class E, std::size_t N>
 ConfigKey<Config> config_choice(std::string name, E Config::*member, const std::array<E, N>& values, std::string help) {
   ConfigKey<Config> k;
@@ -125,14 +139,8 @@ ConfigKey<Config> config_choice(std::string name, E Config::*member, const std::
   k.help = std::move(help);
   for (E e : values) k.choices.emplace_back(to_string(e));
   k.get = [member](const Config& c) { return ConfigValue(std::string(to_string(c.*member))); };
-  k.set = [member, values, names = k.choices](Config& c, const ConfigValue& v) {
-    const auto& text = std::get<std::string>(v);
-    for (std::size_t i = 0; i < N; ++i)
-      if (names[i] == text) {
-        c.*member = values[i];
-        return;
-      }
-    fail("unknown value '", text, "' (expected ", join_choices(names), ")");
+  k.set = [member, values](Config& c, const ConfigValue& v) {
+    c.*member = parse_choice(std::get<std::string>(v), values, "value");
   };
   return k;
 }

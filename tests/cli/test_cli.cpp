@@ -66,6 +66,30 @@ TEST(Cli, UnknownOptionsAreNamedWithTheClosestOne) {
   expect_user_error("--verison", {"unknown option '--verison'", "'--version'"});
 }
 
+TEST(Cli, UnknownNamesInValuesAreNamedWithTheClosestOne) {
+  // Config keys and their values, experiment and bench arms, tokenizer specs: one suggestion rule
+  // (util/suggest.hpp), as for commands and options.
+  expect_user_error("config --preset tiny --set model.d_modl=64",
+                    {"--set model.d_modl=64: unknown config key 'model.d_modl'; did you mean 'model.d_model'?"});
+  expect_user_error("config --preset tiny --set model.residual=mhcc",
+                    {"'model.residual': unknown value 'mhcc'", "did you mean 'mhc'?"});
+  expect_user_error("config --preset tiny --set train.decay=cosin", {"did you mean 'cosine'?"});
+  expect_user_error("config --preset tiny --set train.zzzzzz=1", {"unknown config key 'train.zzzzzz'"});
+  EXPECT_FALSE(contains(run_cli("config --preset tiny --set train.zzzzzz=1").output, "did you mean"));
+  expect_user_error("experiment --preset tiny --arms block,rdd --data /nonexistent --out /nonexistent/e",
+                    {"unknown arm 'rdd'", "did you mean 'rd'?"});
+  expect_user_error("experiment --preset tiny --arms block,rd-tide+vres --data /nonexistent --out /nonexistent/e",
+                    {"did you mean 'rd-tied+vres'?"});
+  expect_user_error("bench --preset tiny --arms block,hcc --torch off --steps 1", {"did you mean 'hc'?"});
+  expect_user_error("tokenizer encode --tokenizer spp:tok.model hi", {"did you mean 'sp:tok.model'?"});
+  expect_user_error("tokenizer encode --tokenizer byte hi", {"did you mean 'bytes'?"});
+  // A bare path of an existing file: the sp: spec of it.
+  TempDir dir("attnres_cli_spec");
+  std::ofstream(dir.str("tok.model")) << "x";
+  expect_user_error("tokenizer encode --tokenizer " + dir.str("tok.model") + " hi",
+                    {"did you mean 'sp:" + dir.str("tok.model") + "'?"});
+}
+
 TEST(Cli, VersionNamesTheBuild) {
   const CliResult r = run_cli("--version");
   EXPECT_EQ(r.exit_code, 0) << r.output;

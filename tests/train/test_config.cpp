@@ -246,6 +246,32 @@ TEST(ConfigKeys, FileErrorsNameTheFileAndLine) {
   EXPECT_NE(msg.find(file + ":2: "), std::string::npos) << msg;  // a TOML syntax error
 }
 
+TEST(ConfigKeys, UnknownKeysAndValuesSuggestTheClosest) {
+  TrainConfig c;
+  EXPECT_NE(error_of([&] { apply_setting(c, "model.d_modl=64", "--set"); })
+                .find("--set: unknown config key 'model.d_modl'; did you mean 'model.d_model'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_setting(c, "modle.d_model=64", "--set"); }).find("did you mean 'model.d_model'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_setting(c, "model.value_route=tide", "--set"); })
+                .find("unknown value 'tide' (expected decoupled, tied, average or frozen); did you mean 'tied'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_toml_config("[trian]\nlr = 0.1\n", "c.toml"); })
+                .find("c.toml:1: unknown config key 'trian' (expected [model] and [train] tables); did you mean 'train'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { model_config_from_json(nlohmann::json{{"n_layer", 2}}, "ckpt"); })
+                .find("ckpt: unknown model config key 'n_layer'; did you mean 'n_layers'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_residual_mode("blocks"); })
+                .find("unknown residual mode 'blocks' (expected prenorm, full, block, rd, denseformer, hc, mhc or "
+                      "mudd); did you mean 'block'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_route("froze"); }).find("did you mean 'frozen'?"), std::string::npos);
+  // Nothing close: no guess.
+  EXPECT_EQ(error_of([&] { apply_setting(c, "model.residual=transformer", "--set"); }).find("did you mean"),
+            std::string::npos);
+}
+
 TEST(ConfigKeys, OldFormatConfigsReadWithDefaultsForNewerKeys) {
   const TrainConfig old = parse_toml_config(kOldTinyToml, "old config.toml");
   EXPECT_EQ(describe_differences(config_differences(train_config_keys(), old, preset("tiny")), "old", "tiny"), "");
