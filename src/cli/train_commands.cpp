@@ -260,20 +260,18 @@ void run_eval(EvalArgs a) {
   if (!a.data.empty()) {
     require(a.tokenizer.empty(), "--tokenizer goes with --text (with --data, the data's tokenizer is used)");
     const data::TokenDataset split = data::TokenDataset::open(a.data, a.split);
-    require(split.vocab_size() <= config.vocab_size, "'", a.data, "' uses a vocabulary of ", split.vocab_size(),
-            " tokens, larger than the model's ", config.vocab_size);
     const auto tokenizer = data::open_dataset_tokenizer(split);
     // By content: the same tokenizer wherever its files are (weights from before hashes were
-    // recorded: by the spec they name).
-    const auto hash = file.metadata.find("tokenizer_hash");
+    // recorded: by the spec they name). Checked before the vocabulary: data of another tokenizer
+    // is that, whatever its vocabulary's size.
+    const std::string mismatch = tokenizer_mismatch(file.metadata, a.checkpoint, *tokenizer, a.data);
+    require(mismatch.empty(), mismatch);
     const auto named = file.metadata.find("tokenizer");
-    if (hash != file.metadata.end())
-      require(hash->second == tokenizer->content_hash(), "'", a.checkpoint, "' was trained with a tokenizer of hash ",
-              hash->second, named != file.metadata.end() ? " (" + named->second + ")" : std::string(), " but '",
-              a.data, "' was prepared with one of hash ", tokenizer->content_hash(), " (", tokenizer->spec(), ")");
-    else if (named != file.metadata.end())
+    if (file.metadata.count("tokenizer_hash") == 0 && named != file.metadata.end())
       require(named->second == split.tokenizer_spec(), "'", a.checkpoint, "' was trained with tokenizer '",
               named->second, "' but '", a.data, "' was prepared with '", split.tokenizer_spec(), "'");
+    require(split.vocab_size() <= config.vocab_size, "'", a.data, "' uses a vocabulary of ", split.vocab_size(),
+            " tokens, larger than the model's ", config.vocab_size);
     const EvalResult r =
         evaluate_split(*load_model(a.device, file, a.checkpoint, config, a.batch, seq), split, a.batch, seq, a.max_tokens);
     nll_sum = r.nll * double(r.tokens);

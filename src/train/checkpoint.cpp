@@ -102,13 +102,16 @@ struct StoredCheckpoint {
   std::string path;
   std::string state_text;
   std::vector<float> params, m, v;
-  std::string config_differences;  // from the requested configuration; empty when the same
+  // Why the run cannot resume from it at all (another tokenizer or configuration than the
+  // requested; the older checkpoints share it); empty when none.
+  std::string refusal;
 };
 
 // Reads and verifies one checkpoint; an Error says why it is not usable (its digests, values or
-// state). A checkpoint written with another configuration is read: the caller refuses it.
+// state). A checkpoint written with another tokenizer or configuration is read: the caller
+// refuses it.
 StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& layout, const TrainConfig& config,
-                                 const RunFiles& files) {
+                                 const RunFiles& files, const data::Tokenizer& tokenizer, const std::string& data_dir) {
   const SafetensorsFile f = read_safetensors(ckpt);
   require(f.metadata.count("state") == 1, "'", ckpt, "' has no training state");
   StoredCheckpoint stored;
@@ -121,12 +124,16 @@ StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& lay
     fail("'", ckpt, "': corrupt training state: ", e.what());
   }
   state_from_json(sj, ckpt);  // readable before it is chosen
+  // The tokenizer first: data of another tokenizer shows in the configuration too (a vocabulary
+  // of another size), but that is not what to fix.
+  stored.refusal = tokenizer_mismatch(f.metadata, ckpt, tokenizer, data_dir);
+  if (!stored.refusal.empty()) return stored;
   // Compared as configurations, not text: a checkpoint written before a key existed lacks it,
   // and the key takes its default.
   const TrainConfig stored_config = parse_toml_config(sj.value("config", std::string()), ckpt + " (its configuration)");
   const std::vector<ConfigDifference> differences = config_differences(train_config_keys(), stored_config, config);
   if (!differences.empty()) {
-    stored.config_differences =
+    stored.refusal =
         concat("'", ckpt, "' was written with a different configuration: ",
                describe_differences(differences, "checkpoint", "requested"),
                "; resume with the same preset/config/--set values (see ", files.config, ")");
@@ -145,15 +152,16 @@ StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& lay
 }
 
 // The newest of the run's checkpoints that verifies; says on stderr which newer ones it skipped
-// and why. One written with another configuration is an error, not skipped: the older ones were
-// written with the same configuration.
+// and why. One written with another tokenizer or configuration is an error, not skipped: the
+// older ones were written with the same.
 StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& checkpoints, const ParamLayout& layout,
-                                            const TrainConfig& config, const RunFiles& files) {
+                                            const TrainConfig& config, const RunFiles& files,
+                                            const data::Tokenizer& tokenizer, const std::string& data_dir) {
   std::vector<std::string> skipped;  // the reason of each, in order
   for (const CheckpointFile& c : checkpoints) {
     std::optional<StoredCheckpoint> stored;
     try {
-      stored = read_checkpoint(c.path, layout, config, files);
+      stored = read_checkpoint(c.path, layout, config, files, tokenizer, data_dir);
     } catch (const Error& e) {
       // The readers' errors name the file; one that does not gets its name here.
       const std::string_view what = e.what();
@@ -162,7 +170,7 @@ StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& c
                    skipped.back().c_str());
       continue;
     }
-    require(stored->config_differences.empty(), stored->config_differences);
+    require(stored->refusal.empty(), stored->refusal);
     return std::move(*stored);
   }
   std::string list;
@@ -233,14 +241,16 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
 }
 
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,
-                         bool resume, TrainBackend& backend, dist::Communicator& comm) {
+                         const data::Tokenizer& tokenizer, const std::string& data_dir, bool resume,
+                         TrainBackend& backend, dist::Communicator& comm) {
   StoredCheckpoint stored;  // on rank 0 while resuming; the others receive it below
   if (comm.is_root()) {
     const std::vector<CheckpointFile> checkpoints = files.checkpoints();
     require(checkpoints.empty() || resume, "'", files.dir,
             "' already holds a training run; pass --resume to continue it, or choose another --out");
     fs::create_directories(files.dir);
-    if (!checkpoints.empty()) stored = newest_verified_checkpoint(checkpoints, backend.layout(), config, files);
+    if (!checkpoints.empty())
+      stored = newest_verified_checkpoint(checkpoints, backend.layout(), config, files, tokenizer, data_dir);
     else create_run(files, config_toml);
   }
   comm.broadcast(stored.state_text);
@@ -267,6 +277,16 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
   return start;
 }
 
+std::string tokenizer_mismatch(const std::map<std::string, std::string>& metadata, const std::string& path,
+                               const data::Tokenizer& tokenizer, const std::string& data_dir) {
+  const auto hash = metadata.find("tokenizer_hash");
+  if (hash == metadata.end() || hash->second == tokenizer.content_hash()) return {};
+  const auto named = metadata.find("tokenizer");
+  return concat("'", path, "' was trained with a tokenizer of hash ", hash->second,
+                named != metadata.end() ? " (" + named->second + ")" : std::string(), " but '", data_dir,
+                "' was prepared with one of hash ", tokenizer.content_hash(), " (", tokenizer.spec(), ")");
+}
+
 std::optional<SafetensorsFile> checkpoint_as_weights(const SafetensorsFile& checkpoint, const std::string& path) {
   const auto tokenizer = checkpoint.metadata.find("tokenizer");
   if (tokenizer == checkpoint.metadata.end()) return std::nullopt;
@@ -286,6 +306,9 @@ std::optional<SafetensorsFile> checkpoint_as_weights(const SafetensorsFile& chec
   weights.metadata = {{"config", checkpoint.metadata.at("config")},
                       {"step", std::to_string(state_from_json(state, path).step)},
                       {"tokenizer", tokenizer->second}};
+  // Checked by eval and sample against the tokenizer they use, as for model.safetensors.
+  if (const auto hash = checkpoint.metadata.find("tokenizer_hash"); hash != checkpoint.metadata.end())
+    weights.metadata["tokenizer_hash"] = hash->second;
   for (const ParamInfo& p : layout.params()) {
     StoredTensor& t = weights.tensors[p.name];
     t.dtype = DType::F32;

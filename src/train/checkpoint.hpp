@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -79,14 +80,25 @@ struct RunStart {
 // metrics.jsonl and initialises the weights from config.seed. An existing run needs `resume`:
 // rank 0 takes the newest checkpoint that verifies (digests, finite values, a readable state),
 // saying on stderr which newer ones it skipped and why (an error listing them all when none
-// does), refuses one written with another configuration, and hands weights, moments and state
+// does), refuses one written with another tokenizer than `tokenizer` (that of the data in
+// `data_dir`, tokenizer_mismatch) or another configuration, and hands weights, moments and state
 // to the other ranks (so only rank 0 needs the run directory); metrics.jsonl is cut back to the
 // checkpoint's length.
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,
-                         bool resume, TrainBackend& backend, dist::Communicator& comm);
+                         const data::Tokenizer& tokenizer, const std::string& data_dir, bool resume,
+                         TrainBackend& backend, dist::Communicator& comm);
+
+// Why weights or a checkpoint (their safetensors `metadata`, read from `path`) do not go with data
+// prepared in `data_dir` with `tokenizer`: "'PATH' was trained with a tokenizer of hash H (SPEC)
+// but 'DIR' was prepared with one of hash H2 (SPEC2)". Empty when the content hashes match, or
+// when the file records none (written before attnres recorded it). Checked before anything that
+// depends on the vocabulary, whose mismatch would only be a consequence.
+std::string tokenizer_mismatch(const std::map<std::string, std::string>& metadata, const std::string& path,
+                               const data::Tokenizer& tokenizer, const std::string& data_dir);
 
 // A training checkpoint read as a weights file (what model.safetensors holds for its step): one
-// tensor per parameter from its flat `params`, and its model config, step and tokenizer. Empty
+// tensor per parameter from its flat `params`, and its model config, step, tokenizer and the
+// tokenizer's content hash. Empty
 // for a checkpoint written before checkpoints recorded the tokenizer (its run's
 // model.safetensors holds the same step's weights).
 std::optional<SafetensorsFile> checkpoint_as_weights(const SafetensorsFile& checkpoint, const std::string& path);

@@ -160,7 +160,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
       make_train_backend(opt.device, config, geo.micro_batch, geo.local_micro, comm);
   data::BatchLoader loader(train_data, config.batch_size, config.seq_len, config.data_seed, comm.rank(), comm.world());
   const std::int64_t total_steps = config.total_steps();
-  RunStart start = start_or_resume(files, config, config_toml, opt.resume, *backend, comm);
+  RunStart start = start_or_resume(files, config, config_toml, *tokenizer, opt.data_dir, opt.resume, *backend, comm);
   TrainState& state = start.state;
   if (start.resumed) {
     loader.seek(state.loader);

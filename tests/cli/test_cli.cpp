@@ -417,6 +417,38 @@ TEST_F(CliTest, TokenizersAreMatchedByContent) {
   expect_user_error("eval --checkpoint " + dir.str("run") + " --data " + dir.str("moved"), {hash, other_hash});
 }
 
+// Data prepared with another tokenizer is named as that, both hashes given, before its vocabulary
+// (of another size here) could be blamed: by eval (weights or a checkpoint) and by train --resume.
+TEST_F(CliTest, TokenizerMismatchIsNamedBeforeTheVocabulary) {
+  TempDir dir("attnres_cli_tokenizer_mismatch");
+  ASSERT_EQ(run_cli("prepare --input " + dir_->str("corpus") + " --vocab-size 300 --val-fraction 0.15 "
+                    "--test-fraction 0.15 --quiet --out " + dir.str("sp")).exit_code, 0);
+  const std::string sp_hash =
+      nlohmann::json::parse(read_file(dir.path() / "sp" / "manifest.json"))["tokenizer"]["hash"].get<std::string>();
+  const CliResult bytes = run_cli("tokenizer info --tokenizer bytes");
+  const std::size_t at = bytes.output.find("hash: ");
+  ASSERT_NE(at, std::string::npos) << bytes.output;
+  const std::string bytes_hash = bytes.output.substr(at + 6, 16);
+  for (const std::string& weights : {run(), newest_checkpoint(run()).string()}) {
+    const CliResult r = run_cli("eval --checkpoint " + weights + " --data " + dir.str("sp"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const std::string& part : {"was trained with a tokenizer of hash " + bytes_hash + " (bytes)",
+                                    "was prepared with one of hash " + sp_hash})
+      EXPECT_TRUE(contains(r.output, part)) << weights << "\nwanted: " << part << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "vocabulary")) << r.output;
+  }
+  // A stopped run resumed on the other data: the tokenizer, not model.vocab_size (257 vs 300).
+  ASSERT_EQ(run_cli("train " + kTiny + " --data " + data() + " --out " + dir.str("run") + " --stop-at-step 4")
+                .exit_code,
+            0);
+  const CliResult r = run_cli("train " + kTiny + " --data " + dir.str("sp") + " --out " + dir.str("run") + " --resume");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoint-000004.safetensors' was trained with a tokenizer of hash " + bytes_hash))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, dir.str("sp") + "' was prepared with one of hash " + sp_hash)) << r.output;
+  EXPECT_FALSE(contains(r.output, "vocab_size")) << r.output;
+}
+
 TEST_F(CliTest, ExperimentMismatchNamesTheKey) {
   TempDir runs("attnres_cli_exp_mismatch");
   const std::string base = "experiment " + kTiny + " --arms block,rd --seeds 1 --data " + data() + " --out " +
