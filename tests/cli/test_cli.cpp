@@ -449,6 +449,32 @@ TEST_F(CliTest, TokenizerMismatchIsNamedBeforeTheVocabulary) {
   EXPECT_FALSE(contains(r.output, "vocab_size")) << r.output;
 }
 
+// info names what the weights were trained with and how far: the tokenizer (with its content
+// hash) and the step, for every form of --checkpoint; "(not recorded)" when the file lacks them.
+TEST_F(CliTest, InfoShowsTheTokenizerAndStep) {
+  const CliResult bytes = run_cli("tokenizer info --tokenizer bytes");
+  const std::size_t at = bytes.output.find("hash: ");
+  ASSERT_NE(at, std::string::npos) << bytes.output;
+  const std::string tokenizer_line = "\ntokenizer: bytes (content hash " + bytes.output.substr(at + 6, 16) + ")\n";
+  const std::vector<attnres::CheckpointFile> kept = attnres::list_checkpoints(run());
+  ASSERT_EQ(kept.size(), 2u);
+  for (const auto& [form, step] : {std::pair{run(), 8}, std::pair{kept[0].path, 8}, std::pair{kept[1].path, 4}}) {
+    const CliResult r = run_cli("info " + form);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, tokenizer_line)) << form << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "\nstep: " + std::to_string(step) + "\n")) << form << "\n" << r.output;
+  }
+  // Weights without either (as another tool may write them).
+  TempDir dir("attnres_cli_info");
+  attnres::SafetensorsFile file = attnres::read_safetensors(run() + "/model.safetensors");
+  std::vector<attnres::TensorRef> refs;
+  for (const auto& [name, t] : file.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
+  attnres::write_safetensors(dir.str("bare.safetensors"), {{"config", file.metadata.at("config")}}, refs);
+  const CliResult bare = run_cli("info " + dir.str("bare.safetensors"));
+  EXPECT_EQ(bare.exit_code, 0) << bare.output;
+  EXPECT_TRUE(contains(bare.output, "\ntokenizer: (not recorded)\nstep: (not recorded)\n")) << bare.output;
+}
+
 TEST_F(CliTest, ExperimentMismatchNamesTheKey) {
   TempDir runs("attnres_cli_exp_mismatch");
   const std::string base = "experiment " + kTiny + " --arms block,rd --seeds 1 --data " + data() + " --out " +
