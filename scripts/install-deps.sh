@@ -19,6 +19,7 @@ packages=(
   python3 python3-torch python3-numpy   # independent reference implementation in the tests
   python3-venv python3-pip python3-setuptools   # the Python package's offline install (docs/python.md)
   python3-sentencepiece        # the Python package's sp: tokenizers
+  python3-xxhash               # the Python package's XXH3 checksums of safetensors files (else libxxhash0 via ctypes)
   python3-pandas python3-matplotlib   # Experiment.frame and the docs/python.md walk-through (tested)
   python3-scipy                # scripts/precision_effect.py: the t interval of the bf16 loss effect
   python3-doc                  # the offline default corpus (Python docs reST sources)

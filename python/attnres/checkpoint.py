@@ -104,18 +104,37 @@ def state_dict_of(file: str, config: ModelConfig, arrays: Mapping[str, np.ndarra
     return {n: arrays[n] for n in want}
 
 
+def require_finite(file: str, tensors: Mapping[str, np.ndarray]) -> None:
+    """Refuses weights holding a NaN or an infinity, naming the file, the tensor and the first such element,
+    as attnres's load_weights does."""
+    for name, a in tensors.items():
+        if a.dtype.kind != "f":
+            continue
+        bad = np.flatnonzero(~np.isfinite(a.reshape(-1)))
+        if bad.size:
+            first = int(bad[0])
+            what = "a NaN" if np.isnan(a.reshape(-1)[first]) else "an infinity"
+            raise CheckpointError(f"'{file}': tensor '{name}' holds {what} (element {first} of {a.size}): the "
+                                  "weights are corrupt or training diverged before they were saved")
+
+
 def load(path: str, *, dtype=torch.float32, device=None) -> AttnResModel:
     """An AttnResModel built from a checkpoint's own config, holding its weights.
 
     path: model.safetensors, a checkpoint-STEP.safetensors, or a run directory. The model is in eval mode
     (it has no dropout, so this only matters to code that checks) with gradients enabled, ready for
     inference or fine-tuning. ``model.tokenizer_spec`` is the checkpoint's tokenizer (None if it does
-    not name one) and ``model.metadata`` its safetensors metadata.
+    not name one) and ``model.metadata`` its safetensors metadata (without the checksum entry).
+
+    The file is checked as attnres checks it: its payload checksums (safetensors.SafetensorsError naming
+    the first tensor whose bytes differ; a file without them loads with a safetensors.UnverifiedWarning)
+    and finite weights (CheckpointError naming the tensor and element).
     """
     file = resolve(path)
     arrays, meta = safetensors.load(file)
     config = _config_of(file, meta)
     tensors = state_dict_of(file, config, arrays)
+    require_finite(file, tensors)
     model = AttnResModel(config, dtype=dtype, device=device)
     with torch.no_grad():
         params = dict(model.named_parameters())
@@ -129,8 +148,9 @@ def load(path: str, *, dtype=torch.float32, device=None) -> AttnResModel:
 
 def save(model: AttnResModel, path: str, *, tokenizer: Optional[str] = None,
          metadata: Optional[Mapping[str, str]] = None) -> None:
-    """Writes ``model`` as attnres writes model.safetensors (F32 tensors, config JSON, tokenizer spec),
-    so `attnres eval`, `sample` and `info` read it (e.g. after fine-tuning in PyTorch). Atomic."""
+    """Writes ``model`` as attnres writes model.safetensors (F32 tensors, config JSON, tokenizer spec, payload
+    checksums), so `attnres eval`, `sample` and `info` read and verify it (e.g. after fine-tuning in
+    PyTorch). Atomic. ``metadata`` adds entries (``attnres.checksum`` is reserved)."""
     meta = {"config": json.dumps(model.config.to_json())}
     spec = tokenizer if tokenizer is not None else model.tokenizer_spec
     if spec is not None:

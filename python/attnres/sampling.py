@@ -152,7 +152,8 @@ def score(model: AttnResModel, text: Union[str, Sequence[str]], *, tokenizer: Un
     from an end-of-text token in windows of `seq` (default max_seq_len) predicted tokens overlapping by
     one, so every token after the first is predicted once. Returns nll (mean nats per token),
     perplexity, bits_per_byte, tokens, bytes, and per document its ids and per-token log-probabilities
-    (logprobs[i] is log p(ids[i+1] | ids[:i+1]))."""
+    (logprobs[i] is log p(ids[i+1] | ids[:i+1])). Like attnres eval, raises ValueError when there is nothing
+    to score (empty text) or the NLL is not finite."""
     tok = _tokenizer_of(model, tokenizer)
     seq = model.config.max_seq_len if seq is None else seq
     if not 1 <= seq <= model.config.max_seq_len:
@@ -172,7 +173,14 @@ def score(model: AttnResModel, text: Union[str, Sequence[str]], *, tokenizer: Un
         nll_sum -= math.fsum(logprobs)
         tokens += len(logprobs)
         per_doc.append({"ids": ids, "logprobs": logprobs})
-    nll = nll_sum / tokens if tokens else float("nan")
-    return {"nll": nll, "perplexity": math.exp(nll) if tokens else float("nan"),
+    # As attnres eval --text: nothing to score, or a score that is not finite, is an error, never an nll of nan.
+    if tokens == 0:
+        raise ValueError("nothing to score: the text is empty" if len(docs) <= 1 else
+                         "nothing to score: every text is empty")
+    nll = nll_sum / tokens
+    if not math.isfinite(nll):
+        where = f" of '{model.source_path}'" if getattr(model, "source_path", None) else ""
+        raise ValueError(f"the NLL came out {nll}: the weights{where} are not usable")
+    return {"nll": nll, "perplexity": math.exp(nll),
             "bits_per_byte": nll_sum / math.log(2) / nbytes if nbytes else 0.0, "tokens": tokens, "bytes": nbytes,
             "documents": per_doc}

@@ -173,13 +173,43 @@ class CliTest(unittest.TestCase):
             model.loss(batch).backward()
             opt.step()
         path = self.tmp("tuned.safetensors")
-        attnres.save(model, path, metadata={"note": "fine-tuned in PyTorch"})
-        want = json.loads(support.cli("eval", "--checkpoint", path, "--text", self.tmp("doc.txt"), "--seq", "32",
-                                      "--json").stdout)
+        # Any metadata text: its digest is the one attnres computes (escapes, non-ASCII).
+        attnres.save(model, path, metadata={"note": 'fine-tuned in PyTorch: "héllo" \\ \n\t\x01 \u2028 😀'})
+        r = support.cli("eval", "--checkpoint", path, "--text", self.tmp("doc.txt"), "--seq", "32", "--json")
+        self.assertNotIn("carries no payload checksum", r.stderr)  # save wrote the digests, and they verify
+        want = json.loads(r.stdout)
         got = attnres.score(model, self.text, seq=32)
         self.assertLess(abs(got["nll"] - want["nll"]) / want["nll"], 1e-6)
-        info = support.cli("info", path).stdout
-        self.assertIn("rd", info)
+        info = support.cli("info", path)
+        self.assertIn("rd", info.stdout)
+        self.assertNotIn("carries no payload checksum", info.stderr)
+
+    def test_damaged_checkpoints_are_refused_as_attnres_refuses_them(self):
+        """A flipped byte in weights attnres wrote, and NaN weights: attnres.load refuses what attnres eval
+        refuses, naming the same file and tensor (it used to load both and score them)."""
+        weights = os.path.join(self.runs["block"], "model.safetensors")
+        header, _, begin = safetensors.read_header(weights)
+        name, entry = max(header.items(), key=lambda e: e[1]["data_offsets"][0])  # the last tensor in the file
+        with open(weights, "rb") as f:
+            raw = bytearray(f.read())
+        raw[begin + entry["data_offsets"][0] + 1] ^= 0x01
+        flipped = self.tmp("flipped.safetensors")
+        with open(flipped, "wb") as f:
+            f.write(raw)
+        arrays, meta = safetensors.load(weights)
+        arrays[name] = arrays[name].copy()
+        arrays[name].reshape(-1)[3] = np.nan
+        nan = self.tmp("nan.safetensors")
+        safetensors.save(nan, arrays, meta)
+        for path, message in ((flipped, f"'{flipped}': tensor '{name}' does not match its checksum"),
+                              (nan, f"'{nan}': tensor '{name}' holds a NaN (element 3 of")):
+            with self.subTest(path):
+                r = support.cli("eval", "--checkpoint", path, "--text", self.tmp("doc.txt"), check=False)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(message, r.stderr)
+                with self.assertRaises(ValueError) as caught:
+                    attnres.load(path)
+                self.assertIn(message, str(caught.exception))
 
 
 if __name__ == "__main__":

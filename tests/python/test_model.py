@@ -489,6 +489,125 @@ class FilesTest(unittest.TestCase):
         self.assertEqual(resolve(self.tmp("run")), self.tmp("run/checkpoint-000010.safetensors"))
         self.assertEqual(float(attnres.load(self.tmp("run")).tok_emb.weight.abs().sum()), 0.0)
 
+    # XXH3-64 (seed 0) as libxxhash computes it for attnres (src/util/checksum.cpp).
+    XXH3_VECTORS = {b"": "2d06800538d394c2", b"abc": "78af5f94892f3950"}
+
+    def test_checksums_are_attnres_xxh3(self):
+        big = np.random.default_rng(3).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+        backends = {name: make() for name, make in safetensors._XXH3_BACKENDS.items()}
+        self.assertIsNotNone(backends["library"], "libxxhash (libxxhash0, beside libxxhash-dev) is not loadable")
+        for name, digest in backends.items():
+            if digest is None:
+                continue  # the xxhash module is optional (python3-xxhash)
+            for data, want in self.XXH3_VECTORS.items():
+                self.assertEqual(digest(data), want, name)
+            self.assertEqual(digest(memoryview(big)[5:1000]), backends["library"](big[5:1000]), name)
+        for data, want in self.XXH3_VECTORS.items():
+            self.assertEqual(safetensors.xxh3_64_hex(data), want)
+        # What save records: every tensor's payload and the other metadata, as attnres writes them.
+        path = self.tmp("sums.safetensors")
+        t = {"b": np.arange(6, dtype=np.float32), "a": np.zeros((2, 2)), "empty": np.zeros(0, np.int32)}
+        meta = {"config": "{}", "note": 'héllo "q" \\ \n\t\x01 \u2028 😀'}
+        safetensors.save(path, t, meta)
+        header, read_meta, begin = safetensors.read_header(path)
+        self.assertEqual(read_meta, meta)
+        with open(path, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        sums = json.loads(json.loads(raw[8:8 + n])["__metadata__"]["attnres.checksum"])
+        self.assertEqual(sums["algorithm"], "xxh3-64")
+        self.assertEqual(set(sums["tensors"]), set(t))
+        for name, entry in header.items():
+            lo, hi = entry["data_offsets"]
+            self.assertEqual(sums["tensors"][name], safetensors.xxh3_64_hex(raw[begin + lo:begin + hi]), name)
+        text = json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        self.assertEqual(sums["metadata"], safetensors.xxh3_64_hex(text.encode()))
+        with self.assertRaisesRegex(safetensors.SafetensorsError, "'attnres.checksum' is reserved"):
+            safetensors.save(path, t, {"attnres.checksum": "{}"})
+
+    def _rewrite_header(self, src, dst, edit):
+        """Copies a safetensors file with its JSON header changed by edit(header) (data unchanged)."""
+        with open(src, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        edit(header)
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        with open(dst, "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + raw[8 + n:])
+
+    def test_load_checks_what_attnres_checks(self):
+        m = attnres.AttnResModel(ModelConfig.from_json(config_dict("rd")), seed=1)
+        good = self.tmp("model.safetensors")
+        attnres.save(m, good, tokenizer="bytes")
+        header, _, begin = safetensors.read_header(good)
+        # A flipped byte: the tensor it lies in is named, as attnres names it.
+        name, entry = next(iter(header.items()))
+        lo = entry["data_offsets"][0]
+        with open(good, "rb") as f:
+            raw = bytearray(f.read())
+        raw[begin + lo + 3] ^= 0x10
+        with open(self.tmp("flipped.safetensors"), "wb") as f:
+            f.write(raw)
+        with self.assertRaisesRegex(safetensors.SafetensorsError,
+                                    f"flipped.safetensors': tensor '{re.escape(name)}' does not match its checksum "
+                                    r"\(xxh3-64 [0-9a-f]{16}, stored [0-9a-f]{16}\): the file is corrupt"):
+            attnres.load(self.tmp("flipped.safetensors"))
+        # A changed metadata value; digests naming a tensor the file lacks; another algorithm.
+        edits = {"meta.safetensors": (lambda h: h["__metadata__"].update(tokenizer="gpt2:/x"),
+                                      "meta.safetensors': the metadata does not match its checksum"),
+                 "ghost.safetensors": (lambda h: h["__metadata__"].update({"attnres.checksum": json.dumps(
+                     dict(json.loads(h["__metadata__"]["attnres.checksum"]),
+                          tensors=dict(json.loads(h["__metadata__"]["attnres.checksum"])["tensors"], ghost="0" * 16)))}),
+                                       "names tensor 'ghost', which the file does not hold"),
+                 "algo.safetensors": (lambda h: h["__metadata__"].update({"attnres.checksum": json.dumps(
+                     dict(json.loads(h["__metadata__"]["attnres.checksum"]), algorithm="md5"))}),
+                                      "checksum algorithm 'md5' is not supported")}
+        for file, (edit, message) in edits.items():
+            self._rewrite_header(good, self.tmp(file), edit)
+            with self.assertRaisesRegex(safetensors.SafetensorsError, message):
+                attnres.load(self.tmp(file))
+        # Overlapping tensors are refused too.
+        def overlap(h):  # two tensors of one size on the same bytes
+            h["layers.0.attn.wk.weight"]["data_offsets"] = h["layers.0.attn.wq.weight"]["data_offsets"]
+        self._rewrite_header(good, self.tmp("overlap.safetensors"), overlap)
+        with self.assertRaisesRegex(safetensors.SafetensorsError, "overlap.safetensors.*(overlaps|hole)"):
+            attnres.load(self.tmp("overlap.safetensors"))
+        # No digests (another tool, or attnres before them): loads, with a warning naming the file.
+        self._rewrite_header(good, self.tmp("old.safetensors"), lambda h: h["__metadata__"].pop("attnres.checksum"))
+        with self.assertWarnsRegex(safetensors.UnverifiedWarning, "old.safetensors' carries no payload checksum"):
+            old = attnres.load(self.tmp("old.safetensors"))
+        self.assertTrue(torch.equal(old.tok_emb.weight, m.tok_emb.weight))
+        self.assertNotIn("attnres.checksum", old.metadata)
+        # NaN and infinite weights (with valid digests): refused, naming the tensor and the element.
+        state = {n: t.detach().numpy().copy() for n, t in m.state_dict().items()}
+        flat = np.concatenate([state[n].reshape(-1) for n, _ in attnres.param_layout(m.config)])
+        meta = {"config": json.dumps(m.config.to_json())}
+        for value, what in ((np.nan, "a NaN"), (np.inf, "an infinity")):
+            bad = dict(state)
+            bad["layers.1.attn.wq.weight"] = bad["layers.1.attn.wq.weight"].copy()
+            bad["layers.1.attn.wq.weight"].reshape(-1)[7] = value
+            safetensors.save(self.tmp("nan.safetensors"), bad, meta)
+            with self.assertRaisesRegex(CheckpointError, "nan.safetensors': tensor 'layers.1.attn.wq.weight' holds "
+                                        f"{what} \\(element 7 of "):
+                attnres.load(self.tmp("nan.safetensors"))
+        # In a checkpoint's flat params: named by the parameter it belongs to (ParamLayout order: tok_emb, then
+        # layers.0.attn_norm.weight).
+        flat_bad = flat.copy()
+        flat_bad[state["tok_emb.weight"].size + 2] = np.nan
+        safetensors.save(self.tmp("ckpt.safetensors"), {"params": flat_bad}, meta)
+        with self.assertRaisesRegex(CheckpointError,
+                                    r"ckpt.safetensors': tensor 'layers.0.attn_norm.weight' holds a NaN \(element 2 of"):
+            attnres.load(self.tmp("ckpt.safetensors"))
+
+    def test_score_refuses_nothing_to_score(self):
+        m = attnres.AttnResModel(ModelConfig.from_json(config_dict("block", vocab_size=257)), seed=1)
+        for text in ("", [""], ["", ""]):
+            with self.assertRaisesRegex(ValueError, "nothing to score"):
+                attnres.score(m, text, tokenizer="bytes")
+        self.assertEqual(attnres.score(m, ["", "ab"], tokenizer="bytes")["tokens"], 2)
+
     def test_config_is_as_strict_as_attnres(self):
         c = config_dict("block")
         # Every key is written (the baselines' keys too); a config without them reads with their defaults.
