@@ -1,6 +1,7 @@
 // Tiny model configurations and random weights for model-level tests.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,11 @@ struct Variant {
   }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
+
+// How GoogleTest shows a Variant (test output, `--gtest_list_tests`, and so the CTest names
+// gtest_discover_tests makes): its name, not "88-byte object <80-40 09-AB ...>" (which, holding a
+// heap pointer, also changed from one build to the next).
+inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 inline std::vector<Variant> all_variants() {
   using kernels::VresMode;

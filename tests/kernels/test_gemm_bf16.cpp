@@ -195,6 +195,12 @@ TEST(Bf16, FallbackMatchesReference) {
 
 // ---- the hardware backends (each skips where the CPU or OS lacks it) -------------------------
 
+// How GoogleTest shows a backend (found by argument-dependent lookup, so in the enum's namespace):
+// "avx512-fma", not "4-byte object <02-00 00-00>".
+namespace attnres::kernels {
+void PrintTo(Bf16Backend backend, std::ostream* os) { *os << to_string(backend); }
+}  // namespace attnres::kernels
+
 class Bf16Hardware : public ::testing::TestWithParam<k::Bf16Backend> {
  protected:
   void SetUp() override {
