@@ -382,12 +382,29 @@ results::ExperimentSpec example_spec() {
   return s;
 }
 
+// With a spike and gradient norms, so every key of the object has a value to mutate.
+results::Instability example_instability() {
+  results::Instability s;
+  s.tested_steps = 14;
+  s.spike_events = 1;
+  s.spike_steps = 2;
+  s.largest_spike_step = 60;
+  s.largest_spike_nats = 0.9;
+  s.grad_norm_steps = 63;
+  s.clipped_fraction = 0.25;
+  s.max_grad_norm = 4.5;
+  s.max_grad_norm_step = 3;
+  s.unstable = true;
+  return s;
+}
+
 results::TrainResult example_train_result() {
   results::TrainResult t;
   t.params = 1064;
   t.steps = 64;
   t.milestones = {{8, 1000, 6.0}, {64, 8000, 5.1}};
-  t.curve = {{125, 8.5}, {250, 7.0}};
+  t.curve = {{125, 8.5, 2.25}, {250, 7.0}};
+  t.instability = example_instability();
   t.tokens_per_sec = 900;
   t.step_time_ms = 11;
   t.peak_rss_bytes = 1 << 20;
@@ -404,7 +421,8 @@ results::RunResult example_run_result() {
   r.tokens_per_sec = 900;
   r.step_time_ms = 11;
   r.peak_rss_bytes = 1 << 20;
-  r.curve = {{125, 8.5}, {250, 7.0}};
+  r.curve = {{125, 8.5, 2.25}, {250, 7.0}};
+  r.instability = example_instability();
   r.routing = {{0, 1, {1.0}, {1.0}, 0.0, {}, results::kNotAvailable},
                {1, 2, {0.3, 0.7}, {0.8, 0.2}, 0.1, {}, results::kNotAvailable}};
   return r;

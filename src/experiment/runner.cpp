@@ -381,6 +381,7 @@ bool run_experiment(const ExperimentOptions& options) {
       result.step_time_ms = tr.step_time_ms;
       result.peak_rss_bytes = tr.peak_rss_bytes;
       result.curve = tr.curve;
+      result.instability = tr.instability;
       // (Empty for modes without depth routing; MUDD's is made of its Q, K and V mixing weights.)
       result.routing = routing_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
       result.connections = static_connections(config.model, weights, weights_path);

@@ -145,6 +145,7 @@ json to_json(const RunResult& r) {
     j["connections"] = std::move(connections);
   }
   if (r.amax_gain) j["amax_gain"] = to_json(*r.amax_gain);
+  if (r.instability) j["instability"] = to_json(*r.instability);
   put_schema_version(j, r.version);
   return j;
 }
@@ -219,6 +220,9 @@ void from_json(JsonObject& in, RunResult& r) {
 
   // Optional: written for the n-stream modes, and only by versions that compute it.
   if (const auto gain = in.find("amax_gain"); gain && !gain->is_null()) r.amax_gain = read_object<AmaxGain>(*gain);
+
+  // Optional: written since the instability was recorded.
+  if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);
 }
 
 std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed) {

@@ -73,6 +73,9 @@ struct RunResult {
   double step_time_ms = 0;
   std::int64_t peak_rss_bytes = 0;
   std::vector<LossPoint> curve;       // may be empty
+  // The runner copies train_result.json's; none in earlier files (run_instability computes it
+  // from the curve). No "instability" key when none.
+  std::optional<Instability> instability;
   std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
   std::vector<Connections> connections;  // empty: none, no "connections" key
   std::optional<AmaxGain> amax_gain;     // hc, mhc; none: no "amax_gain" key

@@ -1,5 +1,6 @@
 #include "results/train_result.hpp"
 
+#include <cmath>
 #include <filesystem>
 
 #include "util/atomic_file.hpp"
@@ -20,11 +21,16 @@ void from_json(JsonObject& in, Milestone& m) {
   m.val_nll = in.get("val_nll").number();
 }
 
-json to_json(const LossPoint& p) { return {{"tokens", p.tokens}, {"train_loss", p.train_loss}}; }
+json to_json(const LossPoint& p) {
+  json j = {{"tokens", p.tokens}, {"train_loss", p.train_loss}};
+  if (std::isfinite(p.grad_norm)) j["grad_norm"] = p.grad_norm;
+  return j;
+}
 
 void from_json(JsonObject& in, LossPoint& p) {
   p.tokens = in.get("tokens").integer();
   p.train_loss = in.get("train_loss").number();
+  if (const auto norm = in.find("grad_norm"); norm && !norm->is_null()) p.grad_norm = norm->non_negative();
 }
 
 json to_json(const TrainResult& r) {
@@ -41,6 +47,7 @@ json to_json(const TrainResult& r) {
             {"processes", r.processes},
             {"reduce_fraction", r.reduce_fraction},
             {"micro_batches", r.micro_batches}};
+  if (r.instability) j["instability"] = to_json(*r.instability);
   put_schema_version(j, r.version);
   return j;
 }
@@ -57,6 +64,8 @@ void from_json(JsonObject& in, TrainResult& r) {
   r.processes = static_cast<int>(in.get("processes").integer());
   r.reduce_fraction = in.get("reduce_fraction").non_negative();
   r.micro_batches = static_cast<int>(in.get("micro_batches").integer());
+  // Optional: written since the instability was recorded.
+  if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);
 }
 
 std::string train_result_path(const std::string& run_dir) {

@@ -1,6 +1,6 @@
 // train_result.json: what a finished training run measured. train() (src/train) writes it into
 // its output directory after the last step; the experiment runner reads it and carries the
-// milestones, the loss curve and the systems figures into the run's result.json.
+// milestones, the loss curve, the instability and the systems figures into the run's result.json.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "results/instability.hpp"
 #include "results/strict_json.hpp"
 
 namespace attnres::results {
@@ -20,10 +21,13 @@ struct Milestone {
   double val_nll = 0;
 };
 
-// The training loss of one step: {"tokens", "train_loss"}.
+// The training loss of one step and its gradient norm before clipping: {"tokens", "train_loss",
+// "grad_norm"}. "grad_norm" is left out where it is not known (kNotAvailable): in files written
+// before it was recorded, and for the steps before a resume from a checkpoint of that time.
 struct LossPoint {
   std::int64_t tokens = 0;
   double train_loss = 0;
+  double grad_norm = kNotAvailable;
 };
 
 // The newest train_result.json schema version this build writes and reads (results/strict_json.hpp).
@@ -35,6 +39,7 @@ struct TrainResult {
   std::int64_t steps = 0;
   std::vector<Milestone> milestones;
   std::vector<LossPoint> curve;  // one point per step
+  std::optional<Instability> instability;  // of the curve (results/instability.hpp); none in earlier files
   double tokens_per_sec = 0;     // over the steps run in this process
   double step_time_ms = 0;
   std::int64_t peak_rss_bytes = 0;

@@ -73,8 +73,9 @@ namespace {
 nlohmann::json state_to_json(const TrainState& s, const std::string& config_toml) {
   nlohmann::json m = nlohmann::json::array();
   for (const auto& x : s.milestones) m.push_back({{"step", x.step}, {"tokens", x.tokens}, {"val_nll", x.val_nll}});
+  // [tokens, loss, grad_norm]: the norm null where unknown.
   nlohmann::json c = nlohmann::json::array();
-  for (const auto& [t, l] : s.curve) c.push_back({t, l});
+  for (const auto& p : s.curve) c.push_back({p.tokens, p.train_loss, results::number_or_null(p.grad_norm)});
   return {{"step", s.step},           {"loader", s.loader},  {"metrics_bytes", s.metrics_bytes},
           {"milestones", m},          {"curve", c},          {"finished", s.finished},
           {"config", config_toml}};
@@ -89,7 +90,13 @@ TrainState state_from_json(const nlohmann::json& j, const std::string& path) {
     for (const auto& m : j.at("milestones"))
       s.milestones.push_back({m.at("step").get<std::int64_t>(), m.at("tokens").get<std::int64_t>(),
                               m.at("val_nll").get<double>()});
-    for (const auto& c : j.at("curve")) s.curve.emplace_back(c.at(0).get<std::int64_t>(), c.at(1).get<double>());
+    // A checkpoint written before gradient norms were kept has [tokens, loss]: the norm is unknown.
+    for (const auto& c : j.at("curve")) {
+      results::LossPoint& p = s.curve.emplace_back();
+      p.tokens = c.at(0).get<std::int64_t>();
+      p.train_loss = c.at(1).get<double>();
+      if (c.size() > 2 && !c.at(2).is_null()) p.grad_norm = c.at(2).get<double>();
+    }
     s.finished = j.at("finished").get<bool>();
     return s;
   } catch (const nlohmann::json::exception& e) {

@@ -56,7 +56,9 @@ struct TrainState {
   data::LoaderPosition loader;
   std::int64_t metrics_bytes = 0;  // metrics.jsonl is truncated to this on resume
   std::vector<MilestoneResult> milestones;
-  std::vector<std::pair<std::int64_t, double>> curve;
+  // One point per step taken: tokens, training loss and gradient norm before clipping (unknown,
+  // kNotAvailable, for the steps before a resume from a checkpoint written before norms were kept).
+  std::vector<results::LossPoint> curve;
   bool finished = false;
 };
 

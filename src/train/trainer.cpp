@@ -1,11 +1,12 @@
 // train(): a run from start (or resume) to its result, on top of the run's files
-// (train/checkpoint.hpp), the step (train/train_step.hpp), the log (train/train_log.hpp) and the
-// result file's schema (results/train_result.hpp).
+// (train/checkpoint.hpp), the step (train/train_step.hpp), the log (train/train_log.hpp), the
+// result file's schema (results/train_result.hpp) and the instability rule (results/instability.hpp).
 #include "train/trainer.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "data/loader.hpp"
+#include "results/instability.hpp"
 #include "results/train_result.hpp"
 #include "train/backend.hpp"
 #include "train/checkpoint.hpp"
@@ -88,7 +90,8 @@ TrainResult make_result(bool finished, const TrainState& state, const Speed& spe
   r.weights_path = files.weights;
   if (!r.finished) return r;
   for (const auto& m : state.milestones) r.milestones.push_back({m.step, m.tokens, m.val_nll});
-  for (const auto& [tokens, loss] : state.curve) r.curve.push_back({tokens, loss});
+  r.curve = state.curve;
+  r.instability = results::compute_instability(r.curve, config.grad_clip);
   const double elapsed = speed.seconds;
   r.tokens_per_sec = speed.steps > 0 ? double(speed.steps * config.tokens_per_step()) / elapsed : 0;
   r.step_time_ms = speed.steps > 0 ? 1000.0 * elapsed / double(speed.steps) : 0;
@@ -97,6 +100,13 @@ TrainResult make_result(bool finished, const TrainState& state, const Speed& spe
   r.processes = comm.world();
   r.micro_batches = geo.micro_batches;
   return r;
+}
+
+// The closing message of a run the rule calls unstable.
+std::string unstable_message(const results::Instability& s) {
+  return concat("unstable run: ", s.spike_events, s.spike_events == 1 ? " loss spike" : " loss spikes",
+                ", the largest at step ", s.largest_spike_step.value_or(0), ", ", s.largest_spike_nats,
+                " nats above the median of the ", s.spike_window, " steps before it (", results::kUnstableRule, ")");
 }
 
 // --out must be a directory (or not exist yet, with a parent that can hold it).
@@ -166,6 +176,12 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     loader.seek(state.loader);
     log.message(concat("resuming '", files.dir, "' at step ", state.step, "/", total_steps, " from '",
                        start.checkpoint, "'"));
+    const auto unknown = std::count_if(state.curve.begin(), state.curve.end(),
+                                       [](const results::LossPoint& p) { return std::isnan(p.grad_norm); });
+    if (unknown > 0)
+      log.message(concat("note: ", unknown, " of the checkpoint's ", state.curve.size(),
+                         " steps have no gradient norm (it was written before they were recorded): the run's "
+                         "clipped fraction and largest gradient norm cover its other steps"));
   }
   run_start_messages(log, config, geo, *backend, comm);
   if (config.tokens != total_steps * config.tokens_per_step())
@@ -198,7 +214,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     const StepOutcome s = step.run(state.step);
     ++state.step;
     const std::int64_t tokens = state.step * config.tokens_per_step();
-    state.curve.emplace_back(tokens, s.loss);
+    state.curve.push_back({tokens, s.loss, s.grad_norm});
     speed.add(s);
     const double tps = double(speed.steps * config.tokens_per_step()) / std::max(speed.seconds, 1e-9);
     log.step(state.step, total_steps, config.tokens_per_step(), s.loss, s.lr, s.grad_norm, tps);
@@ -215,6 +231,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     }
   }
   const TrainResult result = make_result(true, state, speed, backend->layout(), files, config, geo, comm);
+  if (result.instability->unstable) log.message(unstable_message(*result.instability));
   if (comm.is_root()) results::write_train_result(files.result, result);
   return result;
 }

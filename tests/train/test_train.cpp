@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "common/cli_util.hpp"
 #include "experiment/runner.hpp"
 #include "model/safetensors.hpp"
+#include "results/instability.hpp"
 #include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
@@ -68,6 +70,33 @@ std::vector<double> losses(const fs::path& metrics) {
     if (j.contains("loss")) out.push_back(j["loss"].get<double>());
   }
   return out;
+}
+
+// The grad_norm of each step's line of metrics.jsonl.
+std::vector<double> grad_norms(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("grad_norm")) out.push_back(j["grad_norm"].get<double>());
+  }
+  return out;
+}
+
+// A checkpoint's tensor "params" scaled by `factor`, written back (its checksums updated).
+void scale_checkpoint_params(const std::string& ckpt, float factor) {
+  SafetensorsFile f = read_safetensors(ckpt);
+  auto& params = f.tensors.at("params");
+  for (std::size_t i = 0; i + 4 <= params.bytes.size(); i += 4) {
+    float v;
+    std::memcpy(&v, params.bytes.data() + i, 4);
+    v *= factor;
+    std::memcpy(params.bytes.data() + i, &v, 4);
+  }
+  std::vector<TensorRef> refs;
+  for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
+  write_safetensors(ckpt, f.metadata, refs);
 }
 
 std::size_t line_count(const fs::path& p) {
@@ -126,6 +155,16 @@ TEST_F(TrainTest, ResumeAfterSigkillIsBitIdentical) {
   for (const auto& [name, t] : a.tensors) EXPECT_EQ(t.bytes, b.tensors.at(name).bytes) << name;
   EXPECT_EQ(losses(runs.path() / "full/metrics.jsonl"), losses(killed / "metrics.jsonl"));
   EXPECT_EQ(losses(killed / "metrics.jsonl").size(), 48u);
+  // The curve, with each step's gradient norm (as metrics.jsonl logged it), and its instability
+  // are the uninterrupted run's: the checkpoint carried the norms of the steps before it.
+  const auto full_result = nlohmann::json::parse(read_file(runs.path() / "full/train_result.json"));
+  const auto killed_result = nlohmann::json::parse(read_file(killed / "train_result.json"));
+  EXPECT_EQ(full_result.at("curve"), killed_result.at("curve"));
+  EXPECT_EQ(full_result.at("instability"), killed_result.at("instability"));
+  const std::vector<double> norms = grad_norms(killed / "metrics.jsonl");
+  ASSERT_EQ(killed_result["curve"].size(), norms.size());
+  for (std::size_t i = 0; i < norms.size(); ++i) EXPECT_EQ(killed_result["curve"][i]["grad_norm"], norms[i]) << i;
+  EXPECT_EQ(killed_result["instability"]["grad_norm_steps"], 48);
 }
 
 // A run's peak memory is its own, not its parent's: `experiment` starts each run from a worker
@@ -169,22 +208,42 @@ TEST_F(TrainTest, NonFiniteLossStopsWithTheLastGoodCheckpoint) {
   // Poison the weights in the newest checkpoint: finite (a NaN would be refused at load), but so
   // large that the next step's loss overflows.
   const std::string ckpt = newest_checkpoint(out).string();
-  SafetensorsFile f = read_safetensors(ckpt);
-  auto& params = f.tensors.at("params");
-  for (std::size_t i = 0; i + 4 <= params.bytes.size(); i += 4) {
-    float v;
-    std::memcpy(&v, params.bytes.data() + i, 4);
-    v *= 3e37f;
-    std::memcpy(params.bytes.data() + i, &v, 4);
-  }
-  std::vector<TensorRef> refs;
-  for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
-  write_safetensors(ckpt, f.metadata, refs);
+  scale_checkpoint_params(ckpt, 3e37f);
   const std::string before = read_file(ckpt);
   const CliResult r = run_cli("train " + kTiny + " --data " + data() + " --out " + out.string() + " --resume");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("the training loss became"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(ckpt), before);  // the last good checkpoint is kept
+}
+
+// A loss spike (here: the weights scaled up in the checkpoint a run resumes from) makes the run
+// unstable by the rule: recorded in train_result.json and said once at its end.
+TEST_F(TrainTest, AnUnstableRunIsRecordedAndSaysSo) {
+  TempDir runs("attnres_unstable");
+  const fs::path out = runs.path() / "run";
+  const std::string base = kTiny + " --set train.tokens=7680 --data " + data();  // 60 steps
+  const std::string args = base + " --out " + out.string();
+  CliResult r = run_cli("train " + args + " --stop-at-step 56");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  scale_checkpoint_params(newest_checkpoint(out).string(), 4.0f);
+  r = run_cli("train " + args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto result = nlohmann::json::parse(read_file(out / "train_result.json"));
+  const auto& s = result.at("instability");
+  EXPECT_EQ(s.at("unstable"), true) << s;
+  EXPECT_EQ(s.at("tested_steps"), 10) << s;
+  EXPECT_EQ(s.at("spike_events"), 1) << s;  // steps 57 to 60, or some of them
+  EXPECT_GE(s.at("largest_spike_step"), 57) << s;
+  EXPECT_EQ(s.at("grad_norm_steps"), 60) << s;
+  const std::string said =
+      "unstable run: 1 loss spike, the largest at step " + s.at("largest_spike_step").dump() + ", ";
+  EXPECT_NE(r.output.find(said), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(results::kUnstableRule), std::string::npos) << r.output;
+  // A stable run says nothing of it.
+  const CliResult stable = run_cli("train " + base + " --out " + runs.str("stable"));
+  ASSERT_EQ(stable.exit_code, 0) << stable.output;
+  EXPECT_EQ(nlohmann::json::parse(read_file(runs.path() / "stable/train_result.json"))["instability"]["unstable"], false);
+  EXPECT_EQ(stable.output.find("unstable run"), std::string::npos) << stable.output;
 }
 
 TEST_F(TrainTest, BadConfigurationsNameTheKey) {
@@ -274,6 +333,12 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   const auto lr = losses(runs.path() / "exp/runs/rd/seed-1/metrics.jsonl");
   ASSERT_FALSE(lb.empty());
   EXPECT_EQ(lb.front(), lr.front());
+  // The runner carries the run's curve, with its gradient norms, and its instability into result.json.
+  const auto result = nlohmann::json::parse(read_file(runs.path() / "exp/runs/rd/seed-1/result.json"));
+  const auto trained = nlohmann::json::parse(read_file(runs.path() / "exp/runs/rd/seed-1/train_result.json"));
+  EXPECT_EQ(result.at("curve"), trained.at("curve"));
+  EXPECT_TRUE(result["curve"][0].contains("grad_norm")) << result["curve"][0];
+  EXPECT_EQ(result.at("instability"), trained.at("instability"));
   // Rerunning skips finished runs; another protocol in the same directory is refused.
   const auto stamp = fs::last_write_time(runs.path() / "exp/runs/rd/seed-2/result.json");
   r = run_cli(cmd);
@@ -320,6 +385,8 @@ TEST_F(TrainTest, ExperimentResumesAnUnfinishedRunFromItsNewestCheckpoint) {
   const nlohmann::json again = nlohmann::json::parse(read_file(run / "result.json"));
   EXPECT_EQ(again.at("test_nll"), result.at("test_nll"));
   EXPECT_EQ(again.at("milestones"), result.at("milestones"));
+  EXPECT_EQ(again.at("curve"), result.at("curve"));
+  EXPECT_EQ(again.at("instability"), result.at("instability"));
 }
 
 namespace {
@@ -348,6 +415,10 @@ TEST_F(TrainTest, OldFormatRunResumesAndMismatchesNameTheKey) {
   SafetensorsFile f = read_safetensors(newest_checkpoint(out).string());
   nlohmann::json state = nlohmann::json::parse(f.metadata.at("state"));
   state["config"] = without_newer_keys(state["config"].get<std::string>());
+  for (auto& point : state["curve"]) {  // [tokens, loss]: no gradient norm
+    ASSERT_EQ(point.size(), 3u);
+    point.erase(2);
+  }
   f.metadata["state"] = state.dump();
   ASSERT_EQ(f.metadata.erase("tokenizer"), 1u);
   std::vector<TensorRef> refs;
@@ -370,6 +441,12 @@ TEST_F(TrainTest, OldFormatRunResumesAndMismatchesNameTheKey) {
   EXPECT_NE(r.output.find("resuming '" + out.string() + "' at step 8"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(out / "train_result.json"));
   EXPECT_EQ(losses(out / "metrics.jsonl").size(), 48u);
+  // The steps before the resume have no gradient norm: said, left out of the curve, and not counted.
+  EXPECT_NE(r.output.find("note: 8 of the checkpoint's 8 steps have no gradient norm"), std::string::npos) << r.output;
+  const auto result = nlohmann::json::parse(read_file(out / "train_result.json"));
+  ASSERT_EQ(result["curve"].size(), 48u);
+  for (std::size_t i = 0; i < 48; ++i) EXPECT_EQ(result["curve"][i].contains("grad_norm"), i >= 8) << i;
+  EXPECT_EQ(result["instability"]["grad_norm_steps"], 40);
   // The old checkpoint counted as the oldest: gone once two newer ones were written.
   const std::vector<CheckpointFile> kept = list_checkpoints(out.string());
   ASSERT_EQ(kept.size(), 2u);
