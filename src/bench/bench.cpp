@@ -11,7 +11,7 @@
 #include "bench/machine.hpp"
 #include "bench/measurement.hpp"
 #include "bench/results.hpp"
-#include "experiment/runner.hpp"
+#include "model/arms.hpp"
 #include "train/backend.hpp"
 #include "util/error.hpp"
 #include "util/process.hpp"
@@ -55,7 +55,7 @@ Plan make_plan(const Options& o) {
           "--torch-precision must be auto, fp32 or bf16 (got '", o.torch_precision, "')");
   p.torch_precision = o.torch_precision == "auto" ? kernels::to_string(p.base.precision) : o.torch_precision;
   require(!o.arms.empty() || o.gemm_only, "--arms must name at least one arm");
-  for (const auto& arm : o.arms) experiment::apply_arm(p.base.model, arm);  // validates the names
+  for (const auto& arm : o.arms) apply_arm(p.base.model, arm);  // validates the names
   p.seqs = o.seqs;
   if (p.seqs.empty()) p.seqs.push_back(p.base.seq_len);
   p.tokens_per_step = o.tokens_per_step > 0 ? o.tokens_per_step : p.base.tokens_per_step();

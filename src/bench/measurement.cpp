@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "experiment/runner.hpp"
+#include "model/arms.hpp"
 #include "experiment/stats.hpp"
 
 namespace attnres::bench {
@@ -12,7 +12,7 @@ using nlohmann::json;
 double median(const std::vector<double>& v) { return v.empty() ? 0 : experiment::median_interval(v).median; }
 
 ModelConfig arm_config(const TrainConfig& base, const std::string& arm, int seq) {
-  ModelConfig m = experiment::apply_arm(base.model, arm);
+  ModelConfig m = apply_arm(base.model, arm);
   m.max_seq_len = std::max(m.max_seq_len, seq);
   m.validate();
   return m;

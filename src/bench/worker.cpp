@@ -34,7 +34,7 @@ class TimedTrainer {
     config.seq_len = o.seq;
     config.precision = precision;
     backend_ = make_train_backend(o.device, config, o.batch, 1, comm_);
-    backend_->init_params(o.seed);
+    backend_->init_params(o.seed, 0);
   }
 
   // One full training step on `tokens` [batch, seq+1]; appends its times when `record`.

@@ -9,7 +9,7 @@
 #include "bench/bench.hpp"
 #include "bench/worker.hpp"
 #include "cli/commands.hpp"
-#include "experiment/runner.hpp"
+#include "model/arms.hpp"
 #include "util/error.hpp"
 
 namespace attnres::cli {
@@ -86,7 +86,7 @@ void register_bench_command(CLI::App& app) {
       "matmul on 2048^3 and the model's largest trunk shape), rd/block ratios and, with several --seq,\n"
       "context scaling. Progress goes to stderr.");
   add_config_options(cmd, a->preset, a->config, a->settings);
-  cmd->add_option("--arms", a->arms, "comma-separated arms (" + experiment::arm_names_text() + ")")
+  cmd->add_option("--arms", a->arms, "comma-separated arms (" + arm_names_text() + ")")
       ->capture_default_str();
   cmd->add_option("--seq", a->seqs, "comma-separated sequence lengths (default: the config's seq_len), e.g. 256,1024,4096");
   cmd->add_option("--batch", o.batch, "sequences per step (default: --tokens-per-step / seq)")->check(at_least(1));

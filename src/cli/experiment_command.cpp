@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "experiment/plan.hpp"
 #include "experiment/protocol.hpp"
 #include "experiment/runner.hpp"
 #include "experiment/summary.hpp"
@@ -38,7 +39,7 @@ void register_experiment_command(CLI::App& app) {
                                    "a protocol file fixing data, model, training, seeds, main arms, controls and "
                                    "probes (studies/*.toml; docs/experiments.md); replaces the options below");
   add_config_options(cmd, a->preset, a->config, a->settings);
-  auto* arms = cmd->add_option("--arms", a->arms, "comma-separated: " + experiment::arm_names_text() +
+  auto* arms = cmd->add_option("--arms", a->arms, "comma-separated: " + arm_names_text() +
                                                   "; the first is the baseline (default block,rd)");
   auto* seeds = cmd->add_option("--seeds", a->seeds, "comma-separated seeds (default 1,2,3)");
   add_train_key_flags(cmd, a->key_flags);

@@ -250,9 +250,9 @@ void CudaModel::build_arena() {
 // Parameters
 // ---------------------------------------------------------------------------------------------
 
-void CudaModel::init_params(std::uint64_t seed) {
+void CudaModel::init_params(std::uint64_t seed, double perturbation) {
   std::vector<float> host(static_cast<std::size_t>(layout_.total()));
-  attnres::init_params<float>(layout_, seed, host);
+  attnres::init_params<float>(layout_, seed, host, perturbation);
   load_params_from_host(host);
 }
 

@@ -78,7 +78,7 @@ class CudaModel {
   kernels::MatmulPrecision precision() const { return precision_; }
 
   // Host <-> device copies of the flat buffers (span sizes must equal n_params()).
-  void init_params(std::uint64_t seed);  // init_params<float> on the host, then uploaded
+  void init_params(std::uint64_t seed, double perturbation = 0);  // init_params<float> on the host, then uploaded
   void load_params_from_host(std::span<const float> params);
   void copy_params_to_host(std::span<float> params) const;
   void copy_grads_to_host(std::span<float> grads) const;

@@ -161,6 +161,64 @@ GroupOptions read_group(const std::string& path, const toml::table& table, const
   return g;
 }
 
+// [experiment.sequential]: the looks, the error spending and the effect of interest. The arms and
+// the effect are known by now (read before this table).
+results::SequentialSpec read_sequential(const std::string& path, const toml::table& table, const ProtocolFile& p) {
+  Section s(path, table, "experiment.sequential");
+  results::SequentialSpec q;
+  const toml::node& looks = s.get("looks");
+  const toml::array* list = looks.as_array();
+  if (list == nullptr || list->empty())
+    s.bad(looks, "looks", "must be a non-empty array of increasing seed counts, e.g. [5, 8, 12, 16]");
+  for (const auto& n : *list) {
+    const auto v = n.value<std::int64_t>();
+    if (!v || *v < 2) s.bad(n, "looks", "must list seed counts of at least 2 (a paired t-test needs two seeds)");
+    if (!q.looks.empty() && *v <= q.looks.back())
+      s.bad(n, "looks", concat("must increase: ", *v, " follows ", q.looks.back()));
+    q.looks.push_back(static_cast<int>(*v));
+  }
+  q.max_seeds = q.looks.back();
+  if (const toml::node* m = s.find("max_seeds")) {
+    q.max_seeds = static_cast<int>(s.integer("max_seeds", 0));
+    if (q.max_seeds < 2) s.bad(*m, "max_seeds", "must be at least 2");
+    if (q.looks.back() > q.max_seeds)
+      s.bad(looks, "looks", concat("go up to ", q.looks.back(), " seeds, beyond max_seeds = ", q.max_seeds));
+    if (q.looks.back() < q.max_seeds) q.looks.push_back(q.max_seeds);  // the last look is at max_seeds
+  }
+  if (const toml::node* a = s.find("alpha")) {
+    q.alpha = s.number("alpha", q.alpha);
+    if (!(q.alpha > 0 && q.alpha < 0.5)) s.bad(*a, "alpha", "must be in (0, 0.5)");
+  }
+  if (const toml::node* sp = s.find("spending")) {
+    q.spending = s.string("spending");
+    if (q.spending != "obrien-fleming" && q.spending != "pocock")
+      s.bad(*sp, "spending", concat("is '", q.spending, "'; expected \"obrien-fleming\" or \"pocock\" (Lan-DeMets)"));
+  }
+  if (const toml::node* e = s.find("effect")) {
+    q.effect = s.number("effect", 0);
+    if (!(std::isfinite(q.effect) && q.effect > 0))
+      s.bad(*e, "effect", "must be a positive number of nats: the size of the effect of interest (futility stops when "
+                          "the interval excludes it)");
+  } else {
+    require(p.effect > 0, where(path, table), ": [experiment.sequential] needs 'effect' (nats, > 0), or an [experiment] "
+            "'effect': the effect of interest, for the futility stop and the planning");
+    q.effect = p.effect;
+  }
+  const std::vector<std::string>& arms = p.options.arms;
+  if (const toml::node* pr = s.find("primary")) {
+    q.primary = s.string("primary");
+    if (q.primary == arms.front() || std::find(arms.begin(), arms.end(), q.primary) == arms.end())
+      s.bad(*pr, "primary", concat("is '", q.primary, "', which is not a compared arm of [experiment] arms"));
+    if (is_twin(q.primary)) s.bad(*pr, "primary", "names a twin: the primary comparison is an arm's");
+  } else {
+    const auto it = std::find_if(arms.begin() + 1, arms.end(), [](const std::string& a) { return !is_twin(a); });
+    require(it != arms.end(), where(path, table), ": [experiment.sequential] needs a compared arm besides the baseline");
+    q.primary = *it;
+  }
+  s.finish();
+  return q;
+}
+
 }  // namespace
 
 ProtocolFile read_protocol(const std::string& path) {
@@ -185,16 +243,29 @@ ProtocolFile read_protocol(const std::string& path) {
   const std::string preset_name = e.string("preset", "tiny");
   o.preset = preset_name;
   o.base = preset(preset_name);
-  const toml::node& seeds = e.get("seeds");
-  const toml::array* seed_list = seeds.as_array();
-  if (seed_list == nullptr || seed_list->empty()) e.bad(seeds, "seeds", "must be a non-empty array of integers");
-  for (const auto& s : *seed_list) o.seeds.push_back(seed_value(e, s));
+  const toml::node* seeds = e.find("seeds");
+  if (seeds != nullptr) {
+    const toml::array* seed_list = seeds->as_array();
+    if (seed_list == nullptr || seed_list->empty()) e.bad(*seeds, "seeds", "must be a non-empty array of integers");
+    for (const auto& s : *seed_list) o.seeds.push_back(seed_value(e, s));
+  }
   o.arms = e.strings("arms");
   require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
   if (const toml::node* effect = e.find("effect")) {
     p.effect = e.number("effect", 0);
-    if (!(std::isfinite(p.effect) && p.effect != 0)) e.bad(*effect, "effect", "must be a non-zero number of nats");
+    if (!(std::isfinite(p.effect) && p.effect > 0))
+      e.bad(*effect, "effect", "must be a positive number of nats (the size of the effect of interest)");
   }
+  if (const toml::table* noise = ex->get_as<toml::table>("noise")) {
+    Section ns(path, *noise, "experiment.noise");
+    if (const toml::node* n = ns.find("perturbation")) {
+      o.twin_perturbation = ns.number("perturbation", 0);
+      if (!(o.twin_perturbation > 0 && o.twin_perturbation <= 0.01))
+        ns.bad(*n, "perturbation", "must be in (0, 0.01]: the relative size of the twins' initial-weight perturbation");
+    }
+    ns.finish();
+  }
+  if (const toml::table* seq = ex->get_as<toml::table>("sequential")) o.sequential = read_sequential(path, *seq, p);
   if (const toml::table* prep = ex->get_as<toml::table>("prepare")) {
     Section ps(path, *prep, "experiment.prepare");
     PrepareSpec spec;
@@ -206,7 +277,15 @@ ProtocolFile read_protocol(const std::string& path) {
     ps.finish();
     p.prepare = spec;
   }
-  e.finish({"prepare"});
+  e.finish({"prepare", "noise", "sequential"});
+  if (o.sequential && o.seeds.empty())  // no seeds listed: 1 .. max_seeds
+    for (int s = 1; s <= o.sequential->max_seeds; ++s) o.seeds.push_back(static_cast<std::uint64_t>(s));
+  require(!o.seeds.empty(), where(path, *ex), ": [experiment] needs 'seeds' (or an [experiment.sequential] table, "
+          "whose max_seeds then gives seeds 1 .. max_seeds)");
+  if (o.sequential)
+    require(static_cast<int>(o.seeds.size()) >= o.sequential->max_seeds, where(path, *ex), ": [experiment] 'seeds' lists ",
+            o.seeds.size(), " seeds but [experiment.sequential] max_seeds is ", o.sequential->max_seeds,
+            "; list at least that many (they are run in order) or leave 'seeds' out");
 
   for (const char* section : {"model", "train"})
     if (const toml::node* n = root.get(section)) {

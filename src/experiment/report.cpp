@@ -5,6 +5,7 @@
 
 #include "experiment/format.hpp"
 #include "experiment/stats.hpp"
+#include "model/arms.hpp"
 #include "experiment/plots.hpp"
 #include "experiment/tables.hpp"
 #include "util/atomic_file.hpp"
@@ -19,32 +20,26 @@ namespace fs = std::filesystem;
 std::vector<std::string> key_results(const ExperimentSummary& s) {
   std::vector<std::string> out;
   if (s.milestones.empty()) return out;
+  // Every compared arm's verdict at the last milestone, as `report --answer` gives it (the twin's
+  // row is the noise floor, named in every other sentence).
   const Comparison& last = s.milestones.back();
   for (const auto& a : last.arms) {
-    if (a.is_baseline) continue;
-    if (a.stats.n == 0) {
-      out.push_back(concat(a.arm, ": no seed finished in both this arm and ", s.spec.baseline, "."));
-      continue;
-    }
-    if (identical_to_baseline(a)) {
-      out.push_back(concat(a.arm, " vs ", s.spec.baseline, " at ", format_tokens(static_cast<double>(last.tokens)),
-                           " tokens: identical NLL in all ", a.stats.n, " paired seeds (bit for bit)."));
-      continue;
-    }
-    std::string line = concat(a.arm, " vs ", s.spec.baseline, " at ", format_tokens(static_cast<double>(last.tokens)),
-                              " tokens: ΔNLL ", format_signed(a.stats.mean, 4));
-    if (a.stats.n > 1)
-      line += concat(" (95% CI ", format_signed(a.stats.ci_low, 4), " to ", format_signed(a.stats.ci_high, 4),
-                     ", p = ", format_p_value(a.stats.p_value), ")");
-    line += concat(", lower in ", a.stats.wins, " of ", a.stats.n, " seeds, perplexity ",
-                   format_percent(a.ppl_change, 2), ".");
-    if (a.power.available)
-      line += concat(" Power: these seeds detect |ΔNLL| ≥ ", format_number(a.power.mde, 4),
-                     " with 80% probability; the paper's ", format_number(kPaperEffectNats, 3), " needs ",
-                     a.power.seeds_for_paper > 0 ? std::to_string(a.power.seeds_for_paper) : "more than 100,000",
-                     " seeds at this spread.");
-    else line += " Power: " + a.power.reason + ".";
+    if (a.is_baseline || (last.noise_floor && a.arm == last.noise_floor->twin)) continue;
+    std::string line = verdict_sentence(s, last, a) + ".";
+    if (a.stats.n >= 2 && !identical_to_baseline(a))
+      line += concat(" Perplexity ", format_percent(a.ppl_change, 2), ".");
+    if (a.power.available && a.stats.p_value >= kPowerAlpha)
+      line += concat(" These seeds detect |ΔNLL| ≥ ", format_number(a.power.mde, 4), " with 80% probability.");
     out.push_back(line);
+  }
+  if (last.noise_floor) {
+    const results::NoiseFloor& f = *last.noise_floor;
+    out.push_back(concat("Noise floor: ", f.twin, " (", twin_original(f.twin),
+                         " with its initial weights perturbed at a relative ",
+                         s.spec.twin_perturbation > 0 ? format_printf("%.0e", s.spec.twin_perturbation) : "n/a",
+                         ") against ", twin_original(f.twin), ": ΔNLL mean ", format_signed(f.mean, 4), ", sd ",
+                         format_number(f.sd, 4), " over ", f.n, " seeds: the spread that rounding-sized differences "
+                         "alone give one pair of runs by this budget."));
   }
   for (const auto& r : s.routing) {
     if (!r.two_routes) continue;

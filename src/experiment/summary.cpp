@@ -6,6 +6,8 @@
 #include <map>
 
 #include "experiment/format.hpp"
+#include "experiment/sequential.hpp"
+#include "model/arms.hpp"
 #include "experiment/stats.hpp"
 #include "util/error.hpp"
 
@@ -32,6 +34,20 @@ results::PowerSummary power_summary(const PowerEstimate& p) {
 
 // For messages about one file.
 std::string path_of(const ExperimentSummary& s, const RunResult& r) { return s.run_path(r.arm, r.seed); }
+
+// With the baseline's twin among the arms: its paired statistics are the comparison's noise floor,
+// and every other arm says whether its 95% CI lies inside ±(the floor's sd).
+void add_noise_floor(Comparison& c, const std::string& baseline) {
+  const ArmComparison* twin = c.find(twin_of(baseline));
+  if (twin == nullptr) return;
+  c.noise_floor = results::NoiseFloor{twin->arm, twin->stats.n, twin->stats.mean, twin->stats.sd};
+  const results::NoiseFloor& f = *c.noise_floor;
+  for (ArmComparison& a : c.arms) {
+    if (a.is_baseline || a.arm == twin->arm) continue;
+    if (f.n >= 2 && a.stats.n >= 2 && std::isfinite(f.sd) && std::isfinite(a.stats.ci_low) && std::isfinite(a.stats.ci_high))
+      a.within_noise_floor = std::max(std::abs(a.stats.ci_low), std::abs(a.stats.ci_high)) <= f.sd;
+  }
+}
 
 // with_baseline false: the baseline's values are left out (a reused baseline has no test NLL at
 // this group's budget), so nothing is paired.
@@ -72,6 +88,7 @@ Comparison compare(const ExperimentSummary& s, const std::string& split, std::in
     }
     c.arms.push_back(std::move(a));
   }
+  add_noise_floor(c, s.spec.baseline);
   return c;
 }
 
@@ -262,6 +279,22 @@ std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
   return out;
 }
 
+// Per seed with both curves, how far the baseline and its twin drifted apart (results::TwinDrift).
+std::vector<results::TwinDrift> summarize_twin_drift(const ExperimentSummary& s) {
+  std::vector<results::TwinDrift> out;
+  const std::string twin = twin_of(s.spec.baseline);
+  if (std::find(s.spec.arms.begin(), s.spec.arms.end(), twin) == s.spec.arms.end()) return out;
+  for (const auto seed : s.spec.seeds) {
+    const RunResult* a = s.find_run(s.spec.baseline, seed);
+    const RunResult* b = s.find_run(twin, seed);
+    if (a == nullptr || b == nullptr || a->curve.empty() || b->curve.empty()) continue;
+    require(a->curve.size() == b->curve.size(), path_of(s, *b), ": key 'curve' has ", b->curve.size(),
+            " steps but its baseline ", path_of(s, *a), " has ", a->curve.size());
+    out.push_back(twin_drift(seed, a->curve, b->curve));
+  }
+  return out;
+}
+
 std::vector<ArmSystems> summarize_systems(const ExperimentSummary& s) {
   std::vector<ArmSystems> out;
   for (const auto& arm : s.spec.arms) {
@@ -349,6 +382,7 @@ void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   s.connections = summarize_connections(s);
   s.amax_gain = summarize_gain(s);
   s.systems = summarize_systems(s);
+  s.twin_drift = summarize_twin_drift(s);
 }
 
 }  // namespace
@@ -360,6 +394,7 @@ ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& 
   s.user_effect = options.effect;
   s.spec = results::read_experiment_spec(results::experiment_spec_path(dir));
   summarize_arms(s, nullptr);
+  s.sequential = sequential_summary(s);
   for (const results::GroupSpec& g : s.spec.groups) {
     GroupResults out;
     out.spec = g;
@@ -402,6 +437,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.connections = s.connections;
   out.amax_gain = s.amax_gain;
   out.systems = s.systems;
+  out.twin_drift = s.twin_drift;
 }
 
 }  // namespace
@@ -414,6 +450,7 @@ results::Summary summary_file(const ExperimentSummary& s) {
   out.paper_effect = kPaperEffectNats;
   out.user_effect = s.user_effect;
   fill_arms_results(out, s);
+  out.sequential = s.sequential;
   for (const GroupResults& g : s.groups) {
     results::GroupSummary gs;
     gs.name = g.spec.name;
@@ -428,36 +465,119 @@ results::Summary summary_file(const ExperimentSummary& s) {
   return out;
 }
 
+std::optional<results::SequentialSummary> sequential_summary(const ExperimentSummary& s) {
+  if (!s.spec.sequential || s.milestones.empty()) return std::nullopt;
+  results::SequentialSummary out;
+  out.design = *s.spec.sequential;
+  const results::SequentialSpec& q = out.design;
+  SequentialDesign design{q.looks, q.alpha, parse_spending(q.spending)};
+  const TCalibration calibration = calibrate_t_looks(design);
+  out.nominal_alpha = calibration.nominal_alpha;
+  out.type_one_error = calibration.type_one_error;
+  SequentialDesign looks = design;
+  looks.alpha = calibration.nominal_alpha;
+  const SequentialBoundaries bounds = sequential_boundaries(looks);
+  // The primary comparison's differences in seed order, up to the first seed not finished in both.
+  std::vector<double> differences;
+  const ArmComparison* a = s.milestones.back().find(q.primary);
+  require(a != nullptr, "experiment.json: the sequential design's primary arm '", q.primary, "' is not an arm");
+  for (const auto seed : s.spec.seeds) {
+    const auto d = std::find_if(a->deltas.begin(), a->deltas.end(), [&](const SeedValue& v) { return v.seed == seed; });
+    if (d == a->deltas.end()) break;
+    differences.push_back(d->value);
+  }
+  const Decision decision = decide(looks, bounds, differences, q.effect);
+  out.outcome = outcome_name(decision.outcome);
+  out.look = decision.look;
+  out.next_seeds = decision.next_seeds;
+  for (const LookResult& l : decision.looks) {
+    results::SequentialLook r;
+    r.n = l.n;
+    r.mean = l.mean;
+    r.sd = l.sd;
+    r.ci_low = l.ci_low;
+    r.ci_high = l.ci_high;
+    r.t = l.t;
+    r.t_boundary = l.t_boundary;
+    r.nominal_p = l.nominal_p;
+    r.crossed = l.crossed;
+    // On the design's own (uncalibrated) scale: the smallest level whose interval excludes 0.
+    r.p_adjusted = std::isfinite(l.t) ? repeated_p_value(design, l.look, l.t) : (l.mean == 0 ? 1.0 : 0.0);
+    out.looks.push_back(r);
+  }
+  if (!decision.looks.empty() && decision.looks.back().sd > 0)
+    out.power = sequential_power(looks, bounds, q.effect, decision.looks.back().sd).power;
+  return out;
+}
+
+std::string comparison_subject(const ExperimentSummary& s, const Comparison& c, const std::string& arm) {
+  return concat(arm, " vs ", s.spec.baseline, ", ", c.split == "test" ? "test" : "validation", " NLL at ",
+                format_tokens(static_cast<double>(c.tokens)), " tokens");
+}
+
+std::string noise_floor_clause(const Comparison& c, const ArmComparison& a) {
+  if (!c.noise_floor || a.arm == c.noise_floor->twin) return "";
+  const results::NoiseFloor& f = *c.noise_floor;
+  if (f.n < 2) return concat("; noise floor: n/a (", f.twin, " finished in ", f.n, f.n == 1 ? " seed" : " seeds", ")");
+  std::string out = concat("; noise floor ±", format_number(f.sd, 4), " (the sd of ", f.twin, " vs ",
+                           twin_original(f.twin), " over ", f.n, " seeds; mean ", format_signed(f.mean, 4), ")");
+  if (a.within_noise_floor.value_or(false))
+    out += concat("; the 95% CI [", format_signed(a.stats.ci_low, 4), ", ", format_signed(a.stats.ci_high, 4),
+                  "] lies inside the floor: any difference is smaller than rounding alone makes one pair of runs differ");
+  return out;
+}
+
+std::string verdict_sentence(const ExperimentSummary& s, const Comparison& c, const ArmComparison& a) {
+  const std::string what = comparison_subject(s, c, a.arm);
+  const PairedSummary& p = a.stats;
+  if (p.n == 0) return concat(what, ": no seed finished in both arms yet");
+  if (identical_to_baseline(a)) return concat(what, ": identical to the baseline in all ", p.n, " seeds");
+  const std::string floor = noise_floor_clause(c, a);
+  const std::string measured =
+      p.n >= 2 ? concat("ΔNLL ", format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(p.n)), 4),
+                        " (s.e.) over ", p.n, " seeds, p = ", format_p_value(p.p_value))
+               : concat("ΔNLL ", format_signed(p.mean, 4), " from one seed");
+  if (p.n >= 2 && p.p_value < kPowerAlpha)
+    return concat(what, ": ", measured, " (95% CI ", format_signed(p.ci_low, 4), " to ", format_signed(p.ci_high, 4),
+                  "; ", a.arm, p.mean < 0 ? " better" : " worse", " in ", p.mean < 0 ? p.wins : p.n - p.wins, "/", p.n,
+                  " seeds)", floor);
+  std::string need;
+  if (!a.power.available) {
+    need = "no power estimate: " + a.power.reason;
+  } else {
+    const int for_observed = pairs_needed(p.mean, p.sd, kPowerAlpha, kPowerTarget);
+    need = for_observed > 0 ? concat("about ", for_observed, " seeds would be needed to detect a difference of this size")
+                            : std::string("more than 100,000 seeds would be needed to detect a difference this small");
+    need += concat(" with 80% power (", a.power.seeds_for_paper > 0 ? std::to_string(a.power.seeds_for_paper) : "n/a",
+                   " for the paper's ", format_number(kPaperEffectNats, 3), ")");
+  }
+  return concat(what, ": not resolved at this size: ", measured, "; ", need, floor);
+}
+
 std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
   require(!s.milestones.empty(), "the experiment has no validation milestones");
   const Comparison& last = s.milestones.back();
   const ArmComparison* a = last.find(arm);
   require(a != nullptr && !a->is_baseline, "'", arm, "' is not a compared arm of the experiment (baseline ",
           s.spec.baseline, ")");
-  const std::string what = concat(arm, " vs ", s.spec.baseline);
-  const std::string at = concat(" at ", format_tokens(static_cast<double>(last.tokens)), " tokens");
-  const PairedSummary& p = a->stats;
-  if (p.n == 0) return concat(what, ": no seed finished in both arms yet");
-  if (identical_to_baseline(*a)) return concat(what, ": identical to the baseline in all ", p.n, " seeds", at);
-  const std::string measured =
-      p.n >= 2 ? concat("ΔNLL ", format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(p.n)), 4),
-                        " (s.e.) over ", p.n, " seeds", at, ", p = ", format_p_value(p.p_value))
-               : concat("ΔNLL ", format_signed(p.mean, 4), " from one seed", at);
-  if (p.n >= 2 && p.p_value < kPowerAlpha)
-    return concat(what, ": ", measured, " (95% CI ", format_signed(p.ci_low, 4), " to ", format_signed(p.ci_high, 4),
-                  "; ", arm, p.mean < 0 ? " better" : " worse", " in ", p.mean < 0 ? p.wins : p.n - p.wins, "/", p.n,
-                  " seeds)");
-  std::string need;
-  if (!a->power.available) {
-    need = "no power estimate: " + a->power.reason;
-  } else {
-    const int for_observed = pairs_needed(p.mean, p.sd, kPowerAlpha, kPowerTarget);
-    need = for_observed > 0 ? concat("about ", for_observed, " seeds would be needed to detect a difference of this size")
-                            : std::string("more than 100,000 seeds would be needed to detect a difference this small");
-    need += concat(" with 80% power (", a->power.seeds_for_paper > 0 ? std::to_string(a->power.seeds_for_paper) : "n/a",
-                   " for the paper's ", format_number(kPaperEffectNats, 3), ")");
+  return verdict_sentence(s, last, *a);
+}
+
+results::TwinDrift twin_drift(std::int64_t seed, std::span<const results::LossPoint> baseline,
+                              std::span<const results::LossPoint> twin) {
+  results::TwinDrift d;
+  d.seed = seed;
+  d.steps = static_cast<std::int64_t>(std::min(baseline.size(), twin.size()));
+  const std::int64_t tail = std::max<std::int64_t>(1, d.steps / 10);
+  double tail_sum = 0;
+  for (std::int64_t i = 0; i < d.steps; ++i) {
+    const double delta = std::abs(twin[i].train_loss - baseline[i].train_loss);
+    d.max_abs_delta = std::max(d.max_abs_delta, delta);
+    if (!d.part_step && delta >= results::kTwinPartNats) d.part_step = i + 1;
+    if (i >= d.steps - tail) tail_sum += delta;
   }
-  return concat(what, ": not resolved at this size: ", measured, "; ", need);
+  d.final_abs_delta = d.steps > 0 ? tail_sum / static_cast<double>(tail) : 0.0;
+  return d;
 }
 
 bool identical_to_baseline(const ArmComparison& a) {

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,10 @@ struct ExperimentSummary {
   std::vector<ArmConnections> connections;  // per arm and name, arms whose runs record connections
   std::vector<ArmGain> amax_gain;      // arms whose runs record Amax gains (hc, mhc)
   std::vector<ArmSystems> systems;     // every arm with at least one finished run
+  std::vector<results::TwinDrift> twin_drift;  // per seed, with the baseline's twin among the arms
   std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
+  // Main only, with sequential seeds: the looks of the primary comparison and the decision.
+  std::optional<results::SequentialSummary> sequential;
 
   const RunResult* find_run(const std::string& arm, std::int64_t seed) const;
   // Where the result of (arm, seed) of this summary's group is (the main's for a reused baseline).
@@ -85,11 +90,28 @@ ExperimentSummary summarize(const std::string& dir, const SummaryOptions& option
 // What summary.json holds of a summary.
 results::Summary summary_file(const ExperimentSummary& summary);
 
-// One line a newcomer can read: the answer of `arm` against the baseline at the last validation
-// milestone, e.g. "rd vs block: ΔNLL −0.0123 ± 0.0020 (s.e.) over 5 seeds, p = 0.003 ..." when the
-// paired test rejects no difference at α = 0.05, else "not resolved at this size: ... about N seeds
-// would be needed ...". An Error when the arm is not in the experiment.
+// The sequential analysis of an experiment with [experiment.sequential]: the primary arm's paired
+// ΔNLL against the baseline at the last validation milestone, over the seeds finished in both from
+// the first seed on (a gap ends the sequence), looked at with the design's boundaries at the
+// calibrated level (experiment/sequential.hpp). None without a sequential design.
+std::optional<results::SequentialSummary> sequential_summary(const ExperimentSummary& summary);
+
+// One sentence a newcomer can read: the verdict of arm `a` of comparison `c` against the baseline,
+// naming the split and budget, e.g. "rd vs block, validation NLL at 1.93M tokens: ΔNLL −0.0123 ±
+// 0.0020 (s.e.) over 5 seeds, p = 0.003 (95% CI ...; rd better in 5/5 seeds); noise floor ±0.0030
+// (...)" when the paired test rejects no difference at α = 0.05, else "...: not resolved at this
+// size: ...; about N seeds would be needed ...", with the noise floor where the experiment has the
+// baseline's twin (and whether the interval lies inside it).
+std::string verdict_sentence(const ExperimentSummary& summary, const Comparison& c, const ArmComparison& a);
+
+// verdict_sentence of `arm` at the last validation milestone. An Error when the arm is not a
+// compared arm of the experiment.
 std::string answer_line(const ExperimentSummary& summary, const std::string& arm);
+
+// How far two runs of one seed drifted apart, from their per-step training losses (the same
+// batches): results::TwinDrift.
+results::TwinDrift twin_drift(std::int64_t seed, std::span<const results::LossPoint> baseline,
+                              std::span<const results::LossPoint> twin);
 
 // True when every paired difference is exactly 0: the arm reproduced the baseline bit for bit
 // (expected of rd-tied).

@@ -7,6 +7,7 @@
 
 #include "experiment/format.hpp"
 #include "experiment/stats.hpp"
+#include "model/arms.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {
@@ -43,8 +44,10 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
   Table t;
   t.title = title;
   if (tokens_column) t.header.push_back("tokens");
+  const bool floor = std::any_of(rows.begin(), rows.end(), [](const Comparison* c) { return c->noise_floor.has_value(); });
   for (const char* h : {"arm", "seeds", "mean NLL", "ΔNLL ± sd", "95% CI", "p", "wins", "ppl change"})
     t.header.push_back(h);
+  if (floor) t.header.push_back("in floor");
   t.left_columns = tokens_column ? 2 : 1;
   for (const Comparison* c : rows) {
     for (const auto& a : c->arms) {
@@ -59,6 +62,7 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
       row.push_back(a.is_baseline ? "" : format_p_value(a.stats.p_value));
       row.push_back(a.is_baseline ? "" : concat(a.stats.wins, "/", a.stats.n));
       row.push_back(a.is_baseline ? "" : format_percent(a.ppl_change, 2));
+      if (floor) row.push_back(a.within_noise_floor ? (*a.within_noise_floor ? "yes" : "no") : "");
       t.rows.push_back(std::move(row));
     }
   }
@@ -67,6 +71,12 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
              " per seed finished in both (negative: the arm is better); mean ± sample sd over those seeds."),
       "95% CI: mean ± t(0.975, n−1)·sd/√n; p: two-sided paired t-test; wins: seeds where the arm's NLL is lower.",
       "ppl change = exp(mean ΔNLL) − 1 (negative: lower perplexity). n/a: fewer than two paired seeds."};
+  if (std::any_of(rows.begin(), rows.end(), [](const Comparison* c) { return c->noise_floor.has_value(); })) {
+    const std::string twin = twin_of(s.spec.baseline);
+    t.notes.push_back(concat(twin, " is ", s.spec.baseline, "'s twin (the same model, seed and data order, initial weights "
+                             "perturbed at a relative ", format_printf("%.0e", s.spec.twin_perturbation),
+                             "): its ΔNLL ± sd is the noise floor. in floor: the arm's 95% CI lies inside ±(that sd)."));
+  }
   if (std::find(s.spec.arms.begin(), s.spec.arms.end(), "rd-average") != s.spec.arms.end())
     t.notes.push_back("rd-average is symmetric: both queries start at zero and receive identical gradients, so it "
                       "follows its parent up to rounding and clipping; its closeness to block is structural, not "

@@ -174,7 +174,7 @@ const ParamInfo& ParamLayout::at(const std::string& name) const {
 }
 
 template <class Real>
-void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params) {
+void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params, double perturbation) {
   require(static_cast<std::int64_t>(params.size()) == layout.total(), "init_params: buffer size mismatch");
   for (const auto& p : layout.params()) {
     Real* out = params.data() + p.offset;
@@ -198,10 +198,15 @@ void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> 
         for (std::int64_t i = 0; i < p.numel; ++i) out[i] = static_cast<Real>(p.init_values[static_cast<std::size_t>(i)]);
         break;
     }
+    if (perturbation > 0) {
+      Rng twin(seed, "twin:" + p.name);
+      for (std::int64_t i = 0; i < p.numel; ++i)
+        out[i] = static_cast<Real>(static_cast<double>(out[i]) * (1.0 + perturbation * twin.normal()));
+    }
   }
 }
 
-template void init_params<float>(const ParamLayout&, std::uint64_t, std::span<float>);
-template void init_params<double>(const ParamLayout&, std::uint64_t, std::span<double>);
+template void init_params<float>(const ParamLayout&, std::uint64_t, std::span<float>, double);
+template void init_params<double>(const ParamLayout&, std::uint64_t, std::span<double>, double);
 
 }  // namespace attnres

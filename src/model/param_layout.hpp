@@ -57,7 +57,11 @@ class ParamLayout {
 
 // Initialisation keyed by (seed, parameter name): a parameter's values do not depend on
 // which other parameters exist, so two arms with one seed share their common weights exactly.
+// perturbation > 0 makes a twin: every value w becomes w·(1 + perturbation·ξ), ξ ~ N(0, 1) from
+// the stream (seed, "twin:" + name), drawn after the initialisation's own stream so the unperturbed
+// values are those of perturbation = 0 (zeros, such as the pseudo-queries, stay zero: a twin
+// differs from its original as rounding would, only where there are values to round).
 template <class Real>
-void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params);
+void init_params(const ParamLayout& layout, std::uint64_t seed, std::span<Real> params, double perturbation = 0);
 
 }  // namespace attnres

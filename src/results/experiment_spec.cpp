@@ -120,6 +120,36 @@ void from_json(JsonObject& in, GroupSpec& g) {
   g.train = read_passthrough_object(in, "train");
 }
 
+json to_json(const SequentialSpec& s) {
+  return {{"looks", s.looks},   {"max_seeds", s.max_seeds}, {"alpha", s.alpha},
+          {"spending", s.spending}, {"effect", s.effect},   {"primary", s.primary}};
+}
+
+void from_json(JsonObject& in, SequentialSpec& s) {
+  const JsonValue looks = in.get("looks");
+  for (const JsonValue& v : looks.array()) {
+    const std::int64_t n = v.integer();
+    if (n < 2) v.bad("must be at least 2 (a paired t-test needs two seeds)");
+    if (!s.looks.empty() && n <= s.looks.back()) v.bad("must be larger than the look before");
+    s.looks.push_back(static_cast<int>(n));
+  }
+  if (s.looks.empty()) looks.bad("must not be empty");
+  const JsonValue max_seeds = in.get("max_seeds");
+  s.max_seeds = static_cast<int>(max_seeds.integer());
+  if (s.max_seeds != s.looks.back()) max_seeds.bad(concat("is ", s.max_seeds, " but the last look is ", s.looks.back()));
+  const JsonValue alpha = in.get("alpha");
+  s.alpha = alpha.number();
+  if (!(s.alpha > 0 && s.alpha < 1)) alpha.bad("must be in (0, 1)");
+  const JsonValue spending = in.get("spending");
+  s.spending = spending.string();
+  if (s.spending != "obrien-fleming" && s.spending != "pocock")
+    spending.bad(concat("is '", s.spending, "'; expected obrien-fleming or pocock"));
+  const JsonValue effect = in.get("effect");
+  s.effect = effect.number();
+  if (!(s.effect > 0)) effect.bad("must be a positive number of nats");
+  s.primary = in.get("primary").string();
+}
+
 const GroupSpec* ExperimentSpec::find_group(const std::string& group) const {
   for (const auto& g : groups)
     if (g.name == group) return &g;
@@ -141,7 +171,9 @@ json to_json(const ExperimentSpec& s) {
     json groups = json::array();
     for (const auto& g : s.groups) groups.push_back(to_json(g));
     j["groups"] = std::move(groups);
+    if (s.sequential) j["sequential"] = to_json(*s.sequential);
   }
+  if (s.twin_perturbation > 0) j["twin_perturbation"] = s.twin_perturbation;
   return j;
 }
 
@@ -153,6 +185,10 @@ void from_json(JsonObject& in, ExperimentSpec& s) {
   if (const auto data = in.find("data")) s.data = data->string();
   s.model = read_passthrough_object(in, "model");
   s.train = read_passthrough_object(in, "train");
+  if (const auto p = in.find("twin_perturbation")) {
+    s.twin_perturbation = p->number();
+    if (!(s.twin_perturbation > 0 && s.twin_perturbation <= 0.01)) p->bad("must be in (0, 0.01]");
+  }
   if (s.version == 1) return;
   s.name = in.get("name").string();
   if (const auto d = in.find("description")) s.description = d->string();
@@ -169,6 +205,14 @@ void from_json(JsonObject& in, ExperimentSpec& s) {
           v.bad(concat("reuses the main baseline but its milestone ", m, " is not a main milestone"));
     }
     s.groups.push_back(std::move(g));
+  }
+  if (const auto seq = in.find("sequential")) {
+    s.sequential = read_object<SequentialSpec>(*seq);
+    const std::string& primary = s.sequential->primary;
+    if (primary == s.baseline || std::find(s.arms.begin(), s.arms.end(), primary) == s.arms.end())
+      seq->bad(concat("names primary arm '", primary, "', which is not a compared arm of 'arms'"));
+    if (static_cast<int>(s.seeds.size()) < s.sequential->max_seeds)
+      seq->bad(concat("has max_seeds ", s.sequential->max_seeds, " but 'seeds' lists ", s.seeds.size()));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,22 @@ struct GroupSpec {
   bool operator==(const GroupSpec&) const = default;
 };
 
+// Sequential seeds (docs/experiments.md, "Sequential seeds"): the seeds are run in looks of
+// increasing counts; after each look the primary comparison (the primary arm against the baseline,
+// validation NLL at the last milestone) is tested with the group-sequential boundaries of the
+// spending function, and the study stops when its repeated confidence interval excludes 0
+// (resolved), lies inside (-effect, effect) (futile: no effect as large as that), or at max_seeds.
+struct SequentialSpec {
+  std::vector<int> looks;   // strictly increasing seed counts, the last = max_seeds
+  int max_seeds = 0;        // = looks.back(); the seeds list holds at least this many
+  double alpha = 0.05;      // two-sided, spent over the looks
+  std::string spending = "obrien-fleming";  // or "pocock" (Lan-DeMets)
+  double effect = 0;        // the effect of interest in nats (> 0): futility and planning
+  std::string primary;      // the compared arm
+
+  bool operator==(const SequentialSpec&) const = default;
+};
+
 struct ExperimentSpec : Protocol {
   int version = 1;  // 2 when written from a protocol file (name, groups, dataset)
   std::string name;         // the protocol's name; "" for an experiment from command-line options
@@ -55,6 +72,9 @@ struct ExperimentSpec : Protocol {
   nlohmann::json model = nlohmann::json::object();   // the baseline arm's model config, passed through
   nlohmann::json train = nlohmann::json::object();   // training settings, passed through
   std::vector<GroupSpec> groups;                     // further comparisons (version 2 only)
+  // The relative perturbation of the twins' initial weights; written when an arm is a twin.
+  double twin_perturbation = 0;
+  std::optional<SequentialSpec> sequential;  // version 2 only; none: every seed is run
 
   bool operator==(const ExperimentSpec&) const = default;
   const GroupSpec* find_group(const std::string& name) const;
@@ -69,6 +89,9 @@ void from_json(JsonObject& in, Protocol& p);
 
 nlohmann::json to_json(const GroupSpec& g);
 void from_json(JsonObject& in, GroupSpec& g);
+
+nlohmann::json to_json(const SequentialSpec& s);
+void from_json(JsonObject& in, SequentialSpec& s);
 
 nlohmann::json to_json(const ExperimentSpec& s);
 void from_json(JsonObject& in, ExperimentSpec& s);

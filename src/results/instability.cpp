@@ -44,7 +44,7 @@ Instability compute_instability(std::span<const LossPoint> curve, double grad_cl
   Instability s;
   const auto window_size = static_cast<std::size_t>(kSpikeWindow);
   std::vector<double> window(window_size), deviation(window_size);
-  bool in_spike = false;  // the step before was a spike
+  int run = 0;  // consecutive spike steps up to the step before
   std::int64_t clipped = 0;
   for (std::size_t i = 0; i < curve.size(); ++i) {
     const auto step = static_cast<std::int64_t>(i) + 1;
@@ -62,7 +62,8 @@ Instability compute_instability(std::span<const LossPoint> curve, double grad_cl
       spike = loss > median + kSpikeK * kMadToSigma * mad;
       if (spike) {
         ++s.spike_steps;
-        if (!in_spike) ++s.spike_events;
+        if (run == 0) ++s.spike_events;
+        if (run + 1 == kSustainedSpikeSteps) ++s.sustained_spike_events;
         const double height = loss - median;
         if (!s.largest_spike_step || height > s.largest_spike_nats) {
           s.largest_spike_step = step;
@@ -70,7 +71,7 @@ Instability compute_instability(std::span<const LossPoint> curve, double grad_cl
         }
       }
     }
-    in_spike = spike;
+    run = spike ? run + 1 : 0;
     const double norm = curve[i].grad_norm;
     if (!std::isfinite(norm)) continue;  // unknown
     ++s.grad_norm_steps;
@@ -83,7 +84,7 @@ Instability compute_instability(std::span<const LossPoint> curve, double grad_cl
   if (grad_clip == 0) s.clipped_fraction = 0;  // clipping off: no step was clipped, known or not
   else if (!std::isnan(grad_clip) && s.grad_norm_steps > 0)
     s.clipped_fraction = static_cast<double>(clipped) / static_cast<double>(s.grad_norm_steps);
-  s.unstable = s.spike_events >= 1;
+  s.unstable = s.sustained_spike_events >= 1;
   return s;
 }
 
@@ -100,6 +101,7 @@ json to_json(const Instability& s) {
           {"tested_steps", s.tested_steps},
           {"spike_events", s.spike_events},
           {"spike_steps", s.spike_steps},
+          {"sustained_spike_events", s.sustained_spike_events},
           {"largest_spike_step", step_or_null(s.largest_spike_step)},
           {"largest_spike_nats", number_or_null(s.largest_spike_nats)},
           {"grad_norm_steps", s.grad_norm_steps},
@@ -126,6 +128,10 @@ void from_json(JsonObject& in, Instability& s) {
   if (s.spike_steps > s.tested_steps) steps.bad(concat("is larger than 'tested_steps' (", s.tested_steps, ")"));
   if (s.spike_events > s.spike_steps) events.bad(concat("is larger than 'spike_steps' (", s.spike_steps, ")"));
   if (s.spike_events == 0 && s.spike_steps > 0) events.bad("is 0 while 'spike_steps' is not");
+  const JsonValue sustained = in.get("sustained_spike_events");
+  s.sustained_spike_events = count(sustained);
+  if (s.sustained_spike_events > s.spike_events)
+    sustained.bad(concat("is larger than 'spike_events' (", s.spike_events, ")"));
   const bool spikes = s.spike_steps > 0;
   const JsonValue spike_step = in.get("largest_spike_step");
   check_given(spike_step, !spike_step.is_null(), spikes, "'spike_steps'");
@@ -160,9 +166,9 @@ void from_json(JsonObject& in, Instability& s) {
 
   const JsonValue unstable = in.get("unstable");
   s.unstable = unstable.boolean();
-  if (s.unstable != (s.spike_events >= 1))
-    unstable.bad(concat("is ", s.unstable ? "true" : "false", " with ", s.spike_events,
-                        " spike events; the rule: ", kUnstableRule));
+  if (s.unstable != (s.sustained_spike_events >= 1))
+    unstable.bad(concat("is ", s.unstable ? "true" : "false", " with ", s.sustained_spike_events,
+                        " sustained spike events; the rule: ", kUnstableRule));
 }
 
 }  // namespace attnres::results

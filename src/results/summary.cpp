@@ -102,6 +102,7 @@ json to_json(const ArmComparison& a) {
     j["ppl_reduction"] = number_or_null(-a.ppl_change);
     j["ppl_change_ci95"] = {number_or_null(a.ppl_change_ci_low), number_or_null(a.ppl_change_ci_high)};
     j["power"] = to_json(a.power);
+    if (a.within_noise_floor) j["within_noise_floor"] = *a.within_noise_floor;
   }
   return j;
 }
@@ -122,6 +123,7 @@ void from_json(JsonObject& in, ArmComparison& a) {
   a.ppl_change_ci_low = bounds[0];
   a.ppl_change_ci_high = bounds[1];
   a.power = read_object<PowerSummary>(in.get("power"));
+  if (const auto w = in.find("within_noise_floor")) a.within_noise_floor = w->boolean();
 }
 
 const ArmComparison* Comparison::find(const std::string& arm) const {
@@ -130,12 +132,52 @@ const ArmComparison* Comparison::find(const std::string& arm) const {
   return nullptr;
 }
 
-json to_json(const Comparison& c) { return {{"split", c.split}, {"tokens", c.tokens}, {"arms", array_json(c.arms)}}; }
+json to_json(const NoiseFloor& f) {
+  return {{"twin", f.twin}, {"n", f.n}, {"mean", number_or_null(f.mean)}, {"sd", number_or_null(f.sd)}};
+}
+
+void from_json(JsonObject& in, NoiseFloor& f) {
+  f.twin = in.get("twin").string();
+  const JsonValue n = in.get("n");
+  f.n = static_cast<int>(n.integer());
+  if (f.n < 0) n.bad("must be at least 0");
+  f.mean = in.get("mean").number_or_null();
+  const JsonValue sd = in.get("sd");
+  f.sd = sd.number_or_null();
+  if (f.sd < 0) sd.bad("must be at least 0");
+}
+
+json to_json(const TwinDrift& d) {
+  return {{"seed", d.seed},
+          {"part_step", d.part_step ? json(*d.part_step) : json(nullptr)},
+          {"steps", d.steps},
+          {"max_abs_delta_loss", d.max_abs_delta},
+          {"final_abs_delta_loss", d.final_abs_delta}};
+}
+
+void from_json(JsonObject& in, TwinDrift& d) {
+  d.seed = in.get("seed").integer();
+  const JsonValue part = in.get("part_step");
+  if (!part.is_null()) {
+    d.part_step = part.integer();
+    if (*d.part_step < 1) part.bad("must be a step (>= 1) or null");
+  }
+  d.steps = in.get("steps").integer();
+  d.max_abs_delta = in.get("max_abs_delta_loss").number();
+  d.final_abs_delta = in.get("final_abs_delta_loss").number();
+}
+
+json to_json(const Comparison& c) {
+  json j = {{"split", c.split}, {"tokens", c.tokens}, {"arms", array_json(c.arms)}};
+  if (c.noise_floor) j["noise_floor"] = to_json(*c.noise_floor);
+  return j;
+}
 
 void from_json(JsonObject& in, Comparison& c) {
   c.split = in.get("split").string();
   c.tokens = in.get("tokens").integer();
   c.arms = read_array<ArmComparison>(in.get("arms"));
+  if (const auto f = in.find("noise_floor")) c.noise_floor = read_object<NoiseFloor>(*f);
 }
 
 json to_json(const JsLayerMean& m) {
@@ -294,6 +336,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
   if (!r.connections.empty()) j["connections"] = array_json(r.connections);  // absent in older summaries
   if (!r.amax_gain.empty()) j["amax_gain"] = array_json(r.amax_gain);        // likewise
   j["systems"] = array_json(r.systems);
+  if (!r.twin_drift.empty()) j["twin_drift"] = array_json(r.twin_drift);  // with a twin only
 }
 
 void read_arms_results(JsonObject& in, ArmsResults& r) {
@@ -306,6 +349,7 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   if (const auto connections = in.find("connections")) r.connections = read_array<ArmConnections>(*connections);
   if (const auto gain = in.find("amax_gain")) r.amax_gain = read_array<ArmGain>(*gain);
   r.systems = read_array<ArmSystems>(in.get("systems"));
+  if (const auto drift = in.find("twin_drift")) r.twin_drift = read_array<TwinDrift>(*drift);
 }
 
 }  // namespace
@@ -327,6 +371,63 @@ void from_json(JsonObject& in, GroupSummary& g) {
   read_arms_results(in, g);
 }
 
+json to_json(const SequentialLook& l) {
+  return {{"n", l.n},
+          {"mean", number_or_null(l.mean)},
+          {"sd", number_or_null(l.sd)},
+          {"rci_low", number_or_null(l.ci_low)},
+          {"rci_high", number_or_null(l.ci_high)},
+          {"t", number_or_null(l.t)},
+          {"t_boundary", number_or_null(l.t_boundary)},
+          {"nominal_p", number_or_null(l.nominal_p)},
+          {"p_adjusted", number_or_null(l.p_adjusted)},
+          {"crossed", l.crossed}};
+}
+
+void from_json(JsonObject& in, SequentialLook& l) {
+  const JsonValue n = in.get("n");
+  l.n = static_cast<int>(n.integer());
+  if (l.n < 2) n.bad("must be at least 2");
+  l.mean = in.get("mean").number_or_null();
+  l.sd = in.get("sd").number_or_null();
+  l.ci_low = in.get("rci_low").number_or_null();
+  l.ci_high = in.get("rci_high").number_or_null();
+  l.t = in.get("t").number_or_null();
+  l.t_boundary = in.get("t_boundary").number_or_null();
+  l.nominal_p = in.get("nominal_p").number_or_null();
+  const JsonValue p = in.get("p_adjusted");
+  l.p_adjusted = p.number_or_null();
+  if (l.p_adjusted < 0 || l.p_adjusted > 1) p.bad("must lie in [0, 1]");
+  l.crossed = in.get("crossed").boolean();
+}
+
+json to_json(const SequentialSummary& s) {
+  return {{"design", to_json(s.design)},
+          {"nominal_alpha", number_or_null(s.nominal_alpha)},
+          {"type_one_error", number_or_null(s.type_one_error)},
+          {"outcome", s.outcome},
+          {"look", s.look},
+          {"next_seeds", s.next_seeds},
+          {"looks", array_json(s.looks)},
+          {"power", number_or_null(s.power)}};
+}
+
+void from_json(JsonObject& in, SequentialSummary& s) {
+  s.design = read_object<SequentialSpec>(in.get("design"));
+  s.nominal_alpha = in.get("nominal_alpha").number_or_null();
+  s.type_one_error = in.get("type_one_error").number_or_null();
+  const JsonValue outcome = in.get("outcome");
+  s.outcome = outcome.string();
+  if (s.outcome != "continuing" && s.outcome != "resolved" && s.outcome != "futile" && s.outcome != "not resolved")
+    outcome.bad(concat("is '", s.outcome, "'; expected continuing, resolved, futile or not resolved"));
+  const JsonValue look = in.get("look");
+  s.look = static_cast<int>(look.integer());
+  s.next_seeds = static_cast<int>(in.get("next_seeds").integer());
+  s.looks = read_array<SequentialLook>(in.get("looks"));
+  if (s.look < -1 || s.look >= static_cast<int>(s.looks.size())) look.bad("must index 'looks' (or be -1)");
+  s.power = in.get("power").number_or_null();
+}
+
 json to_json(const Summary& s) {
   json j = {{"version", 2},
             {"experiment", to_json(s.experiment)},
@@ -336,6 +437,7 @@ json to_json(const Summary& s) {
                        {"user_effect", number_or_null(s.user_effect)}}}};
   put_arms_results(j, s);
   j["groups"] = array_json(s.groups);
+  if (s.sequential) j["sequential"] = to_json(*s.sequential);
   return j;
 }
 
@@ -352,6 +454,7 @@ void from_json(JsonObject& in, Summary& s) {
   power.finish();
   read_arms_results(in, s);
   s.groups = read_array<GroupSummary>(in.get("groups"));
+  if (const auto seq = in.find("sequential")) s.sequential = read_object<SequentialSummary>(*seq);
 }
 
 std::string summary_path(const std::string& dir) { return (std::filesystem::path(dir) / "summary.json").string(); }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,13 +52,38 @@ struct ArmComparison {
   double ppl_change = kNotAvailable;  // exp(mean Δ) − 1; negative = lower perplexity than the baseline
   double ppl_change_ci_low = kNotAvailable, ppl_change_ci_high = kNotAvailable;  // the CI mapped through exp
   PowerSummary power;
+  // With a noise floor (Comparison::noise_floor), not for the twin itself: whether the 95% CI lies
+  // inside ±(the floor's sd), i.e. any effect is smaller than the spread that rounding alone gives
+  // one pair of runs. Not written without a floor.
+  std::optional<bool> within_noise_floor;
+};
+
+// The noise floor of a comparison: the baseline's twin (results/experiment_spec.hpp) against the
+// baseline, the per-seed ΔNLL that a rounding-sized change of the initial weights alone produces.
+struct NoiseFloor {
+  std::string twin;  // the twin arm, "<baseline>~"
+  int n = 0;         // paired seeds
+  double mean = kNotAvailable, sd = kNotAvailable;  // of the twin's ΔNLL over those seeds
 };
 
 struct Comparison {
   std::string split;  // "val" or "test"
   std::int64_t tokens = 0;
   std::vector<ArmComparison> arms;  // every arm, in experiment order, the baseline included
+  std::optional<NoiseFloor> noise_floor;  // when the arm list has the baseline's twin
   const ArmComparison* find(const std::string& arm) const;
+};
+
+// How far a baseline run and its twin drift apart in training (same batches, so the per-step
+// training losses differ only by the weights): the largest |Δ loss| and the first step at which
+// |Δ loss| reached kTwinPartNats (none: they never parted that far).
+inline constexpr double kTwinPartNats = 1e-3;
+struct TwinDrift {
+  std::int64_t seed = 0;
+  std::optional<std::int64_t> part_step;  // 1-based optimiser step
+  std::int64_t steps = 0;                 // steps compared
+  double max_abs_delta = 0;               // nats
+  double final_abs_delta = 0;             // mean |Δ loss| over the last 10% of the steps
 };
 
 struct LayerRoutingSummary {
@@ -145,6 +171,7 @@ struct ArmsResults {
   std::vector<ArmConnections> connections;  // per arm and connection name, arms that record them
   std::vector<ArmGain> amax_gain;      // arms whose runs record it (hc, mhc)
   std::vector<ArmSystems> systems;     // arms with a finished run
+  std::vector<TwinDrift> twin_drift;   // per seed with both the baseline and its twin finished
 };
 
 struct GroupSummary : ArmsResults {
@@ -154,6 +181,29 @@ struct GroupSummary : ArmsResults {
   std::vector<std::string> settings;
 };
 
+// Sequential seeds (experiment/sequential.hpp): every look analysed, and the decision.
+struct SequentialLook {
+  int n = 0;  // seeds
+  double mean = kNotAvailable, sd = kNotAvailable;
+  double ci_low = kNotAvailable, ci_high = kNotAvailable;  // the repeated confidence interval
+  double t = kNotAvailable, t_boundary = kNotAvailable, nominal_p = kNotAvailable;
+  double p_adjusted = kNotAvailable;  // the repeated p-value
+  bool crossed = false;               // the interval excludes 0
+};
+
+struct SequentialSummary {
+  SequentialSpec design;
+  // The level the looks test at, calibrated so that the t-based looks' overall type-I error is
+  // design.alpha (experiment::calibrate_t_looks), and that error as simulated.
+  double nominal_alpha = kNotAvailable, type_one_error = kNotAvailable;
+  std::string outcome;  // "continuing", "resolved", "futile" or "not resolved"
+  int look = -1;        // the deciding (or last analysed) look, 0-based; -1: none yet
+  int next_seeds = 0;   // continuing: the next look's seed count
+  std::vector<SequentialLook> looks;
+  // The design's power to resolve |ΔNLL| = design.effect at the last look's sd (NaN before a look).
+  double power = kNotAvailable;
+};
+
 struct Summary : ArmsResults {
   Protocol experiment;
   // The power analysis' settings (experiment/stats.hpp): level, target power, the paper's effect.
@@ -161,6 +211,7 @@ struct Summary : ArmsResults {
   double paper_effect = 0;
   double user_effect = kNotAvailable;   // `--effect`; NaN: none
   std::vector<GroupSummary> groups;     // in experiment.json order
+  std::optional<SequentialSummary> sequential;  // with sequential seeds only
 };
 
 nlohmann::json to_json(const SeedValue& v);
@@ -171,6 +222,10 @@ nlohmann::json to_json(const PairedSummary& p);
 void from_json(JsonObject& in, PairedSummary& p);
 nlohmann::json to_json(const ArmComparison& a);
 void from_json(JsonObject& in, ArmComparison& a);
+nlohmann::json to_json(const NoiseFloor& f);
+void from_json(JsonObject& in, NoiseFloor& f);
+nlohmann::json to_json(const TwinDrift& d);
+void from_json(JsonObject& in, TwinDrift& d);
 nlohmann::json to_json(const Comparison& c);
 void from_json(JsonObject& in, Comparison& c);
 nlohmann::json to_json(const ArmConnections& a);
@@ -187,6 +242,10 @@ nlohmann::json to_json(const RunKey& k);
 void from_json(JsonObject& in, RunKey& k);
 nlohmann::json to_json(const GroupSummary& g);
 void from_json(JsonObject& in, GroupSummary& g);
+nlohmann::json to_json(const SequentialLook& l);
+void from_json(JsonObject& in, SequentialLook& l);
+nlohmann::json to_json(const SequentialSummary& s);
+void from_json(JsonObject& in, SequentialSummary& s);
 nlohmann::json to_json(const Summary& s);
 void from_json(JsonObject& in, Summary& s);
 

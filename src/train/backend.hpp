@@ -24,7 +24,8 @@ struct HostTrainState {
 
 class TrainBackend : public InferenceBackend {
  public:
-  virtual void init_params(std::uint64_t seed) = 0;
+  // model/param_layout.hpp's init_params (perturbation > 0: a twin).
+  virtual void init_params(std::uint64_t seed, double perturbation) = 0;
   // Weights, moments and AdamW's step count, e.g. from a checkpoint.
   virtual void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
                           std::int64_t adam_steps) = 0;

@@ -263,7 +263,8 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
   comm.broadcast(stored.state_text);
   RunStart start;
   if (stored.state_text.empty()) {
-    backend.init_params(config.seed);  // the same on every rank: keyed by (seed, tensor name)
+    // The same on every rank: keyed by (seed, tensor name).
+    backend.init_params(config.seed, config.init_perturbation);
     return start;
   }
   comm.broadcast(stored.path);

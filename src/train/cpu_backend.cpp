@@ -100,7 +100,9 @@ class CpuTrainBackend final : public CpuModelBackend<TrainBackend> {
     if (local_micro_ > 1) grad_sum_ = dist::PairwiseSum<float>(model_.grads().size(), static_cast<std::size_t>(local_micro_));
   }
 
-  void init_params(std::uint64_t seed) override { attnres::init_params<float>(model_.layout(), seed, model_.params()); }
+  void init_params(std::uint64_t seed, double perturbation) override {
+    attnres::init_params<float>(model_.layout(), seed, model_.params(), perturbation);
+  }
 
   void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
                   std::int64_t adam_steps) override {

@@ -85,7 +85,7 @@ class CudaTrainBackend final : public CudaModelBackend<TrainBackend> {
     }
   }
 
-  void init_params(std::uint64_t seed) override { model_.init_params(seed); }
+  void init_params(std::uint64_t seed, double perturbation) override { model_.init_params(seed, perturbation); }
 
   void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v,
                   std::int64_t adam_steps) override {

@@ -139,6 +139,10 @@ const ConfigKeys<TrainConfig>& train_config_keys() {
             config_field("grad_clip", &T::grad_clip, ">= 0", "global gradient-norm clipping (0: off)"),
             config_field("seed", &T::seed, "", "initialisation"),
             config_field("data_seed", &T::data_seed, "", "batch order"),
+            config_field("init_perturbation", &T::init_perturbation, "[0, 0.01]",
+                         "relative size of a seeded perturbation of every initial weight, w·(1 + ε·N(0, 1)), from "
+                         "a stream of its own: makes the run a twin of the unperturbed one, differing as rounding "
+                         "would (the noise floor of an experiment: arm suffix ~, docs/experiments.md); 0: none"),
             config_field("milestones", &T::milestones, "(0, 1]",
                          "increasing fractions of the budget after which validation NLL is measured"),
             config_field("eval_tokens", &T::eval_tokens, "",

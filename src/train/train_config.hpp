@@ -31,6 +31,9 @@ struct TrainConfig {
   double grad_clip = 1.0;
   std::uint64_t seed = 1;       // initialisation
   std::uint64_t data_seed = 1;  // batch order
+  // A twin of a run (the noise floor, docs/experiments.md): every initial weight w becomes
+  // w·(1 + init_perturbation·ξ), ξ ~ N(0, 1) from a stream of its own per (seed, tensor). 0: none.
+  double init_perturbation = 0;
   std::vector<double> milestones = {0.125, 0.25, 0.5, 1.0};  // fractions of `tokens`
   std::int64_t eval_tokens = 1 << 16;                        // validation tokens per evaluation
   int checkpoint_every = 200;                                // steps

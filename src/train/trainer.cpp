@@ -104,7 +104,8 @@ TrainResult make_result(bool finished, const TrainState& state, const Speed& spe
 
 // The closing message of a run the rule calls unstable.
 std::string unstable_message(const results::Instability& s) {
-  return concat("unstable run: ", s.spike_events, s.spike_events == 1 ? " loss spike" : " loss spikes",
+  return concat("unstable run: ", s.sustained_spike_events,
+                s.sustained_spike_events == 1 ? " sustained loss spike" : " sustained loss spikes",
                 ", the largest at step ", s.largest_spike_step.value_or(0), ", ", s.largest_spike_nats,
                 " nats above the median of the ", s.spike_window, " steps before it (", results::kUnstableRule, ")");
 }

@@ -8,6 +8,7 @@
 
 #include "common/cli_util.hpp"
 #include "experiment/protocol.hpp"
+#include "experiment/plan.hpp"
 #include "experiment/runner.hpp"
 #include "experiment/summary.hpp"
 #include "util/error.hpp"
@@ -263,7 +264,7 @@ set = ["model.n_layers=1", "model.n_blocks=1"]
   // The one-line answer, and the report of the directory alone.
   r = run_cli("report --experiment " + out + " --answer rd");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(r.output.rfind("rd vs block: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.rfind("rd vs block, validation NLL at ", 0), 0u) << r.output;
   r = run_cli("report --experiment " + out + " --quiet");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(read_file(dir / "report.md").find("Controls 'controls'"), std::string::npos);

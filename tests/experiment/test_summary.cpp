@@ -369,12 +369,19 @@ TEST(Summary, AnswerLine) {
   const ExperimentSummary s = compute_summary(exp.dir());
   // prenorm: +0.07 ± 0.01/√3 over 3 seeds, t = 12.1, p = 0.0067: resolved.
   const std::string pre = answer_line(s, "prenorm");
-  EXPECT_EQ(pre.rfind("prenorm vs block: ΔNLL +0.0700 ± 0.0058 (s.e.) over 3 seeds at 8K tokens, p = 0.0067", 0), 0u)
+  // It names the split and the budget (finding 9 of issue #31).
+  EXPECT_EQ(pre.rfind("prenorm vs block, validation NLL at 8K tokens: ΔNLL +0.0700 ± 0.0058 (s.e.) over 3 seeds, "
+                      "p = 0.0067",
+                      0),
+            0u)
       << pre;
   EXPECT_NE(pre.find("prenorm worse in 3/3 seeds"), std::string::npos) << pre;
   // rd: −0.025 over 2 seeds, p = 0.126: not resolved, and no power estimate from 2 seeds.
   const std::string rd = answer_line(s, "rd");
-  EXPECT_EQ(rd.rfind("rd vs block: not resolved at this size: ΔNLL -0.0250 ± 0.0050 (s.e.) over 2 seeds", 0), 0u)
+  EXPECT_EQ(rd.rfind("rd vs block, validation NLL at 8K tokens: not resolved at this size: ΔNLL -0.0250 ± 0.0050 "
+                     "(s.e.) over 2 seeds",
+                     0),
+            0u)
       << rd;
   EXPECT_NE(rd.find("no power estimate: needs at least 3 paired seeds"), std::string::npos) << rd;
   EXPECT_NE(answer_line(s, "rd-tied").find("identical to the baseline in all 3 seeds"), std::string::npos);

@@ -37,7 +37,7 @@ double sorted_median(std::vector<double> v) {
 }
 
 struct BruteForce {
-  std::int64_t tested = 0, events = 0, spike_steps = 0;
+  std::int64_t tested = 0, events = 0, spike_steps = 0, sustained = 0;  // sustained: events of >= 2 steps
   std::vector<std::int64_t> spikes;  // their steps
   std::int64_t largest_step = 0;     // 0: none
   double largest_nats = 0;
@@ -57,6 +57,8 @@ BruteForce brute_force(const std::vector<double>& loss) {
     if (!(loss[t] > median + kK * 1.4826 * mad)) continue;
     const auto step = static_cast<std::int64_t>(t) + 1;
     if (b.spikes.empty() || b.spikes.back() != step - 1) ++b.events;
+    // The second step of a run of spike steps makes its event sustained.
+    else if (b.spikes.size() < 2 || b.spikes[b.spikes.size() - 2] != step - 2) ++b.sustained;
     b.spikes.push_back(step);
     ++b.spike_steps;
     if (b.largest_step == 0 || loss[t] - median > b.largest_nats) {
@@ -94,7 +96,8 @@ void expect_spikes_as_brute_force(const std::vector<double>& loss) {
   EXPECT_EQ(s.tested_steps, b.tested);
   EXPECT_EQ(s.spike_events, b.events);
   EXPECT_EQ(s.spike_steps, b.spike_steps);
-  EXPECT_EQ(s.unstable, b.events >= 1);
+  EXPECT_EQ(s.sustained_spike_events, b.sustained);
+  EXPECT_EQ(s.unstable, b.sustained >= 1);
   if (b.largest_step == 0) {
     EXPECT_FALSE(s.largest_spike_step.has_value());
     EXPECT_TRUE(std::isnan(s.largest_spike_nats));
@@ -112,7 +115,9 @@ TEST(Instability, TheRuleIsTheStatedOne) {
   EXPECT_EQ(kMadToSigma, 1.4826);
   // The printed rule names the same numbers.
   const std::string rule = kUnstableRule;
-  EXPECT_NE(rule.find(concat("the ", kSpikeWindow, " steps before it")), std::string::npos) << rule;
+  EXPECT_EQ(kSustainedSpikeSteps, 2);
+  EXPECT_NE(rule.find("two or more consecutive steps"), std::string::npos) << rule;
+  EXPECT_NE(rule.find(concat("the ", kSpikeWindow, " steps before each")), std::string::npos) << rule;
   EXPECT_NE(rule.find(concat(kSpikeK, " x ", kMadToSigma, " x their median absolute deviation")), std::string::npos)
       << rule;
 }
@@ -134,7 +139,9 @@ TEST(Instability, APlantedSpikeIsFoundWithItsHeight) {
   const Instability s = compute_instability(curve_of(loss), 1.0);
   EXPECT_EQ(s.spike_events, 1);
   EXPECT_EQ(s.spike_steps, 1);
-  EXPECT_TRUE(s.unstable);
+  // One step: a hard batch, not an unstable model (kSustainedSpikeSteps).
+  EXPECT_EQ(s.sustained_spike_events, 0);
+  EXPECT_FALSE(s.unstable);
   EXPECT_EQ(s.largest_spike_step, 120);
   // One nat above a window whose median lies within the noise (and the trend) of the step's own level.
   EXPECT_NEAR(s.largest_spike_nats, 1.0, 0.2);
@@ -148,6 +155,8 @@ TEST(Instability, ConsecutiveSpikeStepsAreOneEvent) {
   Instability s = compute_instability(curve_of(loss), 1.0);
   EXPECT_EQ(s.spike_events, 1);
   EXPECT_EQ(s.spike_steps, 2);
+  EXPECT_EQ(s.sustained_spike_events, 1);  // two steps: sustained, the run is unstable
+  EXPECT_TRUE(s.unstable);
   EXPECT_EQ(s.largest_spike_step, 121);
 
   loss[199] += 0.8;  // step 200: a second event, lower
@@ -277,10 +286,10 @@ TEST(Instability, SchemaReadsBackAndIsChecked) {
   EXPECT_EQ(written["curve"][10]["grad_norm"], 3.0);
   EXPECT_EQ(written["instability"],
             json::parse(R"({"spike_window": 50, "spike_k": 6.0, "tested_steps": 70, "spike_events": 1,
-                            "spike_steps": 1, "largest_spike_step": 100,
+                            "spike_steps": 1, "sustained_spike_events": 0, "largest_spike_step": 100,
                             "largest_spike_nats": )" + json(t.instability->largest_spike_nats).dump() + R"(,
                             "grad_norm_steps": 119, "clipped_fraction": )" + json(1.0 / 119).dump() + R"(,
-                            "max_grad_norm": 3.0, "max_grad_norm_step": 11, "unstable": true})"));
+                            "max_grad_norm": 3.0, "max_grad_norm_step": 11, "unstable": false})"));
   const TrainResult back = read_train_result(train);
   ASSERT_TRUE(back.instability.has_value());
   EXPECT_EQ(to_json(*back.instability), to_json(*t.instability));
@@ -317,7 +326,8 @@ TEST(Instability, SchemaReadsBackAndIsChecked) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {[](json& j) { j["unstable"] = false; }, "key 'instability.unstable' is false with 1 spike events; the rule: unstable = "},
+      {[](json& j) { j["unstable"] = true; }, "key 'instability.unstable' is true with 0 sustained spike events; the rule: unstable = "},
+      {[](json& j) { j["sustained_spike_events"] = 2; }, "key 'instability.sustained_spike_events' is larger than 'spike_events' (1)"},
       {[](json& j) { j["spike_events"] = 0; }, "key 'instability.spike_events' is 0 while 'spike_steps' is not"},
       {[](json& j) { j["spike_events"] = 2; }, "key 'instability.spike_events' is larger than 'spike_steps' (1)"},
       {[](json& j) { j["spike_steps"] = 71; }, "key 'instability.spike_steps' is larger than 'tested_steps' (70)"},

@@ -233,10 +233,11 @@ TEST_F(TrainTest, AnUnstableRunIsRecordedAndSaysSo) {
   EXPECT_EQ(s.at("unstable"), true) << s;
   EXPECT_EQ(s.at("tested_steps"), 10) << s;
   EXPECT_EQ(s.at("spike_events"), 1) << s;  // steps 57 to 60, or some of them
+  EXPECT_EQ(s.at("sustained_spike_events"), 1) << s;
   EXPECT_GE(s.at("largest_spike_step"), 57) << s;
   EXPECT_EQ(s.at("grad_norm_steps"), 60) << s;
   const std::string said =
-      "unstable run: 1 loss spike, the largest at step " + s.at("largest_spike_step").dump() + ", ";
+      "unstable run: 1 sustained loss spike, the largest at step " + s.at("largest_spike_step").dump() + ", ";
   EXPECT_NE(r.output.find(said), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(results::kUnstableRule), std::string::npos) << r.output;
   // A stable run says nothing of it.

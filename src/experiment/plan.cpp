@@ -1,0 +1,194 @@
+#include "experiment/plan.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/loader.hpp"
+#include "results/run_result.hpp"
+#include "train/evaluate.hpp"
+#include "train/trainer.hpp"
+#include "util/error.hpp"
+
+namespace attnres::experiment {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Validates arm names and repeats, and that a twin is the baseline's.
+void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, const std::string& what) {
+  require(!arms.empty(), what, " must name at least one arm");
+  require(!is_twin(arms.front()), what, ": the baseline '", arms.front(),
+          "' cannot be a twin; a twin (suffix ~) is measured against the arm it copies, e.g. arms = [\"",
+          twin_original(arms.front()), "\", \"", arms.front(), "\", ...]");
+  for (std::size_t i = 0; i < arms.size(); ++i) {
+    require(!is_twin(arms[i]) || twin_original(arms[i]) == arms.front(), what, ": '", arms[i],
+            "' is a twin (suffix ~) of '", twin_original(arms[i]), "', which is not the baseline '",
+            arms.front(), "': only the baseline has a twin (its ΔNLL against the baseline is the noise floor)");
+    apply_arm(model, arms[i]);  // validates the name
+    for (std::size_t k = 0; k < i; ++k) require(arms[i] != arms[k], what, ": arm '", arms[i], "' is listed twice");
+  }
+}
+
+std::vector<std::int64_t> milestone_tokens(const TrainConfig& c) {
+  std::vector<std::int64_t> out;
+  for (auto s : c.milestone_steps()) out.push_back(s * c.tokens_per_step());
+  return out;
+}
+
+// A group's configuration: the main one with the group's settings and budget.
+TrainConfig group_config(const TrainConfig& base, const GroupOptions& g) {
+  TrainConfig c = base;
+  for (const auto& setting : g.settings) apply_setting(c, setting, concat("group '", g.name, "': ", setting));
+  if (g.tokens > 0) c.tokens = g.tokens;
+  c.validate();
+  return c;
+}
+
+// What identifies a prepared dataset whatever its path: the tokenizer's content hash and the
+// token count of every split.
+nlohmann::json dataset_identity(const std::string& dir) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* split : {"train", "val", "test"}) {
+    const data::TokenDataset d = data::TokenDataset::open(dir, split, {false, nullptr});
+    if (j.empty()) j["tokenizer_hash"] = d.tokenizer_hash();
+    j[std::string(split) + "_tokens"] = d.num_tokens();
+  }
+  return j;
+}
+
+}  // namespace
+
+TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const std::string& arm, std::uint64_t seed,
+                       double twin_perturbation) {
+  TrainConfig config = group != nullptr ? group_config(base, *group) : base;
+  config.model = apply_arm(config.model, arm);
+  config.seed = seed;       // identical shared initial weights across arms
+  config.data_seed = seed;  // identical data order across arms
+  config.init_perturbation = is_twin(arm) ? twin_perturbation : 0.0;
+  return config;
+}
+
+const std::vector<std::string>& per_run_keys() {
+  // (model.value_residual is not among them: "+vres" turns it on, but no arm turns it off.)
+  static const std::vector<std::string> keys = {"model.residual",   "model.value_route", "model.dwa_dilation",
+                                                "model.dwa_period", "train.seed",        "train.data_seed",
+                                                "train.init_perturbation"};
+  return keys;
+}
+
+bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
+  // Evaluations and checkpoints do not change a run, so milestones, checkpoint_every and
+  // keep_checkpoints may differ.
+  TrainConfig same = group;
+  same.tokens = main.tokens;
+  same.milestones = main.milestones;
+  same.checkpoint_every = main.checkpoint_every;
+  same.keep_checkpoints = main.keep_checkpoints;
+  if (to_toml(same) != to_toml(main) || group.total_steps() > main.total_steps()) return false;
+  const LrSchedule a = main.schedule(), b = group.schedule();
+  for (std::int64_t step = 0; step < group.total_steps(); ++step)
+    if (a.at(step) != b.at(step)) return false;
+  const std::vector<std::int64_t> ms = main.milestone_steps();
+  return std::find(ms.begin(), ms.end(), group.total_steps()) != ms.end();
+}
+
+ExperimentPlan make_plan(const ExperimentOptions& o) {
+  require(!o.arms.empty(), "--arms must name at least one arm");
+  require(!o.seeds.empty(), "--seeds must name at least one seed");
+  check_arms(o.base.model, o.arms, "the main arms");
+  for (std::size_t i = 0; i < o.seeds.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k) require(o.seeds[i] != o.seeds[k], "seed ", o.seeds[i], " is listed twice");
+  ExperimentPlan plan;
+  plan.base = resolve_vocab(o.base, o.data_dir);
+  const TrainConfig& base = plan.base;
+  base.validate();
+
+  // experiment.json fixes the protocol; a resumed experiment must ask for the same one.
+  results::ExperimentSpec& spec = plan.spec;
+  spec.arms = o.arms;
+  spec.baseline = o.arms.front();
+  for (std::uint64_t seed : o.seeds) spec.seeds.push_back(static_cast<std::int64_t>(seed));
+  spec.tokens = base.total_steps() * base.tokens_per_step();
+  spec.milestones = milestone_tokens(base);
+  spec.preset = o.preset;
+  spec.model = nlohmann::json(apply_arm(base.model, o.arms.front()));
+  spec.train = {{"config_toml", to_toml(base)}};
+  if (o.name.empty()) {
+    spec.data = fs::absolute(o.data_dir).string();
+  } else {
+    // From a protocol file: nothing machine-specific, so the study resumes anywhere with the same data.
+    spec.version = 2;
+    spec.name = o.name;
+    spec.description = o.description;
+    spec.data = o.data_dir;
+    spec.dataset = dataset_identity(o.data_dir);
+  }
+
+  std::vector<TrainConfig> group_configs;
+  for (const GroupOptions& g : o.groups) {
+    require(o.name.size() > 0, "groups need a protocol file (experiment --protocol)");
+    require(results::valid_name(g.name) && g.name != "main" &&
+                std::find(o.arms.begin(), o.arms.end(), g.name) == o.arms.end(),
+            "group name '", g.name, "' is not valid or is the name of a main arm");
+    check_arms(o.base.model, g.arms, "group '" + g.name + "'");
+    const TrainConfig gc = group_config(base, g);
+    results::GroupSpec gs;
+    gs.name = g.name;
+    gs.kind = g.kind;
+    gs.arms = g.arms;
+    gs.baseline = g.arms.front();
+    gs.tokens = gc.total_steps() * gc.tokens_per_step();
+    gs.milestones = milestone_tokens(gc);
+    gs.settings = g.settings;
+    gs.model = nlohmann::json(apply_arm(gc.model, gs.baseline));
+    gs.train = {{"config_toml", to_toml(gc)}};
+    gs.baseline_from_main = gs.baseline == spec.baseline && same_run_prefix(base, gc);
+    if (gs.baseline_from_main) {
+      // Compared where the main baseline was evaluated too (at least the group's last step).
+      std::erase_if(gs.milestones, [&](std::int64_t m) {
+        return std::find(spec.milestones.begin(), spec.milestones.end(), m) == spec.milestones.end();
+      });
+    }
+    spec.groups.push_back(std::move(gs));
+    group_configs.push_back(gc);
+  }
+  const auto has_twin = [](const std::vector<std::string>& arms) { return std::any_of(arms.begin(), arms.end(), is_twin); };
+  bool twins = has_twin(o.arms);
+  for (const GroupOptions& g : o.groups) twins = twins || has_twin(g.arms);
+  if (twins) spec.twin_perturbation = o.twin_perturbation;
+  if (o.sequential) {
+    require(!o.name.empty(), "sequential seeds need a protocol file (experiment --protocol)");
+    require(static_cast<int>(o.seeds.size()) >= o.sequential->max_seeds, "sequential seeds: max_seeds is ",
+            o.sequential->max_seeds, " but only ", o.seeds.size(), " seeds are listed");
+    spec.sequential = o.sequential;
+  }
+  // Every split a run reads (train; val for milestones and routing; test after it) holds a window:
+  // checked now, not after the first run has trained.
+  int longest_seq = base.seq_len;
+  for (const TrainConfig& gc : group_configs) longest_seq = std::max(longest_seq, gc.seq_len);
+  for (const char* split : {"train", "val", "test"})
+    eval_windows(data::TokenDataset::open(o.data_dir, split, {false, nullptr}), longest_seq, 0);
+
+  // Every run of the experiment in a fixed order (seed, then the main arms, then each group's),
+  // so a stopped study has whole seeds, and workers share the list by index.
+  for (std::size_t i = 0; i < o.seeds.size(); ++i) {
+    const std::uint64_t seed = o.seeds[i];
+    const int index = static_cast<int>(i);
+    for (const std::string& arm : o.arms)
+      plan.runs.push_back({"", arm, seed, index, run_config(base, nullptr, arm, seed, o.twin_perturbation),
+                           results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)),
+                           concat(arm, " seed ", seed)});
+    for (std::size_t g = 0; g < o.groups.size(); ++g)
+      for (const std::string& arm : o.groups[g].arms) {
+        if (spec.groups[g].baseline_from_main && arm == spec.groups[g].baseline) continue;
+        plan.runs.push_back({o.groups[g].name, arm, seed, index,
+                             run_config(group_configs[g], nullptr, arm, seed, o.twin_perturbation),
+                             results::run_result_path(o.out_dir, o.groups[g].name, arm, static_cast<std::int64_t>(seed)),
+                             concat(o.groups[g].name, "/", arm, " seed ", seed)});
+      }
+  }
+  return plan;
+}
+
+}  // namespace attnres::experiment
