@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "bench/gemm_rates.hpp"
-#include "bench/machine.hpp"
+#include "util/machine.hpp"
 #include "bench/measurement.hpp"
 #include "bench/results.hpp"
 #include "model/arms.hpp"

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "bench/flops.hpp"
-#include "bench/machine.hpp"
+#include "util/machine.hpp"
 #include "util/error.hpp"
 
 namespace attnres::bench {

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "bench/machine.hpp"
+#include "util/machine.hpp"
 #include "dist/communicator.hpp"
 #include "train/backend.hpp"
 #include "util/error.hpp"

@@ -30,6 +30,7 @@ void register_config_command(CLI::App& app);     // config_command.cpp: the keys
 void register_report_command(CLI::App& app);     // report_command.cpp: experiment summary and report
 
 void register_experiment_command(CLI::App& app);  // experiment_command.cpp: paired multi-seed runs
+void register_plan_command(CLI::App& app);        // plan_command.cpp: the pilot that plans a study
 void register_bench_command(CLI::App& app);       // bench_command.cpp: training-step benchmark vs PyTorch
 
 // Shared by the commands that take a training configuration (train_commands.cpp):
@@ -77,6 +78,10 @@ void add_device_option(CLI::App* cmd, std::string& device);
 
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> split_list(const std::string& text);
+
+// --worker K/N: this process's index and the number of workers (0 <= K < N); "" leaves them as
+// they are. A malformed value is an Error naming the option.
+void parse_worker(const std::string& text, int& worker, int& workers);
 
 // Runs a command that may be one rank of an MPI job (`mpirun -np K attnres ...`). An error on
 // any rank is printed with the rank's name and ends the whole job (the other ranks would

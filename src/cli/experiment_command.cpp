@@ -92,16 +92,7 @@ void register_experiment_command(CLI::App& app) {
     if (a->effect != 0) summary_options.effect = a->effect;
     o.comm = &comm;
     o.device = a->device;
-    if (!a->worker.empty()) {
-      const auto slash = a->worker.find('/');
-      require(slash != std::string::npos, "--worker must be K/N, e.g. 0/2");
-      try {
-        o.worker = std::stoi(a->worker.substr(0, slash));
-        o.workers = std::stoi(a->worker.substr(slash + 1));
-      } catch (const std::exception&) {
-        fail("--worker must be K/N, e.g. 0/2");
-      }
-    }
+    parse_worker(a->worker, o.worker, o.workers);
     o.out_dir = a->out;
     o.stop = install_stop_handlers();
     const bool complete = experiment::run_experiment(o);

@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   attnres::cli::register_train_commands(app);
   attnres::cli::register_config_command(app);
   attnres::cli::register_experiment_command(app);
+  attnres::cli::register_plan_command(app);
   attnres::cli::register_model_commands(app);
   attnres::cli::register_report_command(app);
   attnres::cli::register_bench_command(app);

@@ -94,4 +94,17 @@ void check_command_line(const CLI::App& app, int argc, const char* const* argv) 
   }
 }
 
+void parse_worker(const std::string& text, int& worker, int& workers) {
+  if (text.empty()) return;
+  const auto slash = text.find('/');
+  require(slash != std::string::npos, "--worker must be K/N, e.g. 0/2 (got '", text, "')");
+  try {
+    worker = std::stoi(text.substr(0, slash));
+    workers = std::stoi(text.substr(slash + 1));
+  } catch (const std::exception&) {
+    fail("--worker must be K/N, e.g. 0/2 (got '", text, "')");
+  }
+  require(workers >= 1 && worker >= 0 && worker < workers, "--worker K/N needs 0 <= K < N (got '", text, "')");
+}
+
 }  // namespace attnres::cli

@@ -24,6 +24,7 @@ struct GroupOptions {
   std::vector<std::string> arms;      // the first is the baseline
   std::vector<std::string> settings;  // key=value over the main configuration (as --set)
   std::int64_t tokens = 0;            // budget per run; 0: the main budget
+  double budget = 0;                  // the fraction of the main budget `tokens` came from (0: none)
 };
 
 struct ExperimentOptions {

@@ -11,6 +11,7 @@
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_train.hpp"
+#include "model/arms.hpp"
 #include "results/experiment_spec.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -155,6 +156,7 @@ GroupOptions read_group(const std::string& path, const toml::table& table, const
   } else if (budget != nullptr) {
     const double f = s.number("budget", 1.0);
     if (!(f > 0 && f <= 1)) s.bad(*budget, "budget", "must be a fraction of train.tokens in (0, 1]");
+    g.budget = f;
     g.tokens = static_cast<std::int64_t>(std::llround(f * double(main.base.tokens)));
   }
   s.finish();
@@ -215,6 +217,97 @@ results::SequentialSpec read_sequential(const std::string& path, const toml::tab
     require(it != arms.end(), where(path, table), ": [experiment.sequential] needs a compared arm besides the baseline");
     q.primary = *it;
   }
+  s.finish();
+  return q;
+}
+
+// [pilot]: the grid, the compute and the rule (PilotSpec). The effect falls back to [experiment]'s.
+PilotSpec read_pilot(const std::string& path, const toml::table& table, const ProtocolFile& p) {
+  Section s(path, table, "pilot");
+  PilotSpec q;
+  const toml::node& seeds = s.get("seeds");
+  const toml::array* seed_list = seeds.as_array();
+  if (seed_list == nullptr) s.bad(seeds, "seeds", "must be an array of at least 3 integers (not study seeds)");
+  for (const auto& n : *seed_list) q.seeds.push_back(seed_value(s, n));
+  if (q.seeds.size() < 3)
+    s.bad(seeds, "seeds", concat("lists ", q.seeds.size(), " seeds; a pilot needs at least 3 (an sd of two has one degree of "
+                                 "freedom, and came out 7 times too small in attnres' first pilot)"));
+  const toml::node& lr = s.get("lr");
+  const toml::array* lrs = lr.as_array();
+  if (lrs == nullptr || lrs->empty()) s.bad(lr, "lr", "must be a non-empty array of learning rates");
+  for (const auto& n : *lrs) {
+    const auto v = n.value<double>();
+    if (!v || !(*v > 0 && *v < 1)) s.bad(n, "lr", "must list learning rates in (0, 1)");
+    q.lrs.push_back(*v);
+  }
+  if (const toml::node* shapes = s.find("shapes")) {
+    const toml::array* list = shapes->as_array();
+    if (list == nullptr) s.bad(*shapes, "shapes", "must be an array of arrays of settings, e.g. [[\"model.d_model=96\"]]");
+    for (const auto& shape : *list) {
+      const toml::array* settings = shape.as_array();
+      if (settings == nullptr) s.bad(shape, "shapes", "must list arrays of settings (\"model.key=value\" strings)");
+      std::vector<std::string> out;
+      for (const auto& setting : *settings) {
+        const auto v = setting.value<std::string>();
+        if (!v) s.bad(setting, "shapes", "must list settings as strings, e.g. \"model.n_layers=8\"");
+        TrainConfig probe = p.options.base;
+        apply_setting(probe, *v, where(path, setting));  // a bad key or value is named here
+        out.push_back(*v);
+      }
+      q.shapes.push_back(std::move(out));
+    }
+  }
+  const auto positive = [&](const char* key) {
+    const toml::node& n = s.get(key);
+    const double v = s.number(key, 0);
+    if (!(std::isfinite(v) && v > 0)) s.bad(n, key, "must be a positive number");
+    return v;
+  };
+  q.run_core_seconds = positive("run_core_seconds");
+  q.budget_core_hours = positive("budget_core_hours");
+  q.pilot_core_hours = positive("pilot_core_hours");
+  if (const toml::node* e = s.find("effect")) {
+    q.effect = s.number("effect", 0);
+    if (!(std::isfinite(q.effect) && q.effect > 0)) s.bad(*e, "effect", "must be a positive number of nats");
+  } else {
+    require(p.effect > 0, where(path, table), ": [pilot] needs 'effect' (nats, > 0), or an [experiment] 'effect': the "
+            "effect of interest, which the rule compares the noise floor with and the seeds are sized for");
+    q.effect = p.effect;
+  }
+  if (const toml::node* f = s.find("floor_fraction")) {
+    q.floor_fraction = s.number("floor_fraction", q.floor_fraction);
+    if (!(q.floor_fraction > 0 && q.floor_fraction <= 1)) s.bad(*f, "floor_fraction", "must be in (0, 1]");
+  }
+  if (const toml::node* c = s.find("sd_confidence")) {
+    q.sd_confidence = s.number("sd_confidence", q.sd_confidence);
+    if (!(q.sd_confidence >= 0.5 && q.sd_confidence < 1)) s.bad(*c, "sd_confidence", "must be in [0.5, 1)");
+  }
+  if (const toml::node* sp = s.find("spending")) {
+    q.spending = s.string("spending");
+    if (q.spending != "obrien-fleming" && q.spending != "pocock")
+      s.bad(*sp, "spending", concat("is '", q.spending, "'; expected \"obrien-fleming\" or \"pocock\""));
+  }
+  if (const toml::node* m = s.find("max_seeds")) {
+    q.max_seeds = static_cast<int>(s.integer("max_seeds", q.max_seeds));
+    if (q.max_seeds < 3 || q.max_seeds > 1000) s.bad(*m, "max_seeds", "must be from 3 to 1000");
+  }
+  if (const toml::node* b = s.find("probes_at_equal_compute")) {
+    const auto v = b->value<bool>();
+    if (!v) s.bad(*b, "probes_at_equal_compute", "must be true or false");
+    q.probes_at_equal_compute = *v;
+  }
+  if (const toml::node* t = s.find("throughput_steps")) {
+    q.throughput_steps = static_cast<int>(s.integer("throughput_steps", q.throughput_steps));
+    if (q.throughput_steps < 5) s.bad(*t, "throughput_steps", "must be at least 5");
+  }
+  q.out = s.string("out");
+  require(!q.out.empty(), where(path, table), ": [pilot] needs 'out': the protocol file the plan writes");
+  const std::vector<std::string>& arms = p.options.arms;
+  require(std::find(arms.begin(), arms.end(), twin_of(arms.front())) != arms.end(), where(path, table),
+          ": the study needs the baseline's twin '", twin_of(arms.front()),
+          "' among [experiment] arms: its noise floor is what the pilot measures and the study reports");
+  require(p.options.arms.size() >= 3, where(path, table), ": the study's arms must be the baseline, its twin and at "
+          "least one compared arm (the first non-twin after the baseline is the primary comparison)");
   s.finish();
   return q;
 }
@@ -280,6 +373,10 @@ ProtocolFile read_protocol(const std::string& path) {
   e.finish({"prepare", "noise", "sequential"});
   if (o.sequential && o.seeds.empty())  // no seeds listed: 1 .. max_seeds
     for (int s = 1; s <= o.sequential->max_seeds; ++s) o.seeds.push_back(static_cast<std::uint64_t>(s));
+  if (const toml::table* pilot = root.get_as<toml::table>("pilot")) {
+    p.pilot = read_pilot(path, *pilot, p);
+    if (o.seeds.empty()) o.seeds = p.pilot->seeds;  // the study's come from the plan
+  }
   require(!o.seeds.empty(), where(path, *ex), ": [experiment] needs 'seeds' (or an [experiment.sequential] table, "
           "whose max_seeds then gives seeds 1 .. max_seeds)");
   if (o.sequential)
@@ -302,8 +399,9 @@ ProtocolFile read_protocol(const std::string& path) {
       require(o.groups[i].name != o.groups[k].name, path, ": two groups are named '", o.groups[i].name, "'");
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    require(k == "experiment" || k == "model" || k == "train" || k == "controls" || k == "probe", where(path, node),
-            ": unknown table '", k, "' (expected [experiment], [model], [train], [controls], [[probe]])");
+    require(k == "experiment" || k == "model" || k == "train" || k == "controls" || k == "probe" || k == "pilot",
+            where(path, node), ": unknown table '", k,
+            "' (expected [experiment], [model], [train], [controls], [[probe]], [pilot])");
   }
   return p;
 }

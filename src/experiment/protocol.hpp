@@ -22,11 +22,35 @@ struct PrepareSpec {
   double test_fraction = 0.01;
 };
 
+// A pilot that plans the study ([pilot], `attnres plan`; experiment/planner.hpp): the study's
+// baseline and its twin, with these seeds, over a grid of learning rates and model shapes at equal
+// compute; the design is chosen by a rule fixed here, before any run.
+struct PilotSpec {
+  std::vector<std::uint64_t> seeds;                  // >= 3, not study seeds (1 .. max)
+  std::vector<double> lrs;                           // the learning-rate grid
+  std::vector<std::vector<std::string>> shapes;      // model settings per shape; empty: the file's model
+  double run_core_seconds = 0;   // one run's compute at the main budget, equal for every shape
+  double budget_core_hours = 0;  // the whole study's compute, to check the plan fits
+  double pilot_core_hours = 0;   // the pilot's own cap: a grid that needs more is refused
+  double effect = 0;             // the effect of interest (nats, > 0)
+  // The rule: the lowest mean validation NLL of the baseline among the settings whose noise floor
+  // (the twin's sd of ΔNLL at the final milestone) is below floor_fraction · effect and whose runs
+  // are all stable; the seeds from the sd's upper confidence limit at sd_confidence.
+  double floor_fraction = 1.0 / 3.0;
+  double sd_confidence = 0.8;
+  std::string spending = "obrien-fleming";
+  int max_seeds = 24;              // the plan's cap
+  bool probes_at_equal_compute = true;  // probes' budgets from their shapes' measured throughput
+  int throughput_steps = 40;       // steps of the throughput measurement per shape
+  std::string out;                 // the protocol file the plan writes
+};
+
 struct ProtocolFile {
   std::string path;
   ExperimentOptions options;  // base config, arms, seeds, groups, data; out_dir/worker/device left unset
   std::optional<PrepareSpec> prepare;
   double effect = results::kNotAvailable;  // the power analysis' user effect, when the file gives one
+  std::optional<PilotSpec> pilot;           // a pilot file's [pilot] (then 'seeds' may be left out)
 };
 
 // Reads and checks a protocol file. Errors name the file, the line and the key.

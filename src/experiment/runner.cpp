@@ -149,15 +149,17 @@ std::string growth(const results::ExperimentSpec& existing, const results::Exper
   return out;
 }
 
-// Writes experiment.json, or checks the one there: the same experiment, or a growth of it
-// (rewritten, the recorded runs reused). Rank 0 writes; the others check theirs against it.
+// Writes experiment.json, or checks the one there: the same experiment, a growth of it
+// (rewritten, the recorded runs reused), or a part of it (left as it is). Rank 0 writes; the others check theirs against it.
 void settle_spec(const ExperimentOptions& o, const ExperimentPlan& plan, dist::Communicator& comm, StatusLine& status) {
   const std::string spec_path = results::experiment_spec_path(o.out_dir);
   if (!comm.is_root()) comm.barrier();
   if (fs::exists(spec_path)) {
     const results::ExperimentSpec existing = results::read_experiment_spec(spec_path);
     const std::vector<ConfigDifference> differences = experiment_differences(existing, plan.spec, spec_path);
-    if (!differences.empty()) {
+    // A request for part of a recorded experiment (fewer seeds or arms, e.g. a rerun of the command
+    // that started an experiment which has grown since) runs its part and leaves experiment.json.
+    if (!differences.empty() && growth(plan.spec, existing, spec_path).empty()) {
       const std::string added = growth(existing, plan.spec, spec_path);
       require(!added.empty(), "'", o.out_dir, "' holds a different experiment: ", spec_path, " differs in ",
               describe_differences(differences, "experiment.json", "requested"),
@@ -272,11 +274,7 @@ bool run_share(const ExperimentOptions& o, const ExperimentPlan& plan, int seeds
     status.message(concat(run.label, ": ", progress.starting(left)));
     const auto start = std::chrono::steady_clock::now();
     const fs::path run_dir = fs::path(run.result_path).parent_path();
-    fs::create_directories(run_dir);
-    const std::string config_path = (run_dir / "run.toml").string();
-    write_text_atomically(config_path, to_toml(run.config));
-    const bool resume = !list_checkpoints(run_dir.string()).empty();
-    const int rc = train_in_child(config_path, o.data_dir, run_dir.string(), resume, run.label, child_threads, device);
+    const int rc = train_child(run.config, o.data_dir, run_dir.string(), run.label, child_threads, device);
     if (rc == 128 + SIGINT || rc == 128 + SIGTERM) return false;  // stopped by a signal; resumable
     require(rc == 0, "training ", run.label, " failed (exit status ", rc, "); its log is above, its files in '",
             run_dir.string(), "'; rerun the same command to resume");
@@ -315,6 +313,15 @@ bool sequential_stop(const ExperimentOptions& o, StatusLine& status) {
 }
 
 }  // namespace
+
+int train_child(const TrainConfig& config, const std::string& data_dir, const std::string& dir, const std::string& label,
+                int threads, const std::string& device) {
+  fs::create_directories(dir);
+  const std::string config_path = (fs::path(dir) / "run.toml").string();
+  write_text_atomically(config_path, to_toml(config));
+  const bool resume = !list_checkpoints(dir).empty();
+  return train_in_child(config_path, data_dir, dir, resume, label, threads, device);
+}
 
 bool run_experiment(const ExperimentOptions& options) {
   ExperimentOptions o = options;

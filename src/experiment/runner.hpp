@@ -18,4 +18,11 @@ namespace attnres::experiment {
 // child process (single-process, threads shared among the ranks on a machine).
 bool run_experiment(const ExperimentOptions& options);
 
+// Trains `config` into `dir` in a child process, as every run of an experiment trains: the config
+// written to DIR/run.toml, resumed when DIR holds checkpoints, `threads` (0: the child's default)
+// and `device` as given. Returns the child's exit status (0: finished; 128 + N: stopped by signal
+// N, resumable).
+int train_child(const TrainConfig& config, const std::string& data_dir, const std::string& dir, const std::string& label,
+                int threads = 0, const std::string& device = "cpu");
+
 }  // namespace attnres::experiment

@@ -138,6 +138,14 @@ TEST(Power, PairedTPowerMatchesStatsmodels) {
   EXPECT_THROW(paired_t_power(1.0, 0.0, 5), Error);
 }
 
+// A tiny sd (a twin that barely moved) makes the non-centrality huge; the power is then 1, not a
+// Boost rounding error (the pilot of `attnres plan` met it at lr 2e-3).
+TEST(Power, AHugeNonCentralityIsPowerOne) {
+  EXPECT_NEAR(paired_t_power(0.05, 1e-7, 3), 1.0, 1e-8);
+  EXPECT_NEAR(paired_t_power(0.05, 1e-9, 16), 1.0, 1e-12);
+  EXPECT_EQ(pairs_needed(0.05, 1e-9), 2);
+}
+
 TEST(Power, MinimalDetectableEffectMatchesIndependentIntegration) {
   // Bisection on the integrated power to 1e-10 (statsmodels' solve_power(effect_size=None, nobs=n,
   // alpha=0.05, power=0.8) agrees to 2e-6: its root finder stops earlier).

@@ -1,4 +1,4 @@
-#include "bench/machine.hpp"
+#include "util/machine.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <ctime>
 #include <fstream>
 
-namespace attnres::bench {
+namespace attnres {
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -45,4 +45,4 @@ double process_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-}  // namespace attnres::bench
+}  // namespace attnres

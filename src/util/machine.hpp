@@ -7,7 +7,7 @@
 
 #include "util/memory.hpp"  // proc_status_bytes, peak_rss_bytes
 
-namespace attnres::bench {
+namespace attnres {
 
 std::string cpu_model();     // /proc/cpuinfo's first "model name", or "unknown"
 int online_cores();          // sysconf(_SC_NPROCESSORS_ONLN)
@@ -20,4 +20,4 @@ std::string getenv_or(const char* name, const char* fallback);
 // CPU time of this process, all threads, in seconds.
 double process_cpu_seconds();
 
-}  // namespace attnres::bench
+}  // namespace attnres

@@ -1,0 +1,55 @@
+// `attnres plan`: the pilot that measures the noise floor and writes a study's protocol file.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "experiment/planner.hpp"
+#include "experiment/protocol.hpp"
+#include "util/error.hpp"
+
+namespace attnres::cli {
+namespace {
+
+struct PlanArgs {
+  std::string protocol, out, write, worker;
+};
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Plan a study from a pilot: measure each shape's throughput on this machine, train the baseline and its\n"
+      "twin (suffix ~) over a grid of learning rates and shapes at equal compute per run, pick the setting by\n"
+      "the rule of the pilot file (the lowest baseline NLL among settings whose noise floor is below a fraction\n"
+      "of the effect of interest), size sequential seeds from the upper confidence limit of the sd, and write\n"
+      "the study's protocol file with the pilot's tables in its header. Resumable; --worker K/N shares the runs.\n"
+      "See docs/experiments.md, \"Designing a study that can answer\".");
+  cmd->add_option("--protocol", a->protocol, "the pilot file: a protocol file with a [pilot] table")->required();
+  cmd->add_option("--out", a->out, "directory of the pilot's runs (default runs/<name>-pilot)");
+  cmd->add_option("--write", a->write, "the protocol file to write (default: [pilot] out)");
+  cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run from the K-th (0-based)");
+  cmd->callback([a] {
+    const experiment::ProtocolFile p = experiment::read_protocol(a->protocol);
+    require(p.pilot.has_value(), a->protocol, ": not a pilot file: it has no [pilot] table (see docs/experiments.md)");
+    experiment::PlanOptions o;
+    o.out_dir = a->out.empty() ? "runs/" + p.options.name + "-pilot" : a->out;
+    o.write_to = a->write;
+    parse_worker(a->worker, o.worker, o.workers);
+    o.stop = install_stop_handlers();
+    experiment::prepare_protocol_data(p, true);
+    const std::optional<experiment::PlanResult> r = experiment::run_pilot(p, o);
+    if (!r) {
+      std::printf("plan: stopped; rerun the same command to continue\n");
+      if (stop_signal() != 0) throw Interrupted{stop_signal()};
+      return;
+    }
+    std::printf("%s\nprotocol: %s\n", experiment::plan_report(p, *r).c_str(), r->protocol_path.c_str());
+  });
+}
+
+}  // namespace attnres::cli

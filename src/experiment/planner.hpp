@@ -1,0 +1,83 @@
+// `attnres plan`: a pilot that measures the noise floor and plans a study from it (issue #27).
+//
+// The pilot file is the study's protocol file with a [pilot] table (experiment/protocol.hpp's
+// PilotSpec). The pilot
+//  1. measures each model shape's training throughput on this machine (tokens per core-second,
+//     the study's thread count, as many runs at a time as workers), so that every shape gets the
+//     same compute per run, run_core_seconds;
+//  2. trains the baseline and its twin with the pilot's seeds at every (shape, learning rate) of
+//     the grid, at that per-run budget: the twin's ΔNLL is the noise floor of that setting;
+//  3. picks the setting by the rule fixed in the file before any run: the lowest mean validation
+//     NLL of the baseline among the settings whose floor (the twin's sd at the final milestone) is
+//     below floor_fraction · effect and whose runs are all stable;
+//  4. trains the primary arm at the chosen setting with the pilot's seeds (its NLL is never looked at
+//     to choose: only the spread of its differences sizes the study);
+//  5. sizes the sequential design from the one-sided upper confidence limit (chi-square) of the
+//     larger of the two sds, for 80% power at the effect of interest, and checks the study's compute
+//     against its budget;
+//  6. writes the study's protocol file, with the pilot's tables in its header comment.
+// Pilot runs are ordinary experiment directories under OUT (resumable, shared by workers).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiment/protocol.hpp"
+#include "experiment/sequential.hpp"
+
+namespace attnres::experiment {
+
+struct PlanOptions {
+  std::string out_dir;  // the pilot's runs
+  std::string write_to;  // the protocol file to write; "" = [pilot] out
+  int worker = 0, workers = 1;
+  const std::atomic<bool>* stop = nullptr;
+  bool progress = true;
+};
+
+struct ShapeThroughput {
+  std::string label;                  // "shape0", or "probe-<name>"
+  std::vector<std::string> settings;  // over the file's configuration
+  double tokens_per_core_second = 0;
+  std::int64_t tokens = 0;            // run_core_seconds' worth, in whole steps
+};
+
+struct PilotPoint {
+  int shape = 0;
+  double lr = 0;
+  std::string label, dir;
+  int seeds = 0;                          // finished in both the baseline and its twin
+  std::vector<std::int64_t> milestones;   // validation milestones (tokens)
+  std::vector<double> floor_sd, floor_mean;  // the twin's ΔNLL per milestone
+  double baseline_nll = 0, baseline_sd = 0;  // final validation NLL of the baseline over the seeds
+  int unstable_runs = 0;
+  bool eligible = false;                  // meets the rule
+};
+
+struct PlanResult {
+  std::vector<ShapeThroughput> shapes;  // the grid's shapes, then the probes'
+  std::vector<PilotPoint> points;
+  int chosen = -1;
+  bool rule_met = false;  // a point was eligible (else the lowest floor was chosen, and the plan says so)
+  double sd_floor = 0, sd_primary = 0, sd_plan = 0;
+  SeedPlan plan;                 // at the cap when the power target needs more seeds
+  bool capped = false;
+  double core_seconds_per_seed = 0;
+  int seeds_that_fit = 0;
+  std::string protocol_path;
+  std::string protocol_text;
+};
+
+// Runs (or resumes) this worker's share of the pilot and, once every worker's runs are done, plans
+// and writes the protocol (every worker computes the same plan; the write is atomic). Returns the
+// plan, or nothing when stopped by a signal (rerun to continue). Errors before any training: a
+// grid whose runs need more than pilot_core_hours, a pilot file that is not one.
+std::optional<PlanResult> run_pilot(const ProtocolFile& pilot, const PlanOptions& options);
+
+// The pilot's tables and the chosen design, as the protocol's header comment and `plan` print them.
+std::string plan_report(const ProtocolFile& pilot, const PlanResult& result);
+
+}  // namespace attnres::experiment
