@@ -13,6 +13,7 @@
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_train.hpp"
 #include "train/train_config.hpp"
+#include "util/dir_lock.hpp"
 #include "util/error.hpp"
 #include "util/threads.hpp"
 
@@ -35,14 +36,7 @@ struct PrepareArgs {
 // directory, with any parents, when this run created it; else the tokenizer it trained there.
 class OutputCleanup {
  public:
-  explicit OutputCleanup(const std::string& out) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (fs::path p = fs::absolute(out, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-      created_ = p;
-      if (p == p.parent_path()) break;
-    }
-  }
+  explicit OutputCleanup(const std::string& out) : created_(first_missing_directory(out)) {}
   ~OutputCleanup() {
     if (done_) return;
     std::error_code ec;  // best effort: the error that brought us here is what the user sees

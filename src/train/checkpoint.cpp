@@ -64,6 +64,15 @@ RunFiles::RunFiles(const std::string& out_dir)
       weights((fs::path(out_dir) / "model.safetensors").string()),
       result(results::train_result_path(out_dir)) {}
 
+bool holds_run_files(const std::string& dir) {
+  const RunFiles files(dir);
+  std::error_code ec;
+  for (const std::string& path : {files.config, files.metrics, files.weights, files.result,
+                                  (fs::path(dir) / "run.toml").string()})
+    if (fs::exists(path, ec)) return true;
+  return !files.checkpoints().empty();
+}
+
 std::string RunFiles::checkpoint(std::int64_t step) const { return (fs::path(dir) / checkpoint_file_name(step)).string(); }
 std::vector<CheckpointFile> RunFiles::checkpoints() const { return list_checkpoints(dir); }
 std::string RunFiles::checkpoint_pattern() const { return (fs::path(dir) / kCheckpointPattern).string(); }

@@ -50,6 +50,13 @@ struct RunFiles {
   std::string checkpoint_pattern() const;              // DIR/checkpoint-STEP.safetensors, for messages
 };
 
+// The lock file held by the process writing a run directory (`attnres train`; util/dir_lock.hpp).
+inline constexpr const char* kRunLockFile = ".lock";
+
+// True when `dir` holds a file of a training run: one of RunFiles', a checkpoint, or the run.toml
+// that `attnres experiment` writes into a run's directory before it trains it there.
+bool holds_run_files(const std::string& dir);
+
 // The training state that is not in the weights: everything resume needs.
 struct TrainState {
   std::int64_t step = 0;

@@ -3,8 +3,6 @@
 // result file's schema (results/train_result.hpp) and the instability rule (results/instability.hpp).
 #include "train/trainer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +20,7 @@
 #include "train/train_log.hpp"
 #include "train/train_step.hpp"
 #include "util/atomic_file.hpp"
+#include "util/dir_lock.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
 #include "util/threads.hpp"
@@ -110,20 +109,6 @@ std::string unstable_message(const results::Instability& s) {
                 " nats above the median of the ", s.spike_window, " steps before it (", results::kUnstableRule, ")");
 }
 
-// --out must be a directory (or not exist yet, with a parent that can hold it).
-void check_run_directory(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(dir, ec);
-  if (fs::exists(status)) {
-    require(fs::is_directory(status), "--out '", dir, "' exists and is not a directory");
-  } else {
-    fs::create_directories(dir, ec);
-    require(!ec, "cannot create the run directory '", dir, "': ", ec.message());
-  }
-  require(::access(dir.c_str(), W_OK) == 0, "the run directory '", dir, "' is not writable");
-}
-
 // `--resume` of a run that has its train_result.json: nothing to train, nothing written.
 TrainResult finished_run(const RunFiles& files, const TrainConfig& config, dist::Communicator& comm) {
   TrainResult r;
@@ -151,7 +136,8 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   const Geometry geo = make_geometry(config, comm);
   const RunFiles files(opt.out_dir);
   const std::string config_toml = to_toml(config);
-  if (comm.is_root()) check_run_directory(files.dir);
+  // --out is a directory (or can be created as one) that this process can write.
+  if (comm.is_root()) make_output_directory(files.dir, "the run directory");
   // A finished run is not trained again: its result stays as it was.
   if (comm.any(comm.is_root() && opt.resume && std::filesystem::exists(files.result)))
     return finished_run(files, config, comm);

@@ -1,0 +1,205 @@
+// What a newcomer can do to a run or an experiment by mistake (issue #31): two writers of one
+// directory, --out in the wrong place, resuming on other data, settings an experiment overrides,
+// eval of compressed or JSONL text, a small single text to prepare.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/cli_util.hpp"
+#include "common/tiny_model.hpp"
+#include "util/dir_lock.hpp"
+
+using namespace attnres::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 8 steps of 4 x 32 tokens of a model small enough for tests.
+const std::string kTiny = kTinyModel + " --set train.tokens=1024 --set train.eval_tokens=256 "
+                                       "--set train.checkpoint_every=4 --set train.threads=1";
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void expect_user_error(const std::string& args, const std::vector<std::string>& parts) {
+  const CliResult r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+  for (const auto& p : parts) EXPECT_TRUE(contains(r.output, p)) << args << "\nwanted: " << p << "\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "internal error")) << args << "\n" << r.output;
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Starts `attnres ARGS` (split at spaces) as a child of this process, its output in `log`.
+pid_t start_cli(const std::string& args, const std::string& log) {
+  std::vector<std::string> words = {ATTNRES_BINARY};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Synthetic data shared by the tests of this file.
+class CliSafety : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("attnres_cli_safety");
+    prepare_synthetic_data(dir_->path());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string data() { return dir_->str("data"); }
+  static std::string corpus() { return dir_->str("corpus"); }
+  static TempDir* dir_;
+};
+TempDir* CliSafety::dir_ = nullptr;
+
+}  // namespace
+
+// Finding 1: a second writer of a run directory is refused, naming the holder; a lock file left by
+// a killed process does not block.
+TEST_F(CliSafety, ASecondWriterOfARunIsRefused) {
+  TempDir runs("attnres_safety_run_lock");
+  const fs::path run = runs.path() / "run";
+  const std::string train = "train " + kTiny + " --data " + data() + " --out " + run.string();
+  fs::create_directories(run);
+  {
+    const attnres::DirLock held(run.string(), ".lock", "");
+    expect_user_error(train, {"'" + run.string() + "' is in use by process " + std::to_string(::getpid()),
+                              (run / ".lock").string(), "another 'attnres train'"});
+    EXPECT_EQ(entries(run), std::vector<std::string>{".lock"}) << "the refused process wrote nothing";
+  }
+  // A lock file whose process is gone (here: its id is not a running process) is no obstacle.
+  std::ofstream(run / ".lock") << "999999999\n";
+  const CliResult r = run_cli(train + " --stop-at-step 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(run / ".lock")) << "a process removes its lock file when it ends";
+
+  // A process killed while it trains leaves its lock file behind, which does not block either.
+  const fs::path other = runs.path() / "long";
+  const std::string long_run = "train " + kTiny + " --set train.tokens=10000000 --data " + data() + " --out " +
+                               other.string();
+  const std::string log = runs.str("killed.log");
+  const pid_t trainer = start_cli(long_run, log);
+  ASSERT_GT(trainer, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (attnres::lock_holder((other / ".lock").string()) != trainer &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(attnres::lock_holder((other / ".lock").string()), trainer) << read_file(log);
+  expect_user_error(long_run + " --resume", {"in use by process " + std::to_string(trainer)});
+  ::kill(trainer, SIGKILL);
+  ::waitpid(trainer, nullptr, 0);
+  ASSERT_TRUE(fs::exists(other / ".lock"));  // left behind by the killed process
+  const CliResult resumed = run_cli(long_run + " --resume --stop-at-step 1");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+// Finding 1: two `experiment` processes on one directory: the second is refused and pointed at
+// --worker, while two workers of one experiment share it.
+TEST_F(CliSafety, ASecondExperimentIsRefusedButWorkersShareOne) {
+  TempDir runs("attnres_safety_exp_lock");
+  const fs::path out = runs.path() / "exp";
+  const std::string experiment =
+      "experiment " + kTiny + " --arms block,rd --seeds 1,2 --data " + data() + " --out " + out.string();
+  fs::create_directories(out);
+  {
+    const attnres::DirLock held(out.string(), ".lock-worker-0-of-1", "");
+    expect_user_error(experiment, {"'" + out.string() + "' is in use by process " + std::to_string(::getpid()),
+                                   "--worker 0/2 and --worker 1/2"});
+    EXPECT_FALSE(fs::exists(out / "runs"));
+  }
+  {
+    const attnres::DirLock held(out.string(), ".lock-worker-1-of-2", "");
+    expect_user_error(experiment + " --worker 1/2", {"in use by process", "worker 1/2", "its own --worker"});
+  }
+  // Two workers at the same time, on the same directory: both run their share, together all.
+  const CliResult both = run_shell("(" + std::string(ATTNRES_BINARY) + " " + experiment + " --worker 0/2 > " +
+                                   runs.str("w0.log") + " 2>&1; echo w0=$? >> " + runs.str("w0.log") + ") & " +
+                                   ATTNRES_BINARY + " " + experiment + " --worker 1/2 > " + runs.str("w1.log") +
+                                   " 2>&1; echo w1=$?; wait; cat " + runs.str("w0.log"));
+  EXPECT_TRUE(contains(both.output, "w0=0")) << both.output << read_file(runs.path() / "w1.log");
+  EXPECT_TRUE(contains(both.output, "w1=0")) << both.output << read_file(runs.path() / "w1.log");
+  for (const char* arm : {"block", "rd"})
+    for (int seed : {1, 2})
+      EXPECT_TRUE(fs::exists(out / "runs" / arm / ("seed-" + std::to_string(seed)) / "result.json")) << arm << seed;
+  const CliResult summary = run_cli(experiment);  // everything done: the summary
+  EXPECT_EQ(summary.exit_code, 0) << summary.output;
+  EXPECT_TRUE(contains(summary.output, "summary: ")) << summary.output;
+}
+
+// Finding 3: --out must be new, empty or attnres' own kind of directory.
+TEST_F(CliSafety, OutMustBeEmptyOrOfItsKind) {
+  TempDir runs("attnres_safety_out");
+  const std::vector<std::string> before = entries(corpus());
+  expect_user_error("train " + kTiny + " --data " + data() + " --out " + corpus(),
+                    {"--out '" + corpus() + "' is not empty and is not an attnres run directory", "doc0.txt"});
+  expect_user_error("experiment " + kTiny + " --seeds 1 --data " + data() + " --out " + corpus(),
+                    {"--out '" + corpus() + "' is not empty and is not an attnres experiment directory", "doc0.txt"});
+  EXPECT_EQ(entries(corpus()), before) << "nothing written into the corpus";
+  // A run is not an experiment's directory, nor an experiment a run's.
+  const std::string run = runs.str("run");
+  ASSERT_EQ(run_cli("train " + kTiny + " --data " + data() + " --out " + run + " --stop-at-step 1").exit_code, 0);
+  expect_user_error("experiment " + kTiny + " --seeds 1 --data " + data() + " --out " + run,
+                    {"not an attnres experiment directory", "config.toml"});
+  const std::string exp = runs.str("exp");
+  fs::create_directories(runs.path() / "exp" / "runs");
+  expect_user_error("train " + kTiny + " --data " + data() + " --out " + exp, {"not an attnres run directory", "runs/"});
+  // Hidden files (a .gitkeep, a stale lock) do not count.
+  fs::create_directories(runs.path() / "hidden");
+  std::ofstream(runs.path() / "hidden" / ".gitkeep") << "";
+  EXPECT_EQ(run_cli("train " + kTiny + " --data " + data() + " --out " + runs.str("hidden") + " --stop-at-step 1")
+                .exit_code,
+            0);
+}
+
+// Finding 3: filesystem errors of --out are user errors that say what failed, for experiment as
+// for train; a train that fails leaves no --out it created behind.
+TEST_F(CliSafety, OutErrorsArePlainAndFailuresLeaveNothing) {
+  TempDir runs("attnres_safety_out_errors");
+  expect_user_error("experiment " + kTiny + " --seeds 1 --data " + data() + " --out /proc/attnres-x",
+                    {"cannot create the experiment directory '/proc/attnres-x'"});
+  const std::string file = runs.str("a_file");
+  std::ofstream(file) << "x";
+  expect_user_error("experiment " + kTiny + " --seeds 1 --data " + data() + " --out " + file, {file, "not a directory"});
+  expect_user_error("experiment " + kTiny + " --seeds 1 --data " + data() + " --out " + file + "/exp",
+                    {"cannot create the experiment directory", file + "/exp"});
+  // The device is checked after the directory is made: the directory (and its new parent) go again.
+  expect_user_error("train " + kTiny + " --device tpu --data " + data() + " --out " + runs.str("new/run"),
+                    {"--device"});
+  EXPECT_FALSE(fs::exists(runs.path() / "new"));
+  // A directory that existed stays, as it was.
+  fs::create_directories(runs.path() / "mine");
+  expect_user_error("train " + kTiny + " --device tpu --data " + data() + " --out " + runs.str("mine"), {"--device"});
+  EXPECT_TRUE(fs::is_directory(runs.path() / "mine"));
+  EXPECT_TRUE(entries(runs.path() / "mine").empty());
+  // The same for an experiment that fails before its first run.
+  expect_user_error("experiment " + kTiny + " --seeds 1,1 --data " + data() + " --out " + runs.str("new/exp"),
+                    {"listed twice"});
+  EXPECT_FALSE(fs::exists(runs.path() / "new"));
+}
