@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
 #include "results/run_result.hpp"
 #include "train/evaluate.hpp"
@@ -43,18 +44,6 @@ TrainConfig group_config(const TrainConfig& base, const GroupOptions& g) {
   if (g.tokens > 0) c.tokens = g.tokens;
   c.validate();
   return c;
-}
-
-// What identifies a prepared dataset whatever its path: the tokenizer's content hash and the
-// token count of every split.
-nlohmann::json dataset_identity(const std::string& dir) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const char* split : {"train", "val", "test"}) {
-    const data::TokenDataset d = data::TokenDataset::open(dir, split, {false, nullptr});
-    if (j.empty()) j["tokenizer_hash"] = d.tokenizer_hash();
-    j[std::string(split) + "_tokens"] = d.num_tokens();
-  }
-  return j;
 }
 
 }  // namespace
@@ -122,7 +111,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     spec.name = o.name;
     spec.description = o.description;
     spec.data = o.data_dir;
-    spec.dataset = dataset_identity(o.data_dir);
+    spec.dataset = data::dataset_identity(o.data_dir);
   }
 
   std::vector<TrainConfig> group_configs;

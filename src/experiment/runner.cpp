@@ -9,6 +9,7 @@
 #include <string_view>
 #include <nlohmann/json.hpp>
 
+#include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/routing.hpp"
@@ -104,6 +105,12 @@ std::vector<ConfigDifference> experiment_differences(const results::ExperimentSp
   } catch (const Error& e) {
     out.push_back({"configuration", concat("unreadable by this version (", e.what(), ")"), "readable"});
     return out;
+  }
+  // The dataset by the keys its record has (an older attnres recorded fewer).
+  if (a.contains("dataset") && b.contains("dataset")) {
+    for (ConfigDifference d : data::dataset_identity_differences(a["dataset"], b["dataset"]))
+      out.push_back({"dataset." + d.key, std::move(d.a), std::move(d.b)});
+    a["dataset"] = b["dataset"];
   }
   json_differences(a, b, "", out);
   return out;

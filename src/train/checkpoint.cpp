@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 
+#include "data/dataset_identity.hpp"
 #include "model/safetensors.hpp"
 #include "results/train_result.hpp"
 #include "util/atomic_file.hpp"
@@ -79,7 +80,7 @@ std::string RunFiles::checkpoint_pattern() const { return (fs::path(dir) / kChec
 
 namespace {
 
-nlohmann::json state_to_json(const TrainState& s, const std::string& config_toml) {
+nlohmann::json state_to_json(const TrainState& s, const std::string& config_toml, const nlohmann::json& dataset) {
   nlohmann::json m = nlohmann::json::array();
   for (const auto& x : s.milestones) m.push_back({{"step", x.step}, {"tokens", x.tokens}, {"val_nll", x.val_nll}});
   // [tokens, loss, grad_norm]: the norm null where unknown.
@@ -87,7 +88,7 @@ nlohmann::json state_to_json(const TrainState& s, const std::string& config_toml
   for (const auto& p : s.curve) c.push_back({p.tokens, p.train_loss, results::number_or_null(p.grad_norm)});
   return {{"step", s.step},           {"loader", s.loader},  {"metrics_bytes", s.metrics_bytes},
           {"milestones", m},          {"curve", c},          {"finished", s.finished},
-          {"config", config_toml}};
+          {"config", config_toml},    {"dataset", dataset}};
 }
 
 TrainState state_from_json(const nlohmann::json& j, const std::string& path) {
@@ -121,13 +122,14 @@ struct StoredCheckpoint {
   // Why the run cannot resume from it at all (another tokenizer or configuration than the
   // requested; the older checkpoints share it); empty when none.
   std::string refusal;
+  bool data_unchecked = false;  // written before checkpoints recorded their data
 };
 
 // Reads and verifies one checkpoint; an Error says why it is not usable (its digests, values or
 // state). A checkpoint written with another tokenizer or configuration is read: the caller
 // refuses it.
 StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& layout, const TrainConfig& config,
-                                 const RunFiles& files, const data::Tokenizer& tokenizer, const std::string& data_dir) {
+                                 const RunFiles& files, const data::Tokenizer& tokenizer, const RunDataset& dataset) {
   const SafetensorsFile f = read_safetensors(ckpt);
   require(f.metadata.count("state") == 1, "'", ckpt, "' has no training state");
   StoredCheckpoint stored;
@@ -142,8 +144,23 @@ StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& lay
   state_from_json(sj, ckpt);  // readable before it is chosen
   // The tokenizer first: data of another tokenizer shows in the configuration too (a vocabulary
   // of another size), but that is not what to fix.
-  stored.refusal = tokenizer_mismatch(f.metadata, ckpt, tokenizer, data_dir);
+  stored.refusal = tokenizer_mismatch(f.metadata, ckpt, tokenizer, dataset.dir);
   if (!stored.refusal.empty()) return stored;
+  // Then the data, by content: a run resumed on another corpus (even with the same tokenizer)
+  // would silently continue on it.
+  const auto recorded = sj.find("dataset");
+  if (recorded == sj.end()) {
+    stored.data_unchecked = true;
+  } else {
+    const std::vector<ConfigDifference> data = data::dataset_identity_differences(*recorded, dataset.identity);
+    if (!data.empty()) {
+      stored.refusal = concat("'", ckpt, "' was trained on other data than '", dataset.dir, "': ",
+                              describe_differences(data, "checkpoint", "--data"),
+                              "; resume with the --data the run started with (datasets are matched by content, not "
+                              "path: docs/data.md, \"Dataset identity\")");
+      return stored;
+    }
+  }
   // Compared as configurations, not text: a checkpoint written before a key existed lacks it,
   // and the key takes its default.
   const TrainConfig stored_config = parse_toml_config(sj.value("config", std::string()), ckpt + " (its configuration)");
@@ -172,12 +189,12 @@ StoredCheckpoint read_checkpoint(const std::string& ckpt, const ParamLayout& lay
 // older ones were written with the same.
 StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& checkpoints, const ParamLayout& layout,
                                             const TrainConfig& config, const RunFiles& files,
-                                            const data::Tokenizer& tokenizer, const std::string& data_dir) {
+                                            const data::Tokenizer& tokenizer, const RunDataset& dataset) {
   std::vector<std::string> skipped;  // the reason of each, in order
   for (const CheckpointFile& c : checkpoints) {
     std::optional<StoredCheckpoint> stored;
     try {
-      stored = read_checkpoint(c.path, layout, config, files, tokenizer, data_dir);
+      stored = read_checkpoint(c.path, layout, config, files, tokenizer, dataset);
     } catch (const Error& e) {
       // The readers' errors name the file; one that does not gets its name here.
       const std::string_view what = e.what();
@@ -187,6 +204,11 @@ StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& c
       continue;
     }
     require(stored->refusal.empty(), stored->refusal);
+    if (stored->data_unchecked)
+      std::fprintf(stderr,
+                   "attnres: note: '%s' records no dataset identity (written before attnres recorded one): resuming "
+                   "without checking that '%s' is the data the run started on\n",
+                   c.path.c_str(), dataset.dir.c_str());
     return std::move(*stored);
   }
   std::string list;
@@ -225,14 +247,14 @@ void prune_checkpoints(const RunFiles& files, int keep, std::int64_t step, bool 
 
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
                      const HostTrainState& host, const TrainState& state, const std::string& config_toml,
-                     const data::Tokenizer& tokenizer) {
+                     const RunDataset& dataset, const data::Tokenizer& tokenizer) {
   const std::vector<TensorRef> tensors = {
       {"params", DType::F32, {layout.total()}, host.params.data()},
       {"adam.m", DType::F32, {layout.total()}, host.m.data()},
       {"adam.v", DType::F32, {layout.total()}, host.v.data()},
   };
   write_safetensors(files.checkpoint(state.step),
-                    {{"state", state_to_json(state, config_toml).dump()},
+                    {{"state", state_to_json(state, config_toml, dataset.identity).dump()},
                      {"config", nlohmann::json(config.model).dump()},
                      {"adam_steps", std::to_string(host.adam_steps)},
                      {"tokenizer", tokenizer.spec()},
@@ -257,7 +279,7 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
 }
 
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,
-                         const data::Tokenizer& tokenizer, const std::string& data_dir, bool resume,
+                         const data::Tokenizer& tokenizer, const RunDataset& dataset, bool resume,
                          TrainBackend& backend, dist::Communicator& comm) {
   StoredCheckpoint stored;  // on rank 0 while resuming; the others receive it below
   if (comm.is_root()) {
@@ -266,7 +288,7 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
             "' already holds a training run; pass --resume to continue it, or choose another --out");
     fs::create_directories(files.dir);
     if (!checkpoints.empty())
-      stored = newest_verified_checkpoint(checkpoints, backend.layout(), config, files, tokenizer, data_dir);
+      stored = newest_verified_checkpoint(checkpoints, backend.layout(), config, files, tokenizer, dataset);
     else create_run(files, config_toml);
   }
   comm.broadcast(stored.state_text);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -69,6 +70,13 @@ struct TrainState {
   bool finished = false;
 };
 
+// The data a run trains on: --data, for messages, and its identity (data/dataset_identity.hpp),
+// which every checkpoint records so that a resume on other data is refused.
+struct RunDataset {
+  std::string dir;
+  nlohmann::json identity;
+};
+
 // Writes checkpoint-STEP.safetensors (weights, AdamW moments and the state, in one file so it can
 // never disagree with itself) and model.safetensors (the weights for eval and sample), each
 // atomically and each with the tokenizer's spec and content hash as metadata "tokenizer" and
@@ -77,7 +85,7 @@ struct TrainState {
 // because they did not verify: this run is recomputing their steps).
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
                      const HostTrainState& host, const TrainState& state, const std::string& config_toml,
-                     const data::Tokenizer& tokenizer);
+                     const RunDataset& dataset, const data::Tokenizer& tokenizer);
 
 struct RunStart {
   TrainState state;      // step 0 for a new run
@@ -90,11 +98,12 @@ struct RunStart {
 // rank 0 takes the newest checkpoint that verifies (digests, finite values, a readable state),
 // saying on stderr which newer ones it skipped and why (an error listing them all when none
 // does), refuses one written with another tokenizer than `tokenizer` (that of the data in
-// `data_dir`, tokenizer_mismatch) or another configuration, and hands weights, moments and state
-// to the other ranks (so only rank 0 needs the run directory); metrics.jsonl is cut back to the
-// checkpoint's length.
+// `dataset.dir`, tokenizer_mismatch), on other data (dataset.identity; a checkpoint of an attnres
+// that did not record its data yet is resumed, with a note) or with another configuration, and
+// hands weights, moments and state to the other ranks (so only rank 0 needs the run directory);
+// metrics.jsonl is cut back to the checkpoint's length.
 RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const std::string& config_toml,
-                         const data::Tokenizer& tokenizer, const std::string& data_dir, bool resume,
+                         const data::Tokenizer& tokenizer, const RunDataset& dataset, bool resume,
                          TrainBackend& backend, dist::Communicator& comm);
 
 // Why weights or a checkpoint (their safetensors `metadata`, read from `path`) do not go with data

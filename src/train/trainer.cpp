@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
 #include "results/instability.hpp"
 #include "results/train_result.hpp"
@@ -157,7 +158,9 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
       make_train_backend(opt.device, config, geo.micro_batch, geo.local_micro, comm);
   data::BatchLoader loader(train_data, config.batch_size, config.seq_len, config.data_seed, comm.rank(), comm.world());
   const std::int64_t total_steps = config.total_steps();
-  RunStart start = start_or_resume(files, config, config_toml, *tokenizer, opt.data_dir, opt.resume, *backend, comm);
+  // Recorded in every checkpoint: --resume on other data is refused.
+  const RunDataset dataset{opt.data_dir, comm.is_root() ? data::dataset_identity(opt.data_dir) : nlohmann::json()};
+  RunStart start = start_or_resume(files, config, config_toml, *tokenizer, dataset, opt.resume, *backend, comm);
   TrainState& state = start.state;
   if (start.resumed) {
     loader.seek(state.loader);
@@ -186,7 +189,7 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
     state.loader = loader.position();
     if (!comm.is_root()) return;
     state.metrics_bytes = static_cast<std::int64_t>(std::filesystem::file_size(files.metrics));
-    save_checkpoint(files, config, backend->layout(), backend->host_state(), state, config_toml, *tokenizer);
+    save_checkpoint(files, config, backend->layout(), backend->host_state(), state, config_toml, dataset, *tokenizer);
   };
 
   while (state.step < total_steps) {

@@ -19,7 +19,10 @@
 
 #include "common/cli_util.hpp"
 #include "common/tiny_model.hpp"
+#include "data/dataset_identity.hpp"
+#include "model/safetensors.hpp"
 #include "util/dir_lock.hpp"
+#include "util/rng.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -63,6 +66,27 @@ pid_t start_cli(const std::string& args, const std::string& log) {
     ::_exit(127);
   }
   return pid;
+}
+
+// A JSONL corpus of 60 documents with ids, prepared with the bytes tokenizer into `out`: the split
+// goes by id, so `letters` (the words' alphabet) changes the tokens but not the split sizes.
+void prepare_lettered(const fs::path& dir, const std::string& name, const std::string& letters) {
+  const fs::path jsonl = dir / (name + ".jsonl");
+  {
+    std::ofstream out(jsonl);
+    attnres::Rng rng(5);
+    for (int d = 0; d < 60; ++d) {
+      std::string text;
+      for (int w = 0; w < 300; ++w) {
+        for (int c = 0; c < 5; ++c) text += letters[rng.below(static_cast<std::uint64_t>(letters.size()))];
+        text += ' ';
+      }
+      out << nlohmann::json{{"id", d}, {"text", text}}.dump() << "\n";
+    }
+  }
+  const CliResult r = run_cli("prepare --input " + jsonl.string() + " --tokenizer bytes --val-fraction 0.15 "
+                              "--test-fraction 0.15 --quiet --out " + (dir / name).string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
 // Synthetic data shared by the tests of this file.
@@ -202,4 +226,77 @@ TEST_F(CliSafety, OutErrorsArePlainAndFailuresLeaveNothing) {
   expect_user_error("experiment " + kTiny + " --seeds 1,1 --data " + data() + " --out " + runs.str("new/exp"),
                     {"listed twice"});
   EXPECT_FALSE(fs::exists(runs.path() / "new"));
+}
+
+// Finding 2: a run records its data; --resume on other data (the same tokenizer and split sizes,
+// other tokens) is refused naming both identities, and a checkpoint of an older attnres, which
+// recorded none, still resumes, with a note.
+TEST_F(CliSafety, ResumeOnOtherDataIsRefused) {
+  TempDir dir("attnres_safety_other_data");
+  prepare_lettered(dir.path(), "a", "abcdefgh");
+  prepare_lettered(dir.path(), "b", "stuvwxyz");
+  const nlohmann::json a = attnres::data::dataset_identity(dir.str("a"));
+  const nlohmann::json b = attnres::data::dataset_identity(dir.str("b"));
+  ASSERT_EQ(a.at("train_tokens"), b.at("train_tokens"));
+  ASSERT_EQ(a.at("tokenizer_hash"), b.at("tokenizer_hash"));
+  ASSERT_NE(a.at("content_hash"), b.at("content_hash"));
+
+  const std::string run = dir.str("run");
+  const std::string train = "train " + kTiny + " --out " + run + " --data ";
+  ASSERT_EQ(run_cli(train + dir.str("a") + " --stop-at-step 4").exit_code, 0);
+  const std::string checkpoint = newest_checkpoint(run).string();
+  const std::string before = read_file(checkpoint);
+  expect_user_error(train + dir.str("b") + " --resume",
+                    {"'" + checkpoint + "' was trained on other data than '" + dir.str("b") + "'",
+                     "content_hash = " + a.at("content_hash").dump() + " (checkpoint) vs " +
+                         b.at("content_hash").dump() + " (--data)"});
+  EXPECT_EQ(read_file(checkpoint), before);
+  const CliResult same = run_cli(train + dir.str("a") + " --resume --stop-at-step 5");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_FALSE(contains(same.output, "note:")) << same.output;
+
+  // As written before checkpoints recorded their data: no "dataset" in the state.
+  for (const attnres::CheckpointFile& c : attnres::list_checkpoints(run)) {
+    attnres::SafetensorsFile f = attnres::read_safetensors(c.path);
+    nlohmann::json state = nlohmann::json::parse(f.metadata.at("state"));
+    ASSERT_EQ(state.erase("dataset"), 1u);
+    f.metadata["state"] = state.dump();
+    std::vector<attnres::TensorRef> refs;
+    for (const auto& [name, t] : f.tensors) refs.push_back({name, t.dtype, t.shape, t.bytes.data()});
+    attnres::write_safetensors(c.path, f.metadata, refs);
+  }
+  const std::string newest = newest_checkpoint(run).string();
+  const CliResult old = run_cli(train + dir.str("a") + " --resume");
+  ASSERT_EQ(old.exit_code, 0) << old.output;
+  EXPECT_TRUE(contains(old.output, "note: '" + newest + "' records no dataset identity")) << old.output;
+}
+
+// Finding 2: the same identity in a protocol experiment's experiment.json: one recorded by an older
+// attnres (without content_hash) still matches; other data of the same sizes does not.
+TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
+  TempDir dir("attnres_safety_protocol_data");
+  prepare_lettered(dir.path(), "a", "abcdefgh");
+  prepare_lettered(dir.path(), "b", "stuvwxyz");
+  // The protocol names one data directory; its contents are replaced below.
+  fs::rename(dir.path() / "a", dir.path() / "data");
+  const std::string protocol = dir.str("p.toml");
+  std::ofstream(protocol) << "[experiment]\nname = \"p\"\ndata = \"" << dir.str("data")
+                          << "\"\nseeds = [1]\narms = [\"block\", \"rd\"]\n\n[model]\nd_model = 32\nn_layers = 2\n"
+                             "n_heads = 2\nmlp_hidden = 64\nn_blocks = 2\n\n[train]\nseq_len = 32\nbatch_size = 4\n"
+                             "tokens = 512\neval_tokens = 256\nthreads = 1\n";
+  const std::string out = dir.str("exp");
+  const std::string experiment = "experiment --protocol " + protocol + " --out " + out;
+  ASSERT_EQ(run_cli(experiment).exit_code, 0);
+  const fs::path spec_path = fs::path(out) / "experiment.json";
+  const std::string written = read_file(spec_path);
+  nlohmann::json spec = nlohmann::json::parse(written);
+  ASSERT_TRUE(spec.at("dataset").contains("content_hash")) << spec.dump(1);
+  spec["dataset"].erase("content_hash");
+  std::ofstream(spec_path) << spec.dump(2);
+  const CliResult again = run_cli(experiment);
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  std::ofstream(spec_path) << written;
+  fs::rename(dir.path() / "data", dir.path() / "a");
+  fs::rename(dir.path() / "b", dir.path() / "data");
+  expect_user_error(experiment, {"differs in dataset.content_hash = ", "(experiment.json) vs"});
 }
