@@ -92,15 +92,22 @@ void register_experiment_command(CLI::App& app) {
     } else {
       require(!a->data.empty(), "--data is required (or give --protocol FILE)");
       require(!a->out.empty(), "--out is required");
-      // Every run sets these itself (its arm and seed): a --set of them would be silently overridden.
+      // Every run sets these itself (its arm and seed): given by --set or in the --config file, they
+      // would be silently overridden.
+      const auto per_run = [](const std::string& key) {
+        const auto& keys = experiment::per_run_keys();
+        return std::find(keys.begin(), keys.end(), key) != keys.end();
+      };
       for (const std::string& setting : a->settings) {
         std::string key = setting.substr(0, setting.find('='));
         std::erase_if(key, [](char c) { return c == ' ' || c == '\t'; });
-        const auto& overridden = experiment::per_run_keys();
-        require(std::find(overridden.begin(), overridden.end(), key) == overridden.end(), "--set ", setting,
-                ": every run of an experiment sets ", key,
+        require(!per_run(key), "--set ", setting, ": every run of an experiment sets ", key,
                 " itself from its arm and seed; choose them with --arms and --seeds");
       }
+      if (!a->config.empty())
+        for (const KeyLocation& k : toml_file_keys(a->config))
+          require(!per_run(k.key), k.where, ": ", k.key, " is set by every run of an experiment itself from its arm and "
+                  "seed, so the value in '", a->config, "' would be ignored; remove it and choose with --arms and --seeds");
       o.base = load_train_config(a->preset, a->config, with_train_key_flags(a->settings, a->key_flags));
       o.preset = a->preset.empty() ? a->config : a->preset;
       o.arms = split_list(a->arms);
@@ -113,6 +120,11 @@ void register_experiment_command(CLI::App& app) {
       }
       o.data_dir = a->data;
     }
+    // Paired statistics need a baseline and something to compare with it.
+    require(o.arms.size() >= 2, a->protocol.empty() ? "--arms '" + a->arms + "'" : a->protocol + ": [experiment] arms",
+            o.arms.empty() ? std::string(" names no arm") : concat(" names one arm, '", o.arms.front(), "'"),
+            ": an experiment compares arms with its baseline (the first), so it needs the baseline and at least one "
+            "other arm, e.g. --arms block,rd; to train one model, use 'attnres train'");
     if (a->effect != 0) summary_options.effect = a->effect;
     o.comm = &comm;
     o.device = a->device;

@@ -267,6 +267,21 @@ void apply_setting(TrainConfig& c, const std::string& assignment, const std::str
 
 void apply_toml_file(TrainConfig& c, const std::string& path) { apply_toml_text(c, read_text_file(path), path); }
 
+std::vector<KeyLocation> toml_file_keys(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(read_text_file(path), path);
+  } catch (const toml::parse_error& e) {
+    fail(path, ":", e.source().begin.line, ": ", e.description());
+  }
+  std::vector<KeyLocation> keys;
+  for (const auto& [section, node] : root)
+    if (const toml::table* table = node.as_table())
+      for (const auto& [key, value] : *table)
+        keys.push_back({concat(section.str(), ".", key.str()), concat(path, ":", value.source().begin.line)});
+  return keys;
+}
+
 TrainConfig parse_toml_config(const std::string& text, const std::string& source) {
   TrainConfig c;
   apply_toml_text(c, text, source);

@@ -65,6 +65,13 @@ void apply_setting(TrainConfig& config, const std::string& assignment, const std
 // Reads a TOML file with [model] and [train] tables over the given base config. Errors (unknown
 // keys, wrong types, bad values) name the file and line.
 void apply_toml_file(TrainConfig& config, const std::string& path);
+// The keys a TOML config file sets ("section.key"), each with where ("FILE:LINE"), in file order,
+// without applying them (errors in their values are apply_toml_file's to report).
+struct KeyLocation {
+  std::string key;
+  std::string where;
+};
+std::vector<KeyLocation> toml_file_keys(const std::string& path);
 // A configuration stored as TOML text (config.toml, a checkpoint's state) over the preset-free
 // defaults: keys the text lacks (it was written before they existed) take their defaults.
 // `source` names the text in errors.

@@ -300,3 +300,36 @@ TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
   fs::rename(dir.path() / "b", dir.path() / "data");
   expect_user_error(experiment, {"differs in dataset.content_hash = ", "(experiment.json) vs"});
 }
+
+// Finding 4: the keys every run of an experiment sets itself are refused in a --config file as
+// they are with --set, naming the key and the file; one arm alone is refused.
+TEST_F(CliSafety, ExperimentRulesAreTheSameByEveryRoute) {
+  TempDir runs("attnres_safety_routes");
+  const std::string config = runs.str("c.toml");
+  std::ofstream(config) << "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nmlp_hidden = 64\nn_blocks = 2\n"
+                           "residual = \"prenorm\"\n\n[train]\nseq_len = 32\nbatch_size = 4\ntokens = 512\n"
+                           "eval_tokens = 256\nthreads = 1\n";
+  const std::string base = "experiment --arms block,rd --seeds 1 --data " + data() + " --out ";
+  expect_user_error(base + runs.str("a") + " --config " + config,
+                    {config + ":7: model.residual", "'" + config + "'", "--arms"});
+  std::ofstream(config) << "[model]\nd_model = 32\n\n[train]\nseed = 9\n";
+  expect_user_error(base + runs.str("b") + " --config " + config, {config + ":5: train.seed", "--seeds"});
+  // The same keys by --set (refused before), and keys no run sets, from either route, are fine.
+  expect_user_error(base + runs.str("c") + " " + kTiny + " --set model.residual=rd", {"--set model.residual=rd"});
+  std::ofstream(config) << "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nmlp_hidden = 64\nn_blocks = 2\n\n"
+                           "[train]\nseq_len = 32\nbatch_size = 4\ntokens = 512\neval_tokens = 256\nthreads = 1\n";
+  const CliResult ok = run_cli(base + runs.str("d") + " --config " + config);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  for (const char* name : {"a", "b", "c"}) EXPECT_FALSE(fs::exists(runs.path() / name)) << name;
+
+  // Nothing to compare: one arm.
+  expect_user_error("experiment " + kTiny + " --arms block --seeds 1,2 --data " + data() + " --out " + runs.str("e"),
+                    {"--arms 'block' names one arm, 'block'", "baseline and at least one other arm"});
+  EXPECT_FALSE(fs::exists(runs.path() / "e"));
+  const std::string protocol = runs.str("one.toml");
+  std::ofstream(protocol) << "[experiment]\nname = \"one\"\ndata = \"" << data()
+                          << "\"\nseeds = [1]\narms = [\"rd\"]\n";
+  expect_user_error("experiment --protocol " + protocol + " --out " + runs.str("f"),
+                    {protocol + ": [experiment] arms names one arm, 'rd'"});
+  EXPECT_FALSE(fs::exists(runs.path() / "f"));
+}

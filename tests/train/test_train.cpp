@@ -365,7 +365,7 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
 TEST_F(TrainTest, ExperimentResumesAnUnfinishedRunFromItsNewestCheckpoint) {
   TempDir runs("attnres_experiment_resume");
   const std::string cmd = "experiment " + without_residual(kTiny) +
-                          " --set train.tokens=2048 --arms rd --seeds 1 --data " + data() + " --out " + runs.str("exp");
+                          " --set train.tokens=2048 --arms block,rd --seeds 1 --data " + data() + " --out " + runs.str("exp");
   ASSERT_EQ(run_cli(cmd).exit_code, 0);
   const fs::path run = runs.path() / "exp/runs/rd/seed-1";
   // 16 steps, a checkpoint every 4: the newest two kept.
