@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "data/corpus.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
 #include "model/safetensors.hpp"
@@ -299,51 +300,66 @@ void run_eval(EvalArgs a) {
     const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
     require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
             "' does not fit the model's vocabulary");
+    // Read as `prepare` reads its inputs: .txt files (one document each), .jsonl (one per line, in
+    // "text"), either gzip-compressed, directories of them; anything else is refused, naming it.
+    const std::vector<data::InputFile> inputs = data::expand_inputs(a.text);
     const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, seq);
-    for (const auto& path : a.text) {
-      const std::string text = read_text_file(path);
-      std::vector<std::int32_t> ids = {tokenizer->eot_id()};
-      for (auto id : tokenizer->encode(text)) ids.push_back(id);
-      const std::int64_t tokens_before = tokens;
-      // What this file will score, for the progress line of long texts (stderr, as train's).
-      std::int64_t to_score = static_cast<std::int64_t>(ids.size()) - 1;
-      if (a.max_tokens > 0) to_score = std::min(to_score, a.max_tokens - tokens_before);
-      StatusLine status(!a.quiet && to_score >= kProgressWindows * seq);
-      const auto started = std::chrono::steady_clock::now();
-      // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
-      for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
-        if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
-        std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
-        if (a.max_tokens > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(a.max_tokens - tokens));
-        const double mean =
-            model->loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
-        require(std::isfinite(mean), "the loss on '", path, "' (tokens ", start, "..", start + n, ") is ", mean,
-                ": the weights of '", a.checkpoint, "' are not usable");
-        nll_sum += mean * double(n);
-        tokens += static_cast<std::int64_t>(n);
-        const std::int64_t done = tokens - tokens_before;
-        const double seconds =
-            std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-        char nll_so_far[32];
-        std::snprintf(nll_so_far, sizeof nll_so_far, "%.4f", nll_sum / double(tokens));
-        status.update(concat("eval: ", path, ": ", done, " of ", to_score, " tokens (",
-                             std::lround(100.0 * double(done) / double(to_score)), "%), ",
-                             std::lround(double(done) / seconds), " tokens/s, nll so far ", nll_so_far),
-                      done == to_score);
+    data::CorpusReader reader(inputs);
+    std::vector<data::RawRecord> records;
+    const data::SplitFractions whole{0, 0};  // every document is scored whole
+    bool full = false;                       // --max-tokens reached
+    while (!full && reader.next_batch(records, std::size_t(8) << 20)) {
+      for (data::RawRecord& record : records) {
+        const data::InputFile& input = inputs[record.source];
+        const std::string path =
+            input.format == data::InputFormat::kJsonl ? concat(input.path, ":", record.line) : input.path;
+        const data::Document doc = data::parse_record(record, input, whole);
+        if (doc.empty) continue;
+        const std::string& text = doc.text;
+        std::vector<std::int32_t> ids = {tokenizer->eot_id()};
+        for (auto id : tokenizer->encode(text)) ids.push_back(id);
+        const std::int64_t tokens_before = tokens;
+        // What this document will score, for the progress line of long texts (stderr, as train's).
+        std::int64_t to_score = static_cast<std::int64_t>(ids.size()) - 1;
+        if (a.max_tokens > 0) to_score = std::min(to_score, a.max_tokens - tokens_before);
+        StatusLine status(!a.quiet && to_score >= kProgressWindows * seq);
+        const auto started = std::chrono::steady_clock::now();
+        // Windows of seq+1 tokens overlapping by one: every token after the first is scored once.
+        for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(seq)) {
+          if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
+          std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(seq), ids.size() - 1 - start);
+          if (a.max_tokens > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(a.max_tokens - tokens));
+          const double mean =
+              model->loss(std::span<const std::int32_t>(ids.data() + start, n + 1), 1, static_cast<int>(n));
+          require(std::isfinite(mean), "the loss on '", path, "' (tokens ", start, "..", start + n, ") is ", mean,
+                  ": the weights of '", a.checkpoint, "' are not usable");
+          nll_sum += mean * double(n);
+          tokens += static_cast<std::int64_t>(n);
+          const std::int64_t done = tokens - tokens_before;
+          const double seconds =
+              std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+          char nll_so_far[32];
+          std::snprintf(nll_so_far, sizeof nll_so_far, "%.4f", nll_sum / double(tokens));
+          status.update(concat("eval: ", path, ": ", done, " of ", to_score, " tokens (",
+                               std::lround(100.0 * double(done) / double(to_score)), "%), ",
+                               std::lround(double(done) / seconds), " tokens/s, nll so far ", nll_so_far),
+                        done == to_score);
+        }
+        // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
+        const auto scored = static_cast<std::size_t>(tokens - tokens_before);
+        if (scored + 1 >= ids.size()) {
+          bytes += double(text.size());
+        } else {
+          ids.resize(scored + 1);
+          bytes += double(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
+        }
+        full = a.max_tokens > 0 && tokens >= a.max_tokens;
+        if (full) break;
       }
-      // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
-      const auto scored = static_cast<std::size_t>(tokens - tokens_before);
-      if (scored + 1 >= ids.size()) {
-        bytes += double(text.size());
-      } else {
-        ids.resize(scored + 1);
-        bytes += double(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
-      }
-      if (a.max_tokens > 0 && tokens >= a.max_tokens) break;
     }
   }
   // An empty or non-finite score is an error, never a printed "nll nan".
-  require(tokens > 0, "nothing to score: the --text files hold no text");
+  require(tokens > 0, "nothing to score: the --text inputs hold no text");
   const double nll = nll_sum / double(tokens);
   require(std::isfinite(nll), "the NLL of '", a.checkpoint, "' came out ", nll, ": the weights are not usable");
   const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / bytes : 0;
@@ -491,7 +507,10 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--checkpoint", eargs->checkpoint, kCheckpointHelp)->required();
   eval_cmd->add_option("--data", eargs->data, "prepared data directory");
   eval_cmd->add_option("--split", eargs->split, "val | test (with --data)")->check(CLI::IsMember({"train", "val", "test"}));
-  eval_cmd->add_option("--text", eargs->text, "text files, each one document")->take_all();
+  eval_cmd->add_option("--text", eargs->text,
+                       "inputs as 'prepare' reads them: .txt files (one document each), .jsonl (a document per line, "
+                       "in \"text\"), either .gz, and directories of them")
+      ->take_all();
   eval_cmd->add_option("--tokenizer", eargs->tokenizer,
                        "tokenizer spec for --text (default: the one named in the checkpoint; either way its content "
                        "hash must be the one the checkpoint records)");
@@ -502,7 +521,7 @@ void register_train_commands(CLI::App& app) {
   eval_cmd->add_option("--threads", eargs->threads, "threads (0: all cores)")->check(at_least(0));
   eval_cmd->add_flag("--json", eargs->json, "print one JSON object");
   eval_cmd->add_flag("--quiet", eargs->quiet,
-                     "no progress line (shown on stderr for a --text file of 64 windows of --seq or more)");
+                     "no progress line (shown on stderr for a --text document of 64 windows of --seq or more)");
   add_device_option(eval_cmd, eargs->device);
   eval_cmd->callback([eargs] { run_eval(*eargs); });
 

@@ -333,3 +333,41 @@ TEST_F(CliSafety, ExperimentRulesAreTheSameByEveryRoute) {
                     {protocol + ": [experiment] arms names one arm, 'rd'"});
   EXPECT_FALSE(fs::exists(runs.path() / "f"));
 }
+
+// Finding 5: eval --text reads what prepare reads: gzip and JSONL are decoded (the same document
+// scores the same in each form), a directory is searched, and any other file is refused.
+TEST_F(CliSafety, EvalTextReadsWhatPrepareReads) {
+  TempDir dir("attnres_safety_eval_text");
+  const std::string run = dir.str("run");
+  ASSERT_EQ(run_cli("train " + kTiny + " --data " + data() + " --out " + run).exit_code, 0);
+  const std::string text = read_file(fs::path(corpus()) / "doc3.txt");
+  fs::create_directories(dir.path() / "docs");
+  const fs::path plain = dir.path() / "docs" / "doc.txt";
+  std::ofstream(plain) << text;
+  ASSERT_EQ(run_shell("gzip -c " + plain.string() + " > " + dir.str("doc.txt.gz")).exit_code, 0);
+  std::ofstream(dir.path() / "doc.jsonl") << nlohmann::json{{"id", 1}, {"text", text}}.dump() << "\n";
+  ASSERT_EQ(run_shell("gzip -c " + dir.str("doc.jsonl") + " > " + dir.str("doc.jsonl.gz")).exit_code, 0);
+  const std::string eval = "eval --checkpoint " + run + " --json --text ";
+  const CliResult reference = run_cli(eval + plain.string());
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(nlohmann::json::parse(reference.output)["bytes"], static_cast<double>(text.size()));
+  for (const std::string& form : {dir.str("doc.txt.gz"), dir.str("doc.jsonl"), dir.str("doc.jsonl.gz"), dir.str("docs")}) {
+    const CliResult r = run_cli(eval + form);
+    EXPECT_EQ(r.exit_code, 0) << form << "\n" << r.output;
+    EXPECT_EQ(r.output, reference.output) << form;
+  }
+  // Each JSONL line is a document, as in prepare: two lines of the text score it twice.
+  std::ofstream(dir.path() / "two.jsonl") << nlohmann::json{{"text", text}}.dump() << "\n"
+                                          << nlohmann::json{{"text", text}}.dump() << "\n";
+  const CliResult two = run_cli(eval + dir.str("two.jsonl"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(nlohmann::json::parse(two.output)["tokens"].get<long long>(),
+            2 * nlohmann::json::parse(reference.output)["tokens"].get<long long>());
+  // Anything prepare would not read is refused, naming it.
+  fs::copy_file(dir.path() / "doc.txt.gz", dir.path() / "doc.bin");
+  expect_user_error(eval + dir.str("doc.bin"), {"unsupported input '" + dir.str("doc.bin") + "'"});
+  std::ofstream(dir.path() / "bad.jsonl") << "{\"text\": 3}\n";
+  expect_user_error(eval + dir.str("bad.jsonl"), {dir.str("bad.jsonl") + ":1", "\"text\""});
+  fs::create_directories(dir.path() / "nothing");
+  expect_user_error(eval + dir.str("nothing"), {"no .jsonl, .jsonl.gz, .txt or .txt.gz files under"});
+}

@@ -111,12 +111,19 @@ TEST_F(Integrity, NonFiniteWeightsOrLossesAreErrorsNotResults) {
   EXPECT_NE(r.output.find("not usable"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\"nll\""), std::string::npos) << r.output;
 
-  // Nothing to score is an error too, not "nll nan".
+  // Nothing to score is an error too, not "nll nan": a text of blanks, or an empty file (which
+  // --text, reading inputs as prepare does, refuses as such).
+  const std::string blank = dir_->str("blank.txt");
+  std::ofstream(blank) << " \n\n";
+  r = run_cli("eval --checkpoint " + (run() / "model.safetensors").string() + " --text " + blank);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nothing to score"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
   const std::string empty = dir_->str("empty.txt");
   std::ofstream(empty).flush();
   r = run_cli("eval --checkpoint " + (run() / "model.safetensors").string() + " --text " + empty);
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("nothing to score"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(empty + ": empty input"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
 }
 
