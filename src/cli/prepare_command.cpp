@@ -93,16 +93,17 @@ void run_prepare(const PrepareArgs& args) {
   options.progress = !args.quiet;
   const data::PrepareSummary summary = data::prepare_dataset(options, *tokenizer);
   cleanup.succeeded();
-  // Splits are drawn per document (documents over 256 KiB per piece), so a few short documents
-  // can leave one empty or too short: said now rather than when `train` or `experiment` refuses it.
+  // Splits are drawn per document (documents over 256 KiB, and a corpus's lone text file, per
+  // piece), so a few short documents can leave one empty or too short: said now rather than when
+  // `train` or `experiment` refuses it.
   const std::int64_t window = preset("tiny").seq_len + 1;
   const char* const names[] = {"train", "val", "test"};
   for (int s = 0; s < data::kNumSplits; ++s) {
     if (summary.tokens[s] >= static_cast<std::uint64_t>(window)) continue;
     std::fprintf(stderr,
                  "prepare: warning: split '%s' holds %llu tokens (%llu documents), %s; splits are drawn per "
-                 "document (per %zu-byte piece of documents over %zu bytes): give more text or larger "
-                 "--val-fraction/--test-fraction\n",
+                 "document (per piece of up to %zu bytes of documents over %zu bytes, or of a corpus that is one "
+                 "text file): give more text or larger --val-fraction/--test-fraction\n",
                  names[s], static_cast<unsigned long long>(summary.tokens[s]),
                  static_cast<unsigned long long>(summary.documents[s]),
                  summary.tokens[s] == 0 ? "so train and experiment will refuse it"

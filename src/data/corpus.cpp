@@ -69,7 +69,12 @@ Split assign_split(std::string_view key, const SplitFractions& fractions) {
   return Split::kTrain;
 }
 
-std::string split_rule_text() {
+std::string split_rule_text(std::size_t single_text_piece_bytes) {
+  std::string single;
+  if (single_text_piece_bytes != 0)
+    single = concat(". The corpus is one text file of at most ", kLongDocumentBytes,
+                    " bytes: its document is cut the same way, into pieces of at most max(", kMinPieceBytes,
+                    ", ceil(bytes / ", kMinPieces, ")) = ", single_text_piece_bytes, " bytes");
   return concat("u = (hash64(key) >> 11) / 2^53 with key = the document's id (strings as is, other JSON values "
                 "serialised compactly) or, without an id, its text; test if u < test_fraction, val if u < "
                 "test_fraction + val_fraction, else train. A document over ", kLongDocumentBytes,
@@ -77,16 +82,16 @@ std::string split_rule_text() {
                 " bytes (ending after a newline, else a space, in their second half); piece i is keyed "
                 "hex64(hash64(key)) + \"#\" + i, and of its N pieces the round(test_fraction * N) of lowest u go to "
                 "test, the next round(val_fraction * N) to val (at least 1 each for a positive fraction), the rest "
-                "to train");
+                "to train", single);
 }
 
 namespace {
 
-// Where the piece starting at `begin` ends (see kPieceBytes).
-std::size_t piece_end(std::string_view text, std::size_t begin) {
-  if (text.size() - begin <= kPieceBytes) return text.size();
-  const std::size_t limit = begin + kPieceBytes;  // the piece is [begin, cut), cut <= limit
-  const std::size_t half = begin + kPieceBytes / 2;
+// Where the piece of at most `piece_bytes` starting at `begin` ends (see kPieceBytes).
+std::size_t piece_end(std::string_view text, std::size_t begin, std::size_t piece_bytes) {
+  if (text.size() - begin <= piece_bytes) return text.size();
+  const std::size_t limit = begin + piece_bytes;  // the piece is [begin, cut), cut <= limit
+  const std::size_t half = begin + piece_bytes / 2;
   for (const char c : {'\n', ' '}) {
     const std::size_t at = text.rfind(c, limit - 1);
     if (at != std::string_view::npos && at >= half) return at + 1;
@@ -100,11 +105,23 @@ double split_u(std::string_view key) { return static_cast<double>(hash64(key) >>
 
 }  // namespace
 
+std::size_t split_piece_bytes(std::size_t bytes, const SplitFractions& fractions) {
+  if (bytes > kLongDocumentBytes) return kPieceBytes;
+  if (!fractions.single_text) return 0;
+  return std::max(kMinPieceBytes, (bytes + kMinPieces - 1) / kMinPieces);
+}
+
+SplitFractions split_for_corpus(SplitFractions fractions, std::span<const InputFile> inputs) {
+  fractions.single_text = inputs.size() == 1 && inputs.front().format == InputFormat::kText;
+  return fractions;
+}
+
 std::vector<Segment> split_document(std::string_view text, std::string_view key, const SplitFractions& fractions) {
-  if (text.size() <= kLongDocumentBytes) return {Segment{assign_split(key, fractions), 0, text.size()}};
+  const std::size_t piece_bytes = split_piece_bytes(text.size(), fractions);
+  if (piece_bytes == 0 || text.empty()) return {Segment{assign_split(key, fractions), 0, text.size()}};
   std::vector<Segment> pieces;
   for (std::size_t begin = 0; begin < text.size();) {
-    const std::size_t end = piece_end(text, begin);
+    const std::size_t end = piece_end(text, begin, piece_bytes);
     pieces.push_back(Segment{Split::kTrain, begin, end});
     begin = end;
   }
@@ -117,7 +134,7 @@ std::vector<Segment> split_document(std::string_view text, std::string_view key,
     if (fraction <= 0) return 0;
     return std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(n))));
   };
-  // At least one piece stays in train (n >= kLongDocumentBytes / kPieceBytes = 64).
+  // At least one piece stays in train (a single short text may have only one piece).
   const std::size_t n_test = std::min(share(fractions.test), n - 1);
   const std::size_t n_val = std::min(share(fractions.val), n - 1 - n_test);
   for (std::size_t r = 0; r < n_test + n_val; ++r)

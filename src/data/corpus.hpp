@@ -42,6 +42,9 @@ const char* split_name(Split split);
 struct SplitFractions {
   double val = 0.01;
   double test = 0.01;
+  // The corpus is one text file: its one document is cut into pieces whatever its length
+  // (split_piece_bytes). Set by split_for_corpus, not by hand.
+  bool single_text = false;
   void validate() const;  // each in [0, 1), sum < 1; throws attnres::Error
 };
 
@@ -49,16 +52,31 @@ struct SplitFractions {
 // `key` is the document's `id` (a JSON string as is, any other JSON value serialised
 // compactly) or, without an id, its text.
 Split assign_split(std::string_view key, const SplitFractions& fractions);
-std::string split_rule_text();  // the rule above and the one for long documents, for manifests
+// The rule above and the one for long documents, for manifests; with `single_text_piece_bytes`
+// (a corpus that is one text file of at most kLongDocumentBytes, cut into pieces of that size)
+// also the rule that cut it.
+std::string split_rule_text(std::size_t single_text_piece_bytes = 0);
 
 // A document longer than kLongDocumentBytes (one text file, say) is cut into pieces of at most
 // kPieceBytes, each ending after its last newline (else space, else whole UTF-8 character) in its
 // second half. Piece i is keyed hex64(hash64(key)) + "#" + i and ranked by u of that key; the
 // round(test_fraction * N) lowest of the N pieces go to test and the next round(val_fraction * N)
-// to val (each at least one when its fraction is positive), the rest to train. Shorter
-// documents, so every document of ordinary corpora, take the rule of assign_split as a whole.
+// to val (each at least one when its fraction is positive, and at least one piece stays in
+// train), the rest to train. Shorter documents, so every document of ordinary corpora, take the
+// rule of assign_split as a whole, except the document of a corpus that is one text file: it is
+// cut the same way into kMinPieces pieces or more of ceil(bytes / kMinPieces) bytes at most (but
+// at least kMinPieceBytes), so a single short text has val and test splits too.
 inline constexpr std::size_t kLongDocumentBytes = 256 << 10;
 inline constexpr std::size_t kPieceBytes = 4 << 10;
+inline constexpr std::size_t kMinPieces = kLongDocumentBytes / kPieceBytes;  // 64
+inline constexpr std::size_t kMinPieceBytes = 64;
+
+// The most bytes of a piece of a document of `bytes` (the rule above); 0: not cut.
+std::size_t split_piece_bytes(std::size_t bytes, const SplitFractions& fractions);
+
+// `fractions` for a corpus read from `inputs`: single_text when that is one text file (.txt or
+// .txt.gz). prepare and tokenizer training both split through it, so they agree.
+SplitFractions split_for_corpus(SplitFractions fractions, std::span<const InputFile> inputs);
 
 // Bytes [begin, end) of a document's text and their split. A cut document's consecutive pieces
 // of one split form one segment.

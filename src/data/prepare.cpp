@@ -39,6 +39,7 @@ struct DocResult {
   std::vector<std::pair<Split, std::vector<std::int32_t>>> parts;
   bool empty = false;
   bool cut = false;
+  std::size_t short_piece_bytes = 0;  // cut as a corpus's one text of at most kLongDocumentBytes
 };
 
 }  // namespace
@@ -58,6 +59,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
   require(!options.out_dir.empty(), "no output directory");
   const fs::path out(options.out_dir);
   begin_output_dir(options.out_dir);
+  const SplitFractions fractions = split_for_corpus(options.fractions, options.inputs);
 
   try {
     std::vector<std::unique_ptr<ShardWriter>> writers;
@@ -74,10 +76,12 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     while (reader.next_batch(batch, options.batch_bytes)) {
       results.resize(batch.size());
       parallel_for_each(batch.size(), [&](std::size_t i) {
-        Document doc = parse_record(batch[i], options.inputs[batch[i].source], options.fractions);
+        Document doc = parse_record(batch[i], options.inputs[batch[i].source], fractions);
         DocResult& r = results[i];
         r.empty = doc.empty;
         r.cut = doc.segments.size() > 1 || doc.text.size() > kLongDocumentBytes;
+        r.short_piece_bytes =
+            r.cut && doc.text.size() <= kLongDocumentBytes ? split_piece_bytes(doc.text.size(), fractions) : 0;
         r.parts.clear();
         if (doc.empty) return;
         for (const Segment& segment : doc.segments) {
@@ -96,6 +100,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
           continue;
         }
         summary.cut_documents += r.cut;
+        if (r.short_piece_bytes != 0) summary.single_text_piece_bytes = r.short_piece_bytes;
         ++total_docs;
         for (auto& [split, tokens] : r.parts) {
           const auto s = static_cast<std::size_t>(split);
@@ -130,6 +135,15 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
                          {"hash", hex64(st.hash)},
                          {"records", st.records}});
     }
+    nlohmann::ordered_json split = {{"rule", split_rule_text(summary.single_text_piece_bytes)},
+                                    {"val_fraction", options.fractions.val},
+                                    {"test_fraction", options.fractions.test},
+                                    {"long_document_bytes", kLongDocumentBytes},
+                                    {"piece_bytes", kPieceBytes},
+                                    {"cut_documents", summary.cut_documents}};
+    // Only when the rule for a single short text cut it: the manifests of every other corpus are
+    // what they were before that rule.
+    if (summary.single_text_piece_bytes != 0) split["single_text_piece_bytes"] = summary.single_text_piece_bytes;
     nlohmann::ordered_json manifest = {
         {"format", "attnres-token-shards"},
         {"format_version", kManifestVersion},
@@ -146,13 +160,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
         {"shard_max_tokens", options.shard_tokens},
         {"checksum", "hash64 of each shard's payload bytes (docs/data.md)"},
         {"documents_start_with_eot", true},
-        {"split",
-         {{"rule", split_rule_text()},
-          {"val_fraction", options.fractions.val},
-          {"test_fraction", options.fractions.test},
-          {"long_document_bytes", kLongDocumentBytes},
-          {"piece_bytes", kPieceBytes},
-          {"cut_documents", summary.cut_documents}}},
+        {"split", std::move(split)},
         {"sources", std::move(sources)},
         {"skipped", {{"empty_documents", summary.skipped_empty}}},
         {"splits", std::move(splits)},
@@ -169,7 +177,10 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     std::snprintf(secs, sizeof secs, "%.1f s", summary.seconds);
     message += secs;
     message += " (" + format_count(static_cast<double>(total_tokens) / std::max(summary.seconds, 1e-9)) + " tokens/s)";
-    if (summary.cut_documents != 0)
+    if (summary.single_text_piece_bytes != 0)
+      message += concat("; its one text cut into pieces of at most ", summary.single_text_piece_bytes,
+                        " bytes for the split");
+    else if (summary.cut_documents != 0)
       message += concat("; ", summary.cut_documents, " document", summary.cut_documents == 1 ? "" : "s", " over ",
                         format_bytes(static_cast<double>(kLongDocumentBytes)), " cut into pieces for the split");
     if (summary.skipped_empty != 0) message += concat("; skipped ", summary.skipped_empty, " empty documents");

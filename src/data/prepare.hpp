@@ -29,7 +29,10 @@ struct PrepareSummary {
   std::uint64_t documents[kNumSplits] = {};  // a cut document counts once per segment (corpus.hpp)
   std::uint64_t tokens[kNumSplits] = {};
   std::uint64_t skipped_empty = 0;
-  std::uint64_t cut_documents = 0;  // input documents over kLongDocumentBytes
+  std::uint64_t cut_documents = 0;  // input documents cut into pieces (corpus.hpp)
+  // A corpus of one text file of at most kLongDocumentBytes, cut into pieces of at most this many
+  // bytes (split_piece_bytes); 0 otherwise.
+  std::size_t single_text_piece_bytes = 0;
   std::uint64_t raw_bytes = 0;
   double seconds = 0;
 };

@@ -31,6 +31,8 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
   require(options.max_sentences > 0, "--max-sentences must be positive");
   require(!out_file.empty(), "no output file");
 
+  // The split prepare makes of these inputs, so no val or test text shapes the vocabulary.
+  const SplitFractions fractions = split_for_corpus(options.fractions, inputs);
   SpTrainSummary summary;
   Progress progress("tokenizer train", options.progress, "training documents");
   CorpusReader reader(inputs);
@@ -47,7 +49,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
   while (reader.next_batch(batch, options.batch_bytes)) {
     results.resize(batch.size());
     parallel_for_each(batch.size(), [&](std::size_t i) {
-      const Document doc = parse_record(batch[i], inputs[batch[i].source], options.fractions);
+      const Document doc = parse_record(batch[i], inputs[batch[i].source], fractions);
       DocLines& r = results[i];
       r.lines.clear();
       r.hashes.clear();

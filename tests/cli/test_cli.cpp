@@ -285,10 +285,9 @@ TEST_F(CliTest, ExperimentChecksEverySplitBeforeTheFirstRun) {
 TEST(Cli, PrepareWarnsOfEmptyOrShortSplits) {
   TempDir dir("attnres_cli_one_file");
   const std::string text = dir.str("one.txt");
-  {
-    std::ofstream out(text);
-    for (int i = 0; i < 200; ++i) out << "one long document of the depth attention. ";
-  }
+  // Shorter than one piece (kMinPieceBytes): a lone text is cut into pieces for the split
+  // (CliSafety.ASmallSingleTextGetsEverySplit), but this one is a single piece.
+  std::ofstream(text) << "one short document of the depth attention.";
   const CliResult r = run_cli("prepare --input " + text + " --tokenizer bytes --quiet --out " + dir.str("data"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // One document lands in one split; the other two are empty and named.

@@ -371,3 +371,61 @@ TEST_F(CliSafety, EvalTextReadsWhatPrepareReads) {
   fs::create_directories(dir.path() / "nothing");
   expect_user_error(eval + dir.str("nothing"), {"no .jsonl, .jsonl.gz, .txt or .txt.gz files under"});
 }
+
+// Finding 6: a corpus that is one text file under 256 KiB is cut into pieces for the split too, so
+// it gets val and test splits, and the warning's advice (larger fractions) works; the split of a
+// corpus that split before is what it was.
+TEST(CliSafetyPrepare, ASmallSingleTextGetsEverySplit) {
+  TempDir dir("attnres_safety_small_text");
+  const std::string text = dir.str("one.txt");
+  {
+    std::ofstream out(text);  // 8,400 bytes, one document
+    for (int i = 0; i < 200; ++i) out << "one long document of the depth attention. ";
+  }
+  const auto splits = [&](const std::string& name) {
+    return nlohmann::json::parse(read_file(dir.path() / name / "manifest.json"));
+  };
+  const CliResult r = run_cli("prepare --input " + text + " --tokenizer bytes --quiet --out " + dir.str("data"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = splits("data");
+  for (const char* split : {"train", "val", "test"})
+    EXPECT_GT(m["splits"][split]["tokens"].get<long long>(), 0) << split << "\n" << r.output;
+  EXPECT_EQ(m["split"]["cut_documents"], 1);
+  EXPECT_EQ(m["split"]["single_text_piece_bytes"], 132);  // ceil(8400 / 64)
+  EXPECT_TRUE(contains(m["split"]["rule"].get<std::string>(), "one text file")) << m["split"].dump(1);
+  // 1% of the text is less than a window of the tiny preset: the advice of the warning works.
+  EXPECT_TRUE(contains(r.output, "larger --val-fraction/--test-fraction")) << r.output;
+  const CliResult larger = run_cli("prepare --input " + text +
+                                   " --tokenizer bytes --quiet --val-fraction 0.1 --test-fraction 0.1 --out " +
+                                   dir.str("larger"));
+  ASSERT_EQ(larger.exit_code, 0) << larger.output;
+  EXPECT_FALSE(contains(larger.output, "warning")) << larger.output;
+  for (const char* split : {"val", "test"})
+    EXPECT_GE(splits("larger")["splits"][split]["tokens"].get<long long>(), 600) << split;
+  // A tokenizer trained on it (prepare without --tokenizer) sees the training pieces only, and
+  // a model trains and is tested on it.
+  const CliResult sp = run_cli("prepare --input " + text +
+                               " --vocab-size 300 --quiet --val-fraction 0.1 --test-fraction 0.1 --out " + dir.str("sp"));
+  ASSERT_EQ(sp.exit_code, 0) << sp.output;
+  const CliResult trained = run_cli("train " + kTiny + " --data " + dir.str("larger") + " --out " + dir.str("run"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_EQ(run_cli("eval --checkpoint " + dir.str("run") + " --data " + dir.str("larger") + " --split test").exit_code, 0);
+
+  // Two text files, or one over 256 KiB: split as before, with the manifest as before.
+  fs::create_directories(dir.path() / "two");
+  fs::copy_file(text, dir.path() / "two" / "a.txt");
+  std::ofstream(dir.path() / "two" / "b.txt") << "a second document.";
+  ASSERT_EQ(run_cli("prepare --input " + dir.str("two") + " --tokenizer bytes --quiet --out " + dir.str("multi")).exit_code, 0);
+  EXPECT_EQ(splits("multi")["split"]["cut_documents"], 0);
+  EXPECT_FALSE(splits("multi")["split"].contains("single_text_piece_bytes"));
+  const std::string long_text = dir.str("long.txt");
+  {
+    std::ofstream out(long_text);
+    for (int i = 0; i < 8000; ++i) out << "one long document of the depth attention. ";
+  }
+  ASSERT_EQ(run_cli("prepare --input " + long_text + " --tokenizer bytes --quiet --out " + dir.str("long")).exit_code, 0);
+  const nlohmann::json l = splits("long");
+  EXPECT_EQ(l["split"]["cut_documents"], 1);
+  EXPECT_FALSE(l["split"].contains("single_text_piece_bytes"));
+  EXPECT_FALSE(contains(l["split"]["rule"].get<std::string>(), "one text file"));
+}
