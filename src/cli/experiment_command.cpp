@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -12,8 +11,6 @@
 #include "experiment/runner.hpp"
 #include "experiment/summary.hpp"
 #include "experiment/tables.hpp"
-#include "results/experiment_spec.hpp"
-#include "util/dir_lock.hpp"
 #include "util/error.hpp"
 
 namespace attnres::cli {
@@ -28,27 +25,6 @@ struct ExperimentArgs {
   std::string protocol;
   double effect = 0;  // 0: none (or the protocol's)
 };
-
-// --out of `attnres experiment`, claimed by worker K of N (a single process: 0 of 1; an MPI rank: its
-// rank of the job's size): two processes share an experiment directory only as different workers.
-// Each run's own directory is claimed by the `attnres train` that trains it.
-OutputKind experiment_output(int worker, int workers) {
-  OutputKind kind;
-  kind.what = "experiment directory";
-  kind.lock_name = concat(".lock-worker-", worker, "-of-", workers);
-  kind.in_use = workers == 1
-                    ? std::string("another 'attnres experiment' is running this experiment; two processes share an "
-                                  "experiment only as different workers, e.g. --worker 0/2 and --worker 1/2")
-                    : concat("another 'attnres experiment' is running worker ", worker, "/", workers,
-                             " of it; every process sharing an experiment needs its own --worker K/N");
-  kind.recognised = [](const std::filesystem::path& dir) {
-    std::error_code ec;
-    return std::filesystem::exists(results::experiment_spec_path(dir.string()), ec) ||
-           std::filesystem::is_directory(dir / "runs", ec);
-  };
-  kind.holds = "experiment.json and runs/";
-  return kind;
-}
 
 }  // namespace
 
@@ -131,9 +107,6 @@ void register_experiment_command(CLI::App& app) {
     parse_worker(a->worker, o.worker, o.workers);
     o.out_dir = a->out;
     o.stop = install_stop_handlers();
-    // Under MPI every rank is a worker (experiment/runner.hpp).
-    const OutputDirectory out(o.out_dir, comm.distributed() ? experiment_output(comm.rank(), comm.world())
-                                                            : experiment_output(o.worker, o.workers));
     const bool complete = experiment::run_experiment(o);
     if (!comm.is_root()) return;
     if (!complete) {

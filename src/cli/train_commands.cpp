@@ -26,7 +26,6 @@
 #include "train/trainer.hpp"
 #include "util/error.hpp"
 #include "util/atomic_file.hpp"
-#include "util/dir_lock.hpp"
 #include "util/rng.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
@@ -188,19 +187,6 @@ struct TrainArgs {
   std::int64_t stop_at_step = 0;
   std::string device = "cpu";
 };
-
-// --out of `attnres train`: one process at a time writes a run directory (an experiment's runs
-// included: each is trained by its own `attnres train`).
-OutputKind run_output() {
-  OutputKind kind;
-  kind.what = "run directory";
-  kind.lock_name = kRunLockFile;
-  kind.in_use = "another 'attnres train' (or an experiment's training process) is writing this run; wait for it "
-                "to end, or choose another --out";
-  kind.recognised = [](const std::filesystem::path& dir) { return holds_run_files(dir.string()); };
-  kind.holds = "config.toml, metrics.jsonl, model.safetensors, checkpoint-STEP.safetensors";
-  return kind;
-}
 
 // A --text file that takes at least this many windows shows a progress line.
 constexpr std::int64_t kProgressWindows = 64;
@@ -476,10 +462,6 @@ void register_train_commands(CLI::App& app) {
   train_cmd->callback([targs] { run_as_job([&](dist::Communicator& comm) {
     const TrainConfig config =
         load_train_config(targs->preset, targs->config, with_train_key_flags(targs->settings, targs->key_flags));
-    // Rank 0 alone writes the run directory; it holds it until the end (and removes it again if it
-    // created it and fails before writing anything).
-    std::optional<OutputDirectory> out;
-    if (comm.is_root()) out.emplace(targs->out, run_output());
     TrainRunOptions options;
     options.data_dir = targs->data;
     options.out_dir = targs->out;

@@ -11,6 +11,7 @@
 
 #include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
+#include "experiment/directory.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/routing.hpp"
 #include "experiment/summary.hpp"
@@ -346,7 +347,8 @@ bool run_experiment(const ExperimentOptions& options) {
       o.device == "cuda" && comm.distributed() ? "cuda:" + std::to_string(comm.local_rank()) : o.device;
   require(o.workers >= 1 && o.worker >= 0 && o.worker < o.workers, "--worker K/N needs 0 <= K < N");
   const ExperimentPlan plan = make_plan(o);
-  fs::create_directories(o.out_dir);
+  // Held until this worker's share is done (experiment/directory.hpp).
+  const OutputDirectory out(o.out_dir, experiment_directory_kind(o.worker, o.workers));
   StatusLine status(o.progress);
   settle_spec(o, plan, comm, status);
 

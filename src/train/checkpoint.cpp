@@ -65,13 +65,21 @@ RunFiles::RunFiles(const std::string& out_dir)
       weights((fs::path(out_dir) / "model.safetensors").string()),
       result(results::train_result_path(out_dir)) {}
 
-bool holds_run_files(const std::string& dir) {
-  const RunFiles files(dir);
-  std::error_code ec;
-  for (const std::string& path : {files.config, files.metrics, files.weights, files.result,
-                                  (fs::path(dir) / "run.toml").string()})
-    if (fs::exists(path, ec)) return true;
-  return !files.checkpoints().empty();
+OutputKind run_directory_kind() {
+  OutputKind kind;
+  kind.what = "run directory";
+  kind.lock_name = ".lock";
+  kind.in_use = "another 'attnres train' (or an experiment's training process) is writing this run; wait for it "
+                "to end, or choose another --out";
+  kind.recognised = [](const fs::path& dir) {
+    const RunFiles files(dir.string());
+    std::error_code ec;
+    for (const std::string& path : {files.config, files.metrics, files.weights, files.result, (dir / "run.toml").string()})
+      if (fs::exists(path, ec)) return true;
+    return !files.checkpoints().empty();
+  };
+  kind.holds = "config.toml, metrics.jsonl, model.safetensors, checkpoint-STEP.safetensors";
+  return kind;
 }
 
 std::string RunFiles::checkpoint(std::int64_t step) const { return (fs::path(dir) / checkpoint_file_name(step)).string(); }

@@ -17,6 +17,7 @@
 #include "train/backend.hpp"
 #include "train/train_config.hpp"
 #include "train/trainer.hpp"
+#include "util/dir_lock.hpp"
 
 namespace attnres {
 
@@ -51,12 +52,12 @@ struct RunFiles {
   std::string checkpoint_pattern() const;              // DIR/checkpoint-STEP.safetensors, for messages
 };
 
-// The lock file held by the process writing a run directory (`attnres train`; util/dir_lock.hpp).
-inline constexpr const char* kRunLockFile = ".lock";
-
-// True when `dir` holds a file of a training run: one of RunFiles', a checkpoint, or the run.toml
-// that `attnres experiment` writes into a run's directory before it trains it there.
-bool holds_run_files(const std::string& dir);
+// A run directory as the --out of `attnres train` (util/dir_lock.hpp): one process at a time writes
+// it, holding DIR/.lock (rank 0 under MPI; an experiment's runs included, each trained by its own
+// `attnres train`). A directory of this kind holds a file of a training run: one of RunFiles', a
+// checkpoint, or the run.toml that `attnres experiment` writes into a run's directory before it
+// trains it there.
+OutputKind run_directory_kind();
 
 // The training state that is not in the weights: everything resume needs.
 struct TrainState {

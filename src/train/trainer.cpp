@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -137,8 +138,10 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   const Geometry geo = make_geometry(config, comm);
   const RunFiles files(opt.out_dir);
   const std::string config_toml = to_toml(config);
-  // --out is a directory (or can be created as one) that this process can write.
-  if (comm.is_root()) make_output_directory(files.dir, "the run directory");
+  // Rank 0 alone writes the run directory, and holds it (created if need be) until the run returns;
+  // one it created and left empty (a failure before the first file) is removed again.
+  std::optional<OutputDirectory> out;
+  if (comm.is_root()) out.emplace(files.dir, run_directory_kind());
   // A finished run is not trained again: its result stays as it was.
   if (comm.any(comm.is_root() && opt.resume && std::filesystem::exists(files.result)))
     return finished_run(files, config, comm);
