@@ -387,6 +387,7 @@ results::Instability example_instability() {
   results::Instability s;
   s.tested_steps = 14;
   s.spike_events = 1;
+  s.sustained_spike_events = 1;  // two consecutive spike steps
   s.spike_steps = 2;
   s.largest_spike_step = 60;
   s.largest_spike_nats = 0.9;

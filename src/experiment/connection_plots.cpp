@@ -40,11 +40,13 @@ std::string plot_connections(const ExperimentSummary& s, const ArmConnections& a
   const int cols = max_source + 1, n_rows = static_cast<int>(rows.size());
   const double cw = std::clamp(380.0 / cols, 14.0, 48.0), ch = std::clamp(260.0 / n_rows, 14.0, 30.0);
   const double left = 56, top = 30, bottom = 70;
-  const double W = std::max(left + cw * cols + 12, 320.0), H = top + ch * n_rows + bottom;
   const std::string what = a.arm + " '" + a.connections.name + "'";
+  const std::string title = what + " · mean over " + std::to_string(a.n_seeds) + " seeds";
+  const double W = std::max({left + cw * cols + 12, 320.0, 24 + 7.5 * static_cast<double>(title.size())}),
+               H = top + ch * n_rows + bottom;
   Svg svg(W, H, what + ": mean depth-connection weights");
   svg.rect(0, 6, 10, 14, arm_color(s, a.arm), " rx=\"2\"");
-  svg.text(16, 18, what + " · mean over " + std::to_string(a.n_seeds) + " seeds", " class=\"heat-title\"");
+  svg.text(16, 18, title, " class=\"heat-title\"");
   const bool labels = cw >= 30 && ch >= 16;
   for (int i = 0; i < n_rows; ++i) {
     const results::ConnectionRow& r = rows[static_cast<std::size_t>(i)];

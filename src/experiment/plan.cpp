@@ -16,6 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 // Validates arm names and repeats, and that a twin is the baseline's.
 void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, const std::string& what) {
   require(!arms.empty(), what, " must name at least one arm");
@@ -30,6 +32,8 @@ void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, 
     for (std::size_t k = 0; k < i; ++k) require(arms[i] != arms[k], what, ": arm '", arms[i], "' is listed twice");
   }
 }
+
+namespace {
 
 std::vector<std::int64_t> milestone_tokens(const TrainConfig& c) {
   std::vector<std::int64_t> out;

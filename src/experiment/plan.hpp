@@ -29,6 +29,10 @@ struct ExperimentPlan {
   std::vector<PlannedRun> runs;  // seed-major: a stopped study has whole seeds
 };
 
+// Valid arm names (model/arms.hpp), none listed twice, and a twin only of the baseline (the first);
+// errors begin with `what` ("the main arms", "group 'x'").
+void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, const std::string& what);
+
 // Checks the options (arm names, twins, seeds, groups, sequential seeds) and plans the runs; every
 // split a run reads is checked to hold a window. Errors name the option or protocol key.
 ExperimentPlan make_plan(const ExperimentOptions& options);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "experiment/format.hpp"
+#include "model/arms.hpp"
 #include "experiment/stats.hpp"
 #include "experiment/svg.hpp"
 #include "util/error.hpp"
@@ -59,7 +60,9 @@ std::string viridis(double t) {
   return buf;
 }
 
-std::string source_label(int s) { return s == 0 ? "emb" : "s" + std::to_string(s); }
+// The spec's names of a read's sources: b0 is the token embedding (shown "emb"), b1, b2, ... the
+// block representations, the last of a read's the current block's partial sum where present.
+std::string source_label(int s) { return s == 0 ? "emb" : "b" + std::to_string(s); }
 
 }  // namespace
 
@@ -134,7 +137,7 @@ std::string plot_validation(const ExperimentSummary& s) {
     for (const auto& line : lines) {
       std::vector<Point> p;
       for (const auto& [tx, ty] : line) p.push_back({x(tx), y(ty)});
-      svg.polyline(p, color, 1, " stroke-opacity=\"0.35\"");
+      svg.polyline(p, color, 1.2, " stroke-opacity=\"0.55\"");
     }
   }
   std::vector<LegendEntry> legend;
@@ -255,14 +258,17 @@ std::string plot_heatmap(const ExperimentSummary& s, const ArmRouting& a, Route 
   const int cols = static_cast<int>(a.layers.size());
   const double cw = std::clamp(380.0 / cols, 12.0, 44.0), ch = std::clamp(260.0 / rows, 12.0, 30.0);
   const double left = 48, top = 30, bottom = 44;
-  const double W = left + cw * cols + 12, H = top + ch * rows + bottom;
   const std::string route = which == Route::v   ? "V route"
                             : which == Route::k ? "K route"
                             : a.k_route         ? "Q route"
                                                 : "Q/K route";
+  const std::string title = a.arm + " · " + route + (a.two_routes ? "" : " (single route)");
+  // Wide enough for its title (about 7.5 px a character at the title's 13 px bold).
+  const double W = std::max(left + cw * cols + 12, 24 + 7.5 * static_cast<double>(title.size())),
+               H = top + ch * rows + bottom;
   Svg svg(W, H, a.arm + ": mean depth distribution of the " + route);
   svg.rect(0, 6, 10, 14, arm_color(s, a.arm), " rx=\"2\"");
-  svg.text(16, 18, a.arm + " · " + route + (a.two_routes ? "" : " (single route)"), " class=\"heat-title\"");
+  svg.text(16, 18, title, " class=\"heat-title\"");
   const bool labels = cw >= 30 && ch >= 16;
   const int every = std::max(1, static_cast<int>(std::ceil(22.0 / cw)));
   for (int c = 0; c < cols; ++c) {
@@ -478,7 +484,7 @@ std::string plot_training_loss(const ExperimentSummary& s) {
     const std::string color = arm_color(s, curves[a].first);
     const bool has_mean = !means[a].second.empty();
     for (const auto& l : curves[a].second)
-      svg.polyline(to_px(l), color, has_mean ? 1 : 1.6, has_mean ? " stroke-opacity=\"0.3\"" : "");
+      svg.polyline(to_px(l), color, has_mean ? 1.2 : 1.6, has_mean ? " stroke-opacity=\"0.5\"" : "");
     if (has_mean) svg.polyline(to_px(means[a].second), color, 2.2);
     legend.push_back({curves[a].first, color});
   }
@@ -486,6 +492,54 @@ std::string plot_training_loss(const ExperimentSummary& s) {
   draw_legend(svg, W - right + 24, top + 14, legend);
   svg.text(W - right + 24, top + 14 + 20.0 * static_cast<double>(legend.size()) + 10, "thin: single seeds",
            " class=\"legend muted\"");
+  return svg.str();
+}
+
+std::string plot_twin_drift(const ExperimentSummary& s) {
+  const std::string twin = twin_of(s.spec.baseline);
+  std::vector<std::pair<std::int64_t, std::vector<Point>>> lines;  // per seed: (tokens, |Δ loss|)
+  double xmax = 0, ymax = 0;
+  for (const auto seed : s.spec.seeds) {
+    const RunResult* a = s.find_run(s.spec.baseline, seed);
+    const RunResult* b = s.find_run(twin, seed);
+    if (a == nullptr || b == nullptr || a->curve.size() < 2 || a->curve.size() != b->curve.size()) continue;
+    std::vector<Point> p;
+    for (std::size_t i = 0; i < a->curve.size(); ++i)
+      p.push_back({static_cast<double>(a->curve[i].tokens), std::abs(b->curve[i].train_loss - a->curve[i].train_loss)});
+    p = downsample(p, 240);  // bucket means of |Δ loss|
+    for (const auto& [tx, ty] : p) {
+      xmax = std::max(xmax, tx);
+      ymax = std::max(ymax, ty);
+    }
+    lines.push_back({seed, std::move(p)});
+  }
+  if (lines.empty() || ymax <= 0) return "";
+  // Log scale from 1e-7 nats (a rounding-sized difference) to the largest bucket.
+  const double ylo = 1e-7, yhi = std::pow(10.0, std::ceil(std::log10(std::max(ymax, 1e-6))));
+  const double W = kPlotWidth, H = 340, left = 84, right = 190, top = 20, bottom = 60;
+  const Axis x{0, xmax, left, W - right};
+  const Axis y{ylo, yhi, H - bottom, top, true};
+  std::vector<double> yticks;
+  for (double t = ylo; t <= yhi * 1.0001; t *= 10) yticks.push_back(t);
+  Svg svg(W, H, "How far " + s.spec.baseline + " and its twin drift apart in training");
+  draw_axes(
+      svg, x, y, nice_ticks(x.lo, x.hi, 8), yticks, [](double t) { return format_tokens(t); },
+      [](double t) { return format_printf("%.0e", t); }, "training tokens", "|Δ training loss| (nats)");
+  const double part = y(results::kTwinPartNats);
+  svg.line(left, part, W - right, part, kMuted, 1, " stroke-dasharray=\"5 4\"");
+  svg.text(W - right - 4, part - 5, "parted: " + format_printf("%g", results::kTwinPartNats) + " nats",
+           " text-anchor=\"end\" class=\"muted\"");
+  static constexpr const char* kSeedColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+                                                "#56B4E9", "#000000", "#6b7280"};
+  std::vector<LegendEntry> legend;
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    std::vector<Point> p;
+    for (const auto& [tx, ty] : lines[k].second) p.push_back({x(tx), y(std::clamp(ty, ylo, yhi))});
+    const std::string color = kSeedColors[k % std::size(kSeedColors)];
+    svg.polyline(p, color, 1.6);
+    legend.push_back({concat("seed ", lines[k].first), color});
+  }
+  draw_legend(svg, W - right + 24, top + 14, legend);
   return svg.str();
 }
 

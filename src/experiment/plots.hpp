@@ -40,4 +40,8 @@ std::string plot_js(const ExperimentSummary& summary);
 // (e) Training loss against tokens, when the runs logged a curve.
 std::string plot_training_loss(const ExperimentSummary& summary);
 
+// (f) How far the baseline and its twin drift apart: |Δ training loss| per step (bucket means, log
+// scale), one line per seed, with the line at which they count as parted (results::kTwinPartNats).
+std::string plot_twin_drift(const ExperimentSummary& summary);
+
 }  // namespace attnres::experiment

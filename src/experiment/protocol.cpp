@@ -11,6 +11,7 @@
 #include "data/prepare.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_train.hpp"
+#include "experiment/plan.hpp"
 #include "model/arms.hpp"
 #include "results/experiment_spec.hpp"
 #include "util/atomic_file.hpp"
@@ -344,6 +345,7 @@ ProtocolFile read_protocol(const std::string& path) {
   }
   o.arms = e.strings("arms");
   require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
+  check_arms(o.base.model, o.arms, concat(path, ": [experiment] arms"));
   if (const toml::node* effect = e.find("effect")) {
     p.effect = e.number("effect", 0);
     if (!(std::isfinite(p.effect) && p.effect > 0))

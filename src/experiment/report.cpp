@@ -237,13 +237,36 @@ std::string render_html(const ExperimentSummary& s) {
          "n − 1 degrees of freedom). Below the dashed zero line the arm has the lower loss.</figcaption></figure>\n";
   h += table_titled("Test NLL");
   h += table_titled("Power");
+  if (s.sequential) {
+    h += "<h2>Sequential seeds</h2>\n<p class=\"lead\">The seeds are run in looks; after each, the primary "
+         "comparison is tested against boundaries that spend the type-I error over the looks, so that stopping "
+         "early keeps it at α. " + escape_html(sequential_clause(*s.sequential)) + ".</p>\n";
+    h += table_titled("Sequential seeds");
+  }
+  if (!s.twin_drift.empty()) {
+    const std::string twin = twin_of(s.spec.baseline);
+    h += "<h2>Baseline and twin: the noise floor</h2>\n<p class=\"lead\">" + escape_html(twin) + " is " +
+         escape_html(s.spec.baseline) +
+         " trained from the same seed on the same batches with its initial weights perturbed at a relative " +
+         escape_html(format_printf("%g", s.spec.twin_perturbation)) +
+         ", as rounding would. Its ΔNLL against " + escape_html(s.spec.baseline) +
+         " (the tables above) is the noise floor: what no real difference between arms can be told from with "
+         "these seeds. Below: how far the two runs' training losses drift apart.</p>\n";
+    if (const std::string plot = plot_twin_drift(s); !plot.empty())
+      h += "<figure>" + plot + "<figcaption>|Δ training loss| between " + escape_html(s.spec.baseline) + " and " +
+           escape_html(twin) + " per seed (bucket means, log scale). A chaotic setting grows the initial "
+           "difference to the size of the loss's own noise; a stable one keeps it near where it started."
+           "</figcaption></figure>\n";
+    h += table_titled("Baseline and twin");
+  }
+  h += table_titled("Unstable runs") + table_titled("Instability of every run");
 
   if (!s.routing.empty()) {
     h += "<h2>Depth routing</h2>\n";
     // One colour scale for every heatmap, so routes and arms compare directly.
     const double vmax = heatmap_scale(s);
     const bool any_k = std::any_of(s.routing.begin(), s.routing.end(), [](const ArmRouting& a) { return a.k_route; });
-    h += "<p class=\"lead\">Mean depth-attention weight of each source (rows; emb = token embedding, then block "
+    h += "<p class=\"lead\">Mean depth-attention weight of each source (rows; emb = the token embedding b0, then the block "
          "representations in order, the last being the current block's partial sum where present) for each attention "
          "sublayer (columns), averaged over evaluation tokens and seeds. Hover a cell for its value.</p>\n";
     if (any_k) h += "<p class=\"lead\">" + escape_html(mudd_routing_note()) + "</p>\n";

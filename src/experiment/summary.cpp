@@ -6,6 +6,7 @@
 #include <map>
 
 #include "experiment/format.hpp"
+#include "results/instability.hpp"
 #include "experiment/sequential.hpp"
 #include "model/arms.hpp"
 #include "experiment/stats.hpp"
@@ -343,6 +344,13 @@ const RunResult* ExperimentSummary::find_run(const std::string& arm, std::int64_
   return nullptr;
 }
 
+std::vector<std::int64_t> ExperimentSummary::unstable_seeds(const std::string& arm) const {
+  std::vector<std::int64_t> out;
+  for (const auto& r : instability)
+    if (r.arm == arm && r.instability.unstable) out.push_back(r.seed);
+  return out;
+}
+
 std::string ExperimentSummary::run_path(const std::string& arm, std::int64_t seed) const {
   const bool reused = !group.empty() && arm == spec.baseline && reused_baseline;
   return results::run_result_path(dir, reused ? "" : group, arm, seed);
@@ -383,6 +391,8 @@ void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   s.amax_gain = summarize_gain(s);
   s.systems = summarize_systems(s);
   s.twin_drift = summarize_twin_drift(s);
+  for (const RunResult& r : s.runs)
+    if (const auto inst = results::run_instability(r)) s.instability.push_back({r.arm, r.seed, *inst});
 }
 
 }  // namespace
@@ -438,6 +448,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.amax_gain = s.amax_gain;
   out.systems = s.systems;
   out.twin_drift = s.twin_drift;
+  out.instability = s.instability;
 }
 
 }  // namespace
@@ -554,13 +565,43 @@ std::string verdict_sentence(const ExperimentSummary& s, const Comparison& c, co
   return concat(what, ": not resolved at this size: ", measured, "; ", need, floor);
 }
 
+std::string sequential_clause(const results::SequentialSummary& q) {
+  const std::string level = format_number(100 * (1 - q.design.alpha), 0);
+  if (q.look < 0)
+    return concat("sequential seeds: no look yet (the first at ", q.design.looks.front(), " seeds)");
+  const results::SequentialLook& l = q.looks[static_cast<std::size_t>(q.look)];
+  const std::string interval = concat("repeated ", level, "% CI [", format_signed(l.ci_low, 4), ", ",
+                                      format_signed(l.ci_high, 4), "]");
+  const std::string effect = format_number(q.design.effect, 4);
+  if (q.outcome == "resolved")
+    return concat("sequential seeds: resolved at the look at ", l.n, " seeds (", interval, ", adjusted p = ",
+                  format_p_value(l.p_adjusted), ")");
+  if (q.outcome == "futile")
+    return concat("sequential seeds: futile at the look at ", l.n, " seeds: the ", interval,
+                  " lies inside ±", effect, ": no effect as large as ", effect);
+  if (q.outcome == "not resolved")
+    return concat("sequential seeds: not resolved at max_seeds = ", l.n, " (", interval,
+                  "); the design had power ", format_number(q.power, 2), " to resolve ", effect);
+  return concat("sequential seeds: continuing after the look at ", l.n, " seeds (", interval, "); next look at ",
+                q.next_seeds, " seeds");
+}
+
 std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
   require(!s.milestones.empty(), "the experiment has no validation milestones");
   const Comparison& last = s.milestones.back();
   const ArmComparison* a = last.find(arm);
   require(a != nullptr && !a->is_baseline, "'", arm, "' is not a compared arm of the experiment (baseline ",
           s.spec.baseline, ")");
-  return verdict_sentence(s, last, *a);
+  std::string line = verdict_sentence(s, last, *a);
+  if (s.sequential && s.sequential->design.primary == arm) line += "; " + sequential_clause(*s.sequential);
+  const std::vector<std::int64_t> unstable = s.unstable_seeds(arm), base = s.unstable_seeds(s.spec.baseline);
+  if (!unstable.empty() || !base.empty()) {
+    std::string which;
+    for (const auto seed : unstable) which += concat(which.empty() ? "" : ", ", arm, " seed ", seed);
+    for (const auto seed : base) which += concat(which.empty() ? "" : ", ", s.spec.baseline, " seed ", seed);
+    line += "; unstable runs (a sustained loss spike): " + which;
+  }
+  return line;
 }
 
 results::TwinDrift twin_drift(std::int64_t seed, std::span<const results::LossPoint> baseline,

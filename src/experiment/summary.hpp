@@ -58,6 +58,9 @@ struct ExperimentSummary {
   std::vector<ArmGain> amax_gain;      // arms whose runs record Amax gains (hc, mhc)
   std::vector<ArmSystems> systems;     // every arm with at least one finished run
   std::vector<results::TwinDrift> twin_drift;  // per seed, with the baseline's twin among the arms
+  std::vector<results::RunInstability> instability;  // every finished run with a curve, in run order
+  // The arm's seeds (of those finished) that the instability rule flags.
+  std::vector<std::int64_t> unstable_seeds(const std::string& arm) const;
   std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
   // Main only, with sequential seeds: the looks of the primary comparison and the decision.
   std::optional<results::SequentialSummary> sequential;
@@ -104,7 +107,13 @@ std::optional<results::SequentialSummary> sequential_summary(const ExperimentSum
 // baseline's twin (and whether the interval lies inside it).
 std::string verdict_sentence(const ExperimentSummary& summary, const Comparison& c, const ArmComparison& a);
 
-// verdict_sentence of `arm` at the last validation milestone. An Error when the arm is not a
+// The sequential decision in one clause: "sequential seeds: resolved at the look at 8 seeds
+// (repeated 95% CI [...], adjusted p = ...)", "... futile ...", "... not resolved at max_seeds ...",
+// "... continuing ... next look at N seeds".
+std::string sequential_clause(const results::SequentialSummary& sequential);
+
+// verdict_sentence of `arm` at the last validation milestone, with the sequential clause for the
+// primary arm of a sequential experiment and the unstable runs of the arm and the baseline. An Error when the arm is not a
 // compared arm of the experiment.
 std::string answer_line(const ExperimentSummary& summary, const std::string& arm);
 

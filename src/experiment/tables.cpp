@@ -7,6 +7,7 @@
 
 #include "experiment/format.hpp"
 #include "experiment/stats.hpp"
+#include "results/instability.hpp"
 #include "model/arms.hpp"
 #include "util/error.hpp"
 
@@ -55,7 +56,9 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
       // The milestone is named once, on its first row, so the groups stand out.
       if (tokens_column) row.push_back(&a == &c->arms.front() ? format_tokens(static_cast<double>(c->tokens)) : "");
       row.push_back(a.arm);
-      row.push_back(std::to_string(a.values.size()));
+      // Unstable runs are flagged wherever their numbers appear.
+      const std::size_t unstable = s.unstable_seeds(a.arm).size();
+      row.push_back(std::to_string(a.values.size()) + (unstable > 0 ? concat(" (", unstable, " unstable)") : ""));
       row.push_back(format_number(a.mean, 4));
       row.push_back(delta_cell(a));
       row.push_back(ci_cell(a));
@@ -139,6 +142,76 @@ std::string mudd_routing_note() {
                 "ones with PrePostDANorm); JS(p_Q, p_V) and JS(p_K, p_V) (baselines-spec §6.5).");
 }
 
+std::optional<Table> sequential_table(const ExperimentSummary& s) {
+  if (!s.sequential) return std::nullopt;
+  const results::SequentialSummary& q = *s.sequential;
+  Table t;
+  const std::string level = format_number(100 * (1 - q.design.alpha), 0);
+  t.title = concat("Sequential seeds: ", q.design.primary, " vs ", s.spec.baseline, ", validation NLL at ",
+                   s.milestones.empty() ? std::string("n/a") : format_tokens(double(s.milestones.back().tokens)),
+                   " tokens, look by look");
+  t.header = {"look", "seeds", "ΔNLL", "sd", "repeated " + level + "% CI", "t", "t boundary", "adjusted p", "crosses"};
+  t.left_columns = 1;
+  for (std::size_t k = 0; k < q.looks.size(); ++k) {
+    const results::SequentialLook& l = q.looks[k];
+    t.rows.push_back({concat(k + 1, " of ", q.design.looks.size()), std::to_string(l.n), format_signed(l.mean, 4),
+                      format_number(l.sd, 4), concat("[", format_signed(l.ci_low, 4), ", ", format_signed(l.ci_high, 4), "]"),
+                      format_number(l.t, 3), format_number(l.t_boundary, 3), format_p_value(l.p_adjusted),
+                      l.crossed ? "yes" : "no"});
+  }
+  std::string looks;
+  for (int n : q.design.looks) looks += (looks.empty() ? "" : ", ") + std::to_string(n);
+  t.notes = {concat("Design: looks at ", looks, " seeds, ", q.design.spending, " error spending (Lan–DeMets), α = ",
+                    format_number(q.design.alpha, 3), " two-sided; the t looks test at the calibrated level α* = ",
+                    format_printf("%.4f", q.nominal_alpha), " (simulated type-I error ",
+                    format_printf("%.4f", q.type_one_error), "); effect of interest ", format_number(q.design.effect, 4),
+                    " nats."),
+             "Repeated CI: covers the true ΔNLL at every look at once; the study stops when it excludes 0 (resolved) "
+             "or lies inside ±the effect (futile). Adjusted p: the repeated p-value (the smallest level whose repeated "
+             "CI excludes 0), on the design's own scale.",
+             concat("Outcome: ", sequential_clause(q), ".")};
+  return t;
+}
+
+std::optional<Table> twin_table(const ExperimentSummary& s) {
+  if (s.twin_drift.empty()) return std::nullopt;
+  Table t;
+  t.title = concat("Baseline and twin: how far ", s.spec.baseline, " and ", twin_of(s.spec.baseline),
+                   " drift apart in training");
+  t.header = {"seed", "parted at step", "max |Δ loss|", "final |Δ loss|", "steps"};
+  for (const auto& d : s.twin_drift)
+    t.rows.push_back({std::to_string(d.seed), d.part_step ? std::to_string(*d.part_step) : "never",
+                      format_printf("%.3g", d.max_abs_delta), format_printf("%.3g", d.final_abs_delta),
+                      std::to_string(d.steps)});
+  t.notes = {concat("|Δ loss|: the per-step training losses of the two runs, which read the same batches, so only their "
+                    "weights differ. Parted: the first step with |Δ loss| ≥ ",
+                    format_printf("%g", results::kTwinPartNats), " nats. Final: the mean over the last 10% of the steps.")};
+  return t;
+}
+
+std::optional<Table> instability_table(const ExperimentSummary& s, bool every_run) {
+  Table t;
+  t.title = every_run ? "Instability of every run" : "Unstable runs";
+  t.header = {"arm", "seed", "sustained spikes", "spike steps", "largest spike", "clipped steps", "max grad norm",
+              "unstable"};
+  t.left_columns = 1;
+  for (const auto& r : s.instability) {
+    const results::Instability& i = r.instability;
+    if (!every_run && !i.unstable) continue;
+    t.rows.push_back({r.arm, std::to_string(r.seed), std::to_string(i.sustained_spike_events), std::to_string(i.spike_steps),
+                      i.largest_spike_step ? concat(format_number(i.largest_spike_nats, 3), " at ", *i.largest_spike_step)
+                                           : "",
+                      std::isnan(i.clipped_fraction) ? "n/a" : format_percent(i.clipped_fraction, 1).substr(1),
+                      i.max_grad_norm_step ? concat(format_number(i.max_grad_norm, 3), " at ", *i.max_grad_norm_step) : "n/a",
+                      i.unstable ? "yes" : "no"});
+  }
+  if (t.rows.empty()) return std::nullopt;
+  t.notes = {std::string("The rule: ") + results::kUnstableRule + ".",
+             "Largest spike: nats above the median of the 50 steps before it, at its step. Clipped steps: gradient norm "
+             "above train.grad_clip (n/a for runs recorded before gradient norms were)."};
+  return t;
+}
+
 std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   std::vector<Table> tables;
   std::vector<const Comparison*> val;
@@ -150,6 +223,9 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
                                     false));
 
   tables.push_back(power_table(s));
+  if (auto t = sequential_table(s)) tables.push_back(std::move(*t));
+  if (auto t = twin_table(s)) tables.push_back(std::move(*t));
+  if (auto t = instability_table(s, detailed)) tables.push_back(std::move(*t));
 
   if (!s.routing.empty()) {
     const bool any_k = std::any_of(s.routing.begin(), s.routing.end(), [](const ArmRouting& a) { return a.k_route; });

@@ -29,6 +29,13 @@ struct Table {
 // per layer.
 std::vector<Table> summary_tables(const ExperimentSummary& summary, bool detailed);
 
+// The looks of a sequential experiment (none without), the baseline-and-twin drift per seed (none
+// without a twin), and the runs' instability (every run, or only the unstable ones; none when there
+// is nothing to show).
+std::optional<Table> sequential_table(const ExperimentSummary& summary);
+std::optional<Table> twin_table(const ExperimentSummary& summary);
+std::optional<Table> instability_table(const ExperimentSummary& summary, bool every_run);
+
 // A group's title ("Controls 'controls' at 184K tokens, against block trained to the same budget")
 // and its tables, titled with it.
 std::string group_title(const GroupResults& group);

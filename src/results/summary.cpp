@@ -147,6 +147,16 @@ void from_json(JsonObject& in, NoiseFloor& f) {
   if (f.sd < 0) sd.bad("must be at least 0");
 }
 
+json to_json(const RunInstability& r) {
+  return {{"arm", r.arm}, {"seed", r.seed}, {"instability", to_json(r.instability)}};
+}
+
+void from_json(JsonObject& in, RunInstability& r) {
+  r.arm = in.get("arm").string();
+  r.seed = in.get("seed").integer();
+  r.instability = read_object<Instability>(in.get("instability"));
+}
+
 json to_json(const TwinDrift& d) {
   return {{"seed", d.seed},
           {"part_step", d.part_step ? json(*d.part_step) : json(nullptr)},
@@ -337,6 +347,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
   if (!r.amax_gain.empty()) j["amax_gain"] = array_json(r.amax_gain);        // likewise
   j["systems"] = array_json(r.systems);
   if (!r.twin_drift.empty()) j["twin_drift"] = array_json(r.twin_drift);  // with a twin only
+  if (!r.instability.empty()) j["instability"] = array_json(r.instability);  // runs with curves
 }
 
 void read_arms_results(JsonObject& in, ArmsResults& r) {
@@ -350,6 +361,7 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   if (const auto gain = in.find("amax_gain")) r.amax_gain = read_array<ArmGain>(*gain);
   r.systems = read_array<ArmSystems>(in.get("systems"));
   if (const auto drift = in.find("twin_drift")) r.twin_drift = read_array<TwinDrift>(*drift);
+  if (const auto inst = in.find("instability")) r.instability = read_array<RunInstability>(*inst);
 }
 
 }  // namespace

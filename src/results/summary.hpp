@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "results/experiment_spec.hpp"
+#include "results/instability.hpp"
 #include "results/run_result.hpp"
 #include "results/strict_json.hpp"
 
@@ -78,6 +79,14 @@ struct Comparison {
 // training losses differ only by the weights): the largest |Δ loss| and the first step at which
 // |Δ loss| reached kTwinPartNats (none: they never parted that far).
 inline constexpr double kTwinPartNats = 1e-3;
+// One run's instability (results/instability.hpp): as its result.json records it, or computed from
+// its curve for a run recorded before that.
+struct RunInstability {
+  std::string arm;
+  std::int64_t seed = 0;
+  Instability instability;
+};
+
 struct TwinDrift {
   std::int64_t seed = 0;
   std::optional<std::int64_t> part_step;  // 1-based optimiser step
@@ -172,6 +181,7 @@ struct ArmsResults {
   std::vector<ArmGain> amax_gain;      // arms whose runs record it (hc, mhc)
   std::vector<ArmSystems> systems;     // arms with a finished run
   std::vector<TwinDrift> twin_drift;   // per seed with both the baseline and its twin finished
+  std::vector<RunInstability> instability;  // per finished run with a curve, in arm then seed order
 };
 
 struct GroupSummary : ArmsResults {
@@ -224,6 +234,8 @@ nlohmann::json to_json(const ArmComparison& a);
 void from_json(JsonObject& in, ArmComparison& a);
 nlohmann::json to_json(const NoiseFloor& f);
 void from_json(JsonObject& in, NoiseFloor& f);
+nlohmann::json to_json(const RunInstability& r);
+void from_json(JsonObject& in, RunInstability& r);
 nlohmann::json to_json(const TwinDrift& d);
 void from_json(JsonObject& in, TwinDrift& d);
 nlohmann::json to_json(const Comparison& c);

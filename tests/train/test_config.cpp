@@ -33,7 +33,9 @@ ConfigValue other_value(const ConfigKey<TrainConfig>& key, const ConfigValue& v)
     }
     case ConfigType::number: {
       const double x = std::get<double>(v);
-      return key.range.empty() || key.range.contains(x + 0.1) ? x + 0.1 : x - 0.05;
+      for (double other : {x + 0.1, x - 0.05, x + 0.001})  // the last for narrow ranges ([0, 0.01])
+        if (key.range.empty() || key.range.contains(other)) return other;
+      return x;
     }
     case ConfigType::numbers: return std::vector<double>{0.1, 1.0 / 3.0, 1.0};
     case ConfigType::choice: {
