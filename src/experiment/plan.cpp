@@ -59,6 +59,7 @@ TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const
   config.seed = seed;       // identical shared initial weights across arms
   config.data_seed = seed;  // identical data order across arms
   config.init_perturbation = is_twin(arm) ? twin_perturbation : 0.0;
+  if (is_bf16_arm(arm)) config.precision = kernels::MatmulPrecision::bf16;
   return config;
 }
 

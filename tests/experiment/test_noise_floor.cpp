@@ -125,6 +125,14 @@ TEST(Twin, ArmsAndProtocolKeys) {
   EXPECT_EQ(twin.seed, original.seed);
   EXPECT_EQ(twin.data_seed, original.data_seed);
   EXPECT_EQ(to_string(twin.model.residual), to_string(original.model.residual));
+  // "@bf16": the same model trained with bf16 matmuls; with "+vres" and a twin's "~".
+  const TrainConfig bf16 = experiment::run_config(base, nullptr, "rd+vres@bf16~", 3, 2e-6);
+  EXPECT_EQ(bf16.precision, kernels::MatmulPrecision::bf16);
+  EXPECT_EQ(bf16.model.residual, ResidualMode::rd);
+  EXPECT_TRUE(bf16.model.value_residual);
+  EXPECT_EQ(bf16.init_perturbation, 2e-6);
+  EXPECT_EQ(experiment::run_config(base, nullptr, "rd", 3).precision, base.precision);
+  EXPECT_THROW(apply_arm(ModelConfig{}, "rd@bf8"), Error);
 }
 
 // The errors of issue #27, item 5, before any training: each names its key.
