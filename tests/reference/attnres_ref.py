@@ -871,6 +871,12 @@ def decayed(cfg, name, p):
     return p.dim() == 2 or (name.startswith("dwa.") and cfg["dwa_weight_decay"])
 
 
+def zero_if_none(t):
+    """A parameter's gradient, zeros where the loss does not use it (Delta AttnRes's first attention read has no
+    sources: its query and key norm take no part in the computation)."""
+    return t.grad if t.grad is not None else torch.zeros_like(t)
+
+
 def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0, min_lr_ratio=0.0,
                 schedule="cosine", decay_fraction=0.2, total_steps=None, beta1=0.9, beta2=0.95, eps=1e-8):
     """Runs `steps` AdamW updates on the same batch. Returns (losses [steps], new params dict)."""
@@ -885,7 +891,7 @@ def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0,
         loss, _ = loss_and_logits(cfg, P, tokens)
         loss.backward()
         losses.append(loss.item())
-        grads = {n: t.grad for n, t in P.items()}
+        grads = {n: zero_if_none(t) for n, t in P.items()}
         if clip > 0:
             total = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
             coef = clip / (total + 1e-6)
@@ -974,7 +980,7 @@ def main(argv=None):
         loss.backward()
         out = {"logits": logits.detach(), "loss": loss.detach().reshape(())}
         for n, t in Pg.items():
-            out["grad." + n] = t.grad
+            out["grad." + n] = zero_if_none(t)
         if a.adamw_steps > 0:
             losses, newP = train_adamw(cfg, P, tokens, a.adamw_steps, a.lr, a.weight_decay, a.clip, a.warmup,
                                        a.min_lr_ratio, a.schedule, a.decay_fraction, a.total_steps)
