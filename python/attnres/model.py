@@ -887,7 +887,8 @@ class DeltaAttnRes(ResidualMode):
             sources, rms, ids = [], [], []
             if j > 0:
                 n_done = len(done) if partial_mode else (j - 1) // S
-                sources, rms, ids = [emb] + done[:n_done], [emb_rms] + done_rms[:n_done], [EMBEDDING] + done_ids[:n_done]
+                sources, rms = [emb] + done[:n_done], [emb_rms] + done_rms[:n_done]
+                ids = [EMBEDDING] + done_ids[:n_done]
                 if partial_mode and partial is not None:
                     sources, rms, ids = sources + [partial], rms + [_rms(partial, eps)], ids + [j - 1]
             if c.delta_null_source:
@@ -948,9 +949,11 @@ class GatedResidual(nn.Module):
     def read(self, H):
         """H [B, T, n, d] -> (x = mean_i G_i * Hn_i [B, T, d], Hn, G): Hn_i = RMSNorm(H_i) (1 + w_i),
         G = sigmoid(W_up silu(W_down vec(Hn) / n))."""
-        Hn = H * torch.rsqrt(H.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.norm.weight.view(self.n, self.d))
+        scale = 1.0 + self.norm.weight.view(self.n, self.d)
+        Hn = H * torch.rsqrt(H.pow(2).mean(-1, keepdim=True) + self.eps) * scale
         flat = Hn.flatten(-2)
-        G = torch.sigmoid(F.linear(F.silu(F.linear(flat, self.w_down) / self.n), self.w_up)).unflatten(-1, (self.n, self.d))
+        G = torch.sigmoid(F.linear(F.silu(F.linear(flat, self.w_down) / self.n), self.w_up))
+        G = G.unflatten(-1, (self.n, self.d))
         return (G * Hn).mean(-2), Hn, G
 
     def write(self, H, Hn, y):
