@@ -294,8 +294,17 @@ budget = 0.5
 )" + kModelTrain + "decay = \"constant\"\nwarmup_fraction = 0.0\n";
   const std::string path = write_protocol(runs, "reuse.toml", protocol);
   const std::string out = runs.str("exp");
+  // --dry-run lists the runs (the reused baselines are not among them) and writes nothing.
+  CliResult dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("8 runs in '" + out + "': 0 done, 8 to train"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("against-rd/rd-average seed 2"), std::string::npos) << dry.output;
+  EXPECT_EQ(dry.output.find("against-rd/rd seed"), std::string::npos) << dry.output;
+  EXPECT_FALSE(fs::exists(out));
   const CliResult r = run_cli("experiment --protocol " + path + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
+  EXPECT_NE(dry.output.find("8 runs in '" + out + "': 8 done, 0 to train (0 tokens)"), std::string::npos) << dry.output;
   const fs::path dir(out);
   const nlohmann::json spec = read_json(dir / "experiment.json");
   const auto& controls = group_named(spec.at("groups"), "controls");
