@@ -26,6 +26,7 @@
 #include "train/trainer.hpp"
 #include "util/error.hpp"
 #include "util/atomic_file.hpp"
+#include "util/process.hpp"
 #include "util/rng.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
@@ -51,6 +52,7 @@ extern "C" void request_stop(int signal) {
   if (g_stop_requested.exchange(true)) {
     static constexpr char kNow[] = "\nattnres: second signal: stopping now (the last saved checkpoint is kept)\n";
     say(kNow, sizeof kNow - 1);
+    signal_running_child(signal);  // a training child in its own process group stops now too
     ::_exit(128 + signal);
   }
   g_stop_signal.store(signal);

@@ -91,7 +91,7 @@ std::optional<std::vector<ShapeThroughput>> measure_throughput(const ProtocolFil
     c.checkpoint_every = pilot.throughput_steps;
     c.seed = c.data_seed = pilot.seeds.front();
     status.message(concat("plan: measuring the throughput of ", shapes[i].label, " (", pilot.throughput_steps, " steps)"));
-    const int rc = train_child(c, e.data_dir, dir, "throughput " + shapes[i].label);
+    const int rc = train_child(c, e.data_dir, dir, "throughput " + shapes[i].label, o.stop);
     if (rc != 0 && !fs::exists(results.back())) return std::nullopt;  // stopped
   }
   if (!wait_for(results, o, status, "throughput measurements")) return std::nullopt;

@@ -38,7 +38,7 @@ namespace {
 // Trains one run in a child process, so its speed and peak memory are its own.
 // Returns the child's exit status (0: finished; 128 + N: stopped by signal N, resumable).
 int train_in_child(const std::string& config_path, const std::string& data, const std::string& out, bool resume,
-                   const std::string& label, int threads, const std::string& device) {
+                   const std::string& label, const std::atomic<bool>* stop, int threads, const std::string& device) {
   ChildProcess child;
   child.argv = {kSelfExecutable, "train", "--config", config_path, "--data", data, "--out", out,
                 "--label", label, "--device", device};
@@ -48,6 +48,7 @@ int train_in_child(const std::string& config_path, const std::string& data, cons
   child.set_env = {{"ATTNRES_NO_MPI", "1"}};
   if (threads > 0) child.set_env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
   child.name = "a training process for '" + out + "'";
+  child.stop = stop;
   return run_child(child).status;
 }
 
@@ -282,7 +283,7 @@ bool run_share(const ExperimentOptions& o, const ExperimentPlan& plan, int seeds
     status.message(concat(run.label, ": ", progress.starting(left)));
     const auto start = std::chrono::steady_clock::now();
     const fs::path run_dir = fs::path(run.result_path).parent_path();
-    const int rc = train_child(run.config, o.data_dir, run_dir.string(), run.label, child_threads, device);
+    const int rc = train_child(run.config, o.data_dir, run_dir.string(), run.label, o.stop, child_threads, device);
     if (rc == 128 + SIGINT || rc == 128 + SIGTERM) return false;  // stopped by a signal; resumable
     require(rc == 0, "training ", run.label, " failed (exit status ", rc, "); its log is above, its files in '",
             run_dir.string(), "'; rerun the same command to resume");
@@ -323,12 +324,12 @@ bool sequential_stop(const ExperimentOptions& o, StatusLine& status) {
 }  // namespace
 
 int train_child(const TrainConfig& config, const std::string& data_dir, const std::string& dir, const std::string& label,
-                int threads, const std::string& device) {
+                const std::atomic<bool>* stop, int threads, const std::string& device) {
   fs::create_directories(dir);
   const std::string config_path = (fs::path(dir) / "run.toml").string();
   write_text_atomically(config_path, to_toml(config));
   const bool resume = !list_checkpoints(dir).empty();
-  return train_in_child(config_path, data_dir, dir, resume, label, threads, device);
+  return train_in_child(config_path, data_dir, dir, resume, label, stop, threads, device);
 }
 
 bool run_experiment(const ExperimentOptions& options) {

@@ -4,6 +4,8 @@
 // sequential.
 #pragma once
 
+#include <atomic>
+
 #include "experiment/options.hpp"
 
 namespace attnres::experiment {
@@ -21,8 +23,9 @@ bool run_experiment(const ExperimentOptions& options);
 // Trains `config` into `dir` in a child process, as every run of an experiment trains: the config
 // written to DIR/run.toml, resumed when DIR holds checkpoints, `threads` (0: the child's default)
 // and `device` as given. Returns the child's exit status (0: finished; 128 + N: stopped by signal
-// N, resumable).
+// N, resumable). With `stop` (this process' stop flag), a stop request reaches the child however
+// this process got it (util/process.hpp).
 int train_child(const TrainConfig& config, const std::string& data_dir, const std::string& dir, const std::string& label,
-                int threads = 0, const std::string& device = "cpu");
+                const std::atomic<bool>* stop, int threads = 0, const std::string& device = "cpu");
 
 }  // namespace attnres::experiment

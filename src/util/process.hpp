@@ -2,6 +2,7 @@
 // spawner behind `experiment` (a training process per run) and `bench` (a worker per measurement).
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,11 @@ struct ChildProcess {
   std::vector<std::pair<std::string, std::string>> set_env;
   bool capture_stdout = false;  // else the child writes to this process' stdout; stderr is always shared
   std::string name;             // the child in error messages (default: argv[0] in quotes)
+  // A stop request of this process (its SIGINT/SIGTERM handler's flag). When given, the child runs
+  // in a process group of its own, so a terminal's Ctrl-C reaches this process alone, and this
+  // process passes the request on as one SIGINT: the child stops the same way whether the signal
+  // came from a terminal, from `kill` or `timeout` aimed at this process, or from a scheduler.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct ChildResult {
@@ -28,5 +34,9 @@ struct ChildResult {
 // Starts the child and waits for it to end (retrying on EINTR). Throws Error when it cannot be
 // started.
 ChildResult run_child(const ChildProcess& child);
+
+// Sends `signal` to the child that run_child is waiting for with a stop flag, if any. Async-signal-
+// safe: for a signal handler that stops this process at once (the child must not outlive it).
+void signal_running_child(int signal) noexcept;
 
 }  // namespace attnres

@@ -1,7 +1,10 @@
 // util/process: the child process spawner of `experiment` and `bench`.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "util/error.hpp"
 #include "util/process.hpp"
@@ -25,6 +28,26 @@ TEST(RunChild, ExitStatus) {
 TEST(RunChild, SignalIs128PlusItsNumber) {
   EXPECT_EQ(run_child(shell("kill -TERM $$")).status, 128 + 15);
   EXPECT_EQ(run_child(shell("kill -KILL $$")).status, 128 + 9);
+}
+
+// With a stop flag the child has a process group of its own (a terminal's Ctrl-C reaches the parent
+// alone) and gets one SIGINT when the flag turns true, however the parent was asked to stop.
+TEST(RunChild, AStopRequestIsPassedOnToTheChildInItsOwnProcessGroup) {
+  std::atomic<bool> stop{false};
+  ChildProcess c = shell(
+      "[ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] || exit 9; "  // its own process group
+      "trap 'exit 7' INT; i=0; while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 5",
+      false);
+  c.stop = &stop;
+  std::thread requester([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stop.store(true);
+  });
+  const int status = run_child(c).status;
+  requester.join();
+  EXPECT_EQ(status, 7) << "9: not in its own process group; 5: the stop request never arrived";
+  // Without a flag nothing is passed on, and the child stays in this process' group.
+  EXPECT_EQ(run_child(shell("[ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$(cut -d' ' -f5 /proc/$PPID/stat)\" ]")).status, 0);
 }
 
 TEST(RunChild, CapturesStdoutOnly) {
