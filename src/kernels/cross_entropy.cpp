@@ -17,6 +17,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm_bf16_avx512.hpp"
+#include "kernels/gemm_f32.hpp"
 
 namespace attnres::kernels {
 
@@ -143,6 +144,35 @@ struct LinearHead {
   }
 };
 
+// fp32 on the AVX2 GEMM backend (kernels/gemm_f32.hpp): LinearHead's products, bit for bit, with
+// the weight packed once per call for the logits and once for dX instead of once per chunk.
+struct Fp32Head {
+  const Fp32PackedB& w_t;  // op(B) = W^T for the logits
+  const Fp32PackedB& w_n;  // W for dX
+  float* dw;
+  int d, vocab;
+  void logits(float* out, const float* x, std::int64_t rows) const {
+    gemm_f32_packed(rows, 1.0f, x, d, w_t, false, out, vocab);
+  }
+  double row(float* logits, std::int32_t target, float grad_scale, bool with_grad) const {
+    return softmax_row(logits, vocab, target, grad_scale, with_grad);
+  }
+  void backward(float* dx, const float* dlogits, const float* x, std::int64_t rows) const {
+    gemm_f32_packed(rows, 1.0f, dlogits, vocab, w_n, false, dx, d);
+    gemm_f32(true, false, vocab, d, rows, dlogits, vocab, x, d, true, dw, d);
+  }
+};
+
+double lm_head_cross_entropy_f32(const float* x, const float* w, const std::int32_t* targets, std::int64_t n, int d,
+                                 int vocab, const CrossEntropyScratch<float>& scratch, float grad_scale, float* dx,
+                                 float* dw) {
+  thread_local Fp32PackedB w_t, w_n;
+  w_t.pack(true, vocab, d, w, d);
+  if (dx != nullptr) w_n.pack(false, d, vocab, w, d);
+  const Fp32Head head{w_t, w_n, dw, d, vocab};
+  return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
+}
+
 // bf16 (float models): the three GEMMs on bf16-rounded operands with the weight packed once per
 // call for the logits and once for the input gradient (not once per chunk of rows); the softmax
 // and its statistics in fp32, on 16 lanes where AVX-512 is available.
@@ -186,9 +216,12 @@ template <class Real>
 double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* targets, std::int64_t n, int d,
                              int vocab, const CrossEntropyScratch<Real>& scratch, Real grad_scale, Real* dx,
                              Real* dw, MatmulPrecision precision) {
-  if constexpr (std::is_same_v<Real, float>)
+  if constexpr (std::is_same_v<Real, float>) {
     if (precision == MatmulPrecision::bf16)
       return lm_head_cross_entropy_bf16(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
+    if (fp32_gemm_backend() == Fp32Gemm::avx2)
+      return lm_head_cross_entropy_f32(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
+  }
   const LinearHead<Real> head{w, dw, d, vocab, precision};
   return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
 }

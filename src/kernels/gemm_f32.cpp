@@ -1,6 +1,7 @@
 #include "kernels/gemm_f32.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -105,12 +106,13 @@ constexpr std::int64_t kNc = 256;  // columns per task (16 panels)
 #define ATTNRES_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
 // One MR x 16 tile of C over one k pass (kc values of k): t = fma(a(i, k), b(k, j), t) in k order
-// from 0, then c = c + t (load_c) or c = t. a(i, k) = a[i * lda + k] (A stored [m, k]) or
+// from 0, then c = fma(alpha, t, c) (load_c; alpha 1: exactly c + t) or c = alpha * t.
+// a(i, k) = a[i * lda + k] (A stored [m, k]) or
 // a[k * lda + i] (trans_a: [k, m]); b(k, j) = b[k * bs + j]. Columns >= valid are neither read
 // from C nor written.
 template <int MR, bool TA>
 ATTNRES_AVX2_TARGET void tile(std::int64_t kc, const float* a, std::int64_t lda, const float* b, std::int64_t bs,
-                              float* c, std::int64_t ldc, int valid, bool load_c) {
+                              float* c, std::int64_t ldc, int valid, bool load_c, float alpha) {
   // C's lines are fetched (for writing) while the k loop runs: outputs are mostly cold, and a
   // read-for-ownership per line would otherwise stall the stores at the end.
   for (int i = 0; i < MR; ++i) {
@@ -140,12 +142,16 @@ ATTNRES_AVX2_TARGET void tile(std::int64_t kc, const float* a, std::int64_t lda,
     }
   }
 #undef ATTNRES_FMA
+  const __m256 al = _mm256_set1_ps(alpha);
   if (valid >= kNr) {
 #define ATTNRES_STORE(i)                                                                   \
   if constexpr (MR > i) {                                                                  \
     if (load_c) {                                                                          \
-      r##i##a = _mm256_add_ps(_mm256_loadu_ps(c + i * ldc), r##i##a);                      \
-      r##i##b = _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + 8), r##i##b);                  \
+      r##i##a = _mm256_fmadd_ps(al, r##i##a, _mm256_loadu_ps(c + i * ldc));                \
+      r##i##b = _mm256_fmadd_ps(al, r##i##b, _mm256_loadu_ps(c + i * ldc + 8));            \
+    } else if (alpha != 1.0f) {                                                            \
+      r##i##a = _mm256_mul_ps(al, r##i##a);                                                \
+      r##i##b = _mm256_mul_ps(al, r##i##b);                                                \
     }                                                                                      \
     _mm256_storeu_ps(c + i * ldc, r##i##a);                                                \
     _mm256_storeu_ps(c + i * ldc + 8, r##i##b);                                            \
@@ -164,20 +170,22 @@ ATTNRES_AVX2_TARGET void tile(std::int64_t kc, const float* a, std::int64_t lda,
   ATTNRES_ROWS(ATTNRES_SPILL)
 #undef ATTNRES_SPILL
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < valid; ++j) c[i * ldc + j] = load_c ? c[i * ldc + j] + t[i * kNr + j] : t[i * kNr + j];
+    for (int j = 0; j < valid; ++j)
+      c[i * ldc + j] = load_c ? std::fma(alpha, t[i * kNr + j], c[i * ldc + j]) : alpha * t[i * kNr + j];
 }
 #undef ATTNRES_ROWS
 
 template <bool TA>
 ATTNRES_AVX2_TARGET void tile_rows(int rows, std::int64_t kc, const float* a, std::int64_t lda, const float* b,
-                                   std::int64_t bs, float* c, std::int64_t ldc, int valid, bool load_c) {
+                                   std::int64_t bs, float* c, std::int64_t ldc, int valid, bool load_c,
+                                   float alpha) {
   switch (rows) {
-    case 6: tile<6, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
-    case 5: tile<5, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
-    case 4: tile<4, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
-    case 3: tile<3, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
-    case 2: tile<2, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
-    default: tile<1, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c); break;
+    case 6: tile<6, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+    case 5: tile<5, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+    case 4: tile<4, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+    case 3: tile<3, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+    case 2: tile<2, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+    default: tile<1, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
   }
 }
 
@@ -248,6 +256,7 @@ struct Problem {
   const float* packed_b;  // all panels of op(B), [panel][k][16]; null: packed per task and k pass
   bool pack_a;            // op(A) k-major with rows far apart: copied per task and k pass
   bool accumulate;
+  float alpha;
   float* c;
   std::int64_t ldc;
 };
@@ -289,11 +298,11 @@ ATTNRES_AVX2_TARGET void run_block(const Problem& pr, std::int64_t i0, std::int6
         const int rows = static_cast<int>(std::min<std::int64_t>(kMr, i1 - i));
         float* c = pr.c + i * pr.ldc + p * kNr;
         if (pr.pack_a)
-          tile_rows<true>(rows, kc, ablock + (i - i0), kApack, bp, kNr, c, pr.ldc, valid, load_c);
+          tile_rows<true>(rows, kc, ablock + (i - i0), kApack, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
         else if (pr.trans_a)
-          tile_rows<true>(rows, kc, pr.a + k0 * pr.lda + i, pr.lda, bp, kNr, c, pr.ldc, valid, load_c);
+          tile_rows<true>(rows, kc, pr.a + k0 * pr.lda + i, pr.lda, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
         else
-          tile_rows<false>(rows, kc, pr.a + i * pr.lda + k0, pr.lda, bp, kNr, c, pr.ldc, valid, load_c);
+          tile_rows<false>(rows, kc, pr.a + i * pr.lda + k0, pr.lda, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
       }
     }
   }
@@ -303,17 +312,52 @@ ATTNRES_AVX2_TARGET void run_block(const Problem& pr, std::int64_t i0, std::int6
 
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
               std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c, std::int64_t ldc) {
+  gemm_f32(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, accumulate, c, ldc);
+}
+
+namespace {
+
+// Rows of at most kMc per block, as even as whole tiles allow (m = 128: 66 + 62, not 96 + 32).
+std::int64_t row_blocks(std::int64_t m) { return (m + kMc - 1) / kMc; }
+
+// The tasks (row block, panel block) of one problem, each summed by one thread.
+void run_tasks(const Problem& pr) {
+  const std::int64_t panels = (pr.n + kNr - 1) / kNr;
+  const std::int64_t mblocks = row_blocks(pr.m);
+  const std::int64_t mc = ((pr.m + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;
+  const std::int64_t pblocks = (panels + kNc / kNr - 1) / (kNc / kNr);
+  const std::int64_t tasks = mblocks * pblocks;
+  const bool parallel = tasks > 1 && pr.m * pr.n * pr.k >= (std::int64_t(1) << 18);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    const std::int64_t mb = t % mblocks, pb = t / mblocks;
+    const std::int64_t i0 = mb * mc, i1 = std::min(pr.m, i0 + mc);
+    const std::int64_t p0 = pb * (kNc / kNr), p1 = std::min(panels, p0 + kNc / kNr);
+    run_block(pr, i0, i1, p0, p1);
+  }
+}
+
+bool k_zero(std::int64_t m, std::int64_t n, bool accumulate, float* c, std::int64_t ldc) {
+  if (!accumulate)
+    for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+  return true;
+}
+
+// Every panel of op(B) into out ([panel][k][16]).
+void pack_all(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb, float* out) {
+  const std::int64_t panels = (n + kNr - 1) / kNr;
+#pragma omp parallel for schedule(static) if (panels > 1 && n * k >= kParallelMin)
+  for (std::int64_t p = 0; p < panels; ++p) pack_panel(trans_b, n, k, b, ldb, p, out + p * k * kNr);
+}
+
+}  // namespace
+
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c,
+              std::int64_t ldc) {
   require(fp32_gemm_available(Fp32Gemm::avx2), "gemm_f32: the CPU lacks AVX2 or FMA");
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!accumulate)
-      for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
-    return;
-  }
-  const std::int64_t panels = (n + kNr - 1) / kNr;
-  // Row blocks of at most kMc rows, as even as whole tiles allow (m = 128: 66 + 62, not 96 + 32).
-  const std::int64_t mblocks = (m + kMc - 1) / kMc;
-  const std::int64_t mc = ((m + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;
+  if (k <= 0 && k_zero(m, n, accumulate, c, ldc)) return;
   // op(B) is packed whole, once per call, when many row blocks reuse it (a Linear's forward and
   // input gradient: B is the weight). For a weight gradient (A^T B, both stored k-major, m small)
   // each task packs the panel of the current k pass into L1 instead: no extra pass over the
@@ -321,31 +365,51 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
   // more apart (the LM head's gradient), whose row blocks are copied per k pass: read in place,
   // its rows fall into a few cache sets (measured, bench/gemm_f32_bench.cpp: packing every A
   // cost more than it saved).
-  const bool whole_b = !trans_a || mblocks > 4;
-  Problem pr{trans_a, trans_b, m, n, k, a, lda, b, ldb, nullptr, trans_a && lda >= 512, accumulate, c, ldc};
+  const bool whole_b = !trans_a || row_blocks(m) > 4;
+  Problem pr{trans_a, trans_b, m, n, k, a, lda, b, ldb, nullptr, trans_a && lda >= 512, accumulate, alpha, c, ldc};
   thread_local Scratch<float> pack;
   if (whole_b) {
-    float* out = pack.get(static_cast<std::size_t>(panels * k * kNr));
-#pragma omp parallel for schedule(static) if (panels > 1 && n * k >= kParallelMin)
-    for (std::int64_t p = 0; p < panels; ++p) pack_panel(trans_b, n, k, b, ldb, p, out + p * k * kNr);
+    float* out = pack.get(static_cast<std::size_t>((n + kNr - 1) / kNr * k * kNr));
+    pack_all(trans_b, n, k, b, ldb, out);
     pr.packed_b = out;
   }
-  const std::int64_t pblocks = (panels + kNc / kNr - 1) / (kNc / kNr);
-  const std::int64_t tasks = mblocks * pblocks;
-  const bool parallel = tasks > 1 && m * n * k >= (std::int64_t(1) << 18);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t t = 0; t < tasks; ++t) {
-    const std::int64_t mb = t % mblocks, pb = t / mblocks;
-    const std::int64_t i0 = mb * mc, i1 = std::min(m, i0 + mc);
-    const std::int64_t p0 = pb * (kNc / kNr), p1 = std::min(panels, p0 + kNc / kNr);
-    run_block(pr, i0, i1, p0, p1);
-  }
+  run_tasks(pr);
+}
+
+void Fp32PackedB::pack(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb) {
+  require(fp32_gemm_available(Fp32Gemm::avx2), "gemm_f32: the CPU lacks AVX2 or FMA");
+  n_ = n;
+  k_ = k;
+  float* out = storage_.get(static_cast<std::size_t>(std::max<std::int64_t>(1, (n + kNr - 1) / kNr * k * kNr)));
+  panels_ = out;
+  if (n > 0 && k > 0) pack_all(trans_b, n, k, b, ldb, out);
+}
+
+void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
+                     bool accumulate, float* c, std::int64_t ldc) {
+  if (m <= 0 || b.n() <= 0) return;
+  if (b.k() <= 0 && k_zero(m, b.n(), accumulate, c, ldc)) return;
+  Problem pr{false, false, m, b.n(), b.k(), a, lda, nullptr, 0, b.panels_, false, accumulate, alpha, c, ldc};
+  run_tasks(pr);
 }
 
 #else
 
 void gemm_f32(bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
               std::int64_t, bool, float*, std::int64_t) {
+  fail("gemm_f32: this build has no AVX2 code");
+}
+
+void gemm_f32(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
+              std::int64_t, bool, float*, std::int64_t) {
+  fail("gemm_f32: this build has no AVX2 code");
+}
+
+void Fp32PackedB::pack(bool, std::int64_t, std::int64_t, const float*, std::int64_t) {
+  fail("gemm_f32: this build has no AVX2 code");
+}
+
+void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, bool, float*, std::int64_t) {
   fail("gemm_f32: this build has no AVX2 code");
 }
 

@@ -8,7 +8,8 @@
 // Summation order (the backend's contract, bit for bit): k is cut into passes of 256 (k = 0-255,
 // 256-511, ...); per pass, each element of C gets one chain of fused multiply-adds in k order
 // from 0, t = fma(a[k], b[k], t), and the pass's chain is added to C: c = c + t (c starts as C's
-// old value when accumulating, else the first pass stores t). One thread sums each element. The
+// old value when accumulating, else the first pass stores t; with alpha, c = fma(alpha, t, c)
+// and alpha * t). One thread sums each element. The
 // result does not depend on the thread count, on the row and column blocking, or on the shape of
 // the call (a row computed alone equals the same row computed within a batch). OpenBLAS' Haswell
 // kernel sums the same products in another order (chains of at most 320 terms, some split into
@@ -26,6 +27,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "kernels/scratch.hpp"
 
 namespace attnres::kernels {
 
@@ -50,5 +53,33 @@ void set_fp32_gemm_backend(Fp32Gemm backend);
 // the summation order above. The avx2 kernel; `fp32_gemm_available(Fp32Gemm::avx2)` must hold.
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
               std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c, std::int64_t ldc);
+
+// C = alpha op(A) op(B) (+ C when accumulate): each pass's chain t enters C as c = fma(alpha, t, c),
+// the first pass without accumulate as c = alpha * t (alpha 1: the call above, bit for bit).
+void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+              const float* a, std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c,
+              std::int64_t ldc);
+
+// op(B) packed once for several products that share it (the LM head's weight across its row
+// chunks); the results are those of gemm_f32 with the same B, bit for bit. B must stay unchanged
+// while the packing is in use.
+class Fp32PackedB {
+ public:
+  // op(B) is k x n: B stored [n, k] (trans_b) or [k, n].
+  void pack(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb);
+  std::int64_t n() const { return n_; }
+  std::int64_t k() const { return k_; }
+
+ private:
+  friend void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, bool, float*,
+                              std::int64_t);
+  std::int64_t n_ = 0, k_ = 0;
+  const float* panels_ = nullptr;
+  Scratch<float> storage_;
+};
+
+// C[m, b.n()] = alpha A op(B) (+ C when accumulate), A stored [m, b.k()] (not transposed).
+void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
+                     bool accumulate, float* c, std::int64_t ldc);
 
 }  // namespace attnres::kernels

@@ -29,6 +29,7 @@ struct Case {
   bool ta = false, tb = false;
   std::int64_t m = 1, n = 1, k = 1, pad = 0;
   bool accumulate = false;
+  float alpha = 1.0f;
 
   std::int64_t lda() const { return (ta ? m : k) + pad; }
   std::int64_t ldb() const { return (tb ? k : n) + pad; }
@@ -59,12 +60,16 @@ Operands make(const Case& cs, std::uint64_t seed) {
 
 void run_avx2(const Case& cs, const Operands& o, std::vector<float>& c) {
   c = o.c;
-  k::gemm_f32(cs.ta, cs.tb, cs.m, cs.n, cs.k, o.a.data(), cs.lda(), o.b.data(), cs.ldb(), cs.accumulate, c.data(),
-              cs.ldc());
+  if (cs.alpha == 1.0f)
+    k::gemm_f32(cs.ta, cs.tb, cs.m, cs.n, cs.k, o.a.data(), cs.lda(), o.b.data(), cs.ldb(), cs.accumulate, c.data(),
+                cs.ldc());
+  else
+    k::gemm_f32(cs.ta, cs.tb, cs.m, cs.n, cs.k, cs.alpha, o.a.data(), cs.lda(), o.b.data(), cs.ldb(), cs.accumulate,
+                c.data(), cs.ldc());
 }
 
 // The documented order: per pass of 256 k values a chain t = fma(a(i, p), b(p, j), t) from 0, added
-// to C (c = c + t; the first pass stores t unless accumulating).
+// to C as c = fma(alpha, t, c) (the first pass stores alpha * t unless accumulating).
 std::vector<float> reference_order(const Case& cs, const Operands& o) {
   std::vector<float> c = o.c;
   for (std::int64_t i = 0; i < cs.m; ++i)
@@ -74,7 +79,7 @@ std::vector<float> reference_order(const Case& cs, const Operands& o) {
         float t = 0.0f;
         for (std::int64_t p = p0; p < std::min(cs.k, p0 + 256); ++p)
           t = std::fma(cs.a_at(o.a, i, p), cs.b_at(o.b, p, j), t);
-        s = p0 == 0 && !cs.accumulate ? t : s + t;
+        s = p0 == 0 && !cs.accumulate ? cs.alpha * t : std::fma(cs.alpha, t, s);
       }
       c[static_cast<std::size_t>(i * cs.ldc() + j)] = s;
     }
@@ -89,23 +94,26 @@ std::vector<Case> cases() {
                                      {13, 31, 64}, {97, 64, 80}, {64, 97, 160}, {200, 40, 300}, {30, 300, 257},
                                      {101, 50, 600}})
         for (std::int64_t pad : {0, 3})
-          for (bool acc : {false, true}) {
-            Case c;
-            c.ta = ta;
-            c.tb = tb;
-            c.m = m;
-            c.n = n;
-            c.k = kk;
-            c.pad = pad;
-            c.accumulate = acc;
-            out.push_back(c);
-          }
+          for (bool acc : {false, true})
+            for (float alpha : {1.0f, 0.125f, -1.7f}) {
+              Case c;
+              c.ta = ta;
+              c.tb = tb;
+              c.m = m;
+              c.n = n;
+              c.k = kk;
+              c.pad = pad;
+              c.accumulate = acc;
+              c.alpha = alpha;
+              out.push_back(c);
+            }
   return out;
 }
 
 std::string describe(const Case& c) {
   return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + " " + std::to_string(c.m) + "x" + std::to_string(c.n) +
-         "x" + std::to_string(c.k) + " pad " + std::to_string(c.pad) + (c.accumulate ? " accumulate" : "");
+         "x" + std::to_string(c.k) + " pad " + std::to_string(c.pad) + (c.accumulate ? " accumulate" : "") +
+         (c.alpha != 1.0f ? " alpha " + std::to_string(c.alpha) : "");
 }
 
 bool have_avx2() { return k::fp32_gemm_available(k::Fp32Gemm::avx2); }
@@ -241,6 +249,28 @@ TEST(GemmF32, AsAccurateAsOpenBlas) {
     RecordProperty(describe(cs) + " rms error ratio", std::to_string(std::sqrt(err_mine / err_blas)));
   }
   set_num_threads(saved);
+}
+
+TEST(GemmF32, PackedBMatchesUnpacked) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2/FMA on this machine";
+  for (bool tb : {false, true})
+    for (bool acc : {false, true}) {
+      Case cs;
+      cs.tb = tb;
+      cs.m = 300;
+      cs.n = 97;
+      cs.k = 270;
+      cs.pad = 2;
+      cs.accumulate = acc;
+      const Operands o = make(cs, 17);
+      std::vector<float> want;
+      run_avx2(cs, o, want);
+      k::Fp32PackedB packed;
+      packed.pack(tb, cs.n, cs.k, o.b.data(), cs.ldb());
+      std::vector<float> got = o.c;
+      k::gemm_f32_packed(cs.m, 1.0f, o.a.data(), cs.lda(), packed, acc, got.data(), cs.ldc());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << describe(cs);
+    }
 }
 
 TEST(GemmF32, BackendChoice) {
