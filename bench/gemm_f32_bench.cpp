@@ -36,6 +36,12 @@ struct Shape {
 std::vector<Shape> shapes() {
   std::vector<Shape> out;
   out.push_back({"cube_1024", false, false, 1024, 1024, 1024});
+  // Attention's block products at T = 256, head_dim 64 (kernels/attention.cpp): 64 queries against
+  // the 256 keys of the last block: S = Q K^T, O = P V, dQ = dS K, dK += dS^T Q.
+  out.push_back({"attn_qk", false, true, 64, 256, 64});
+  out.push_back({"attn_pv", false, false, 64, 64, 256});
+  out.push_back({"attn_dk", true, false, 256, 64, 64});
+  out.push_back({"attn_qk64", false, true, 64, 64, 64});
   // The study sizes (2,048 tokens, SwiGLU 5d) and `small` (d 256, 4,096 tokens, SwiGLU 1280).
   for (const auto& [d, f] : {std::pair<std::int64_t, std::int64_t>{64, 320}, {128, 640}, {256, 1280}}) {
     const std::string p = d == 256 ? "small_" : "d" + std::to_string(d) + "_";
@@ -68,7 +74,8 @@ double now(bool cpu) {
 
 int main(int argc, char** argv) {
   int reps = 200, threads = 1;
-  bool cold = false;  // write C to a different buffer each call (64 MB in all): C not in cache
+  bool cold = false;       // write C to a different buffer each call (16 MB in all): C not in cache
+  bool cold_all = false;   // and read A and B from different buffers too
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -76,8 +83,9 @@ int main(int argc, char** argv) {
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--cold") cold = true;
+    else if (a == "--cold-all") cold = cold_all = true;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--threads N] [--filter TEXT] [--cold]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--threads N] [--filter TEXT] [--cold | --cold-all]\n", argv[0]);
       return 2;
     }
   }
@@ -92,9 +100,14 @@ int main(int argc, char** argv) {
   attnres::Rng rng(7, "gemm bench");
   for (const Shape& s : shapes()) {
     if (!filter.empty() && s.name.find(filter) == std::string::npos && s.name != "cube_1024") continue;
-    std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
-        c(static_cast<std::size_t>(s.m * s.n) * (cold ? std::max<std::size_t>(1, (std::size_t(16) << 20) / (s.m * s.n)) : 1), 0.0f);
+    const auto sets = [&](std::int64_t elems, bool on) {
+      return on ? std::max<std::size_t>(1, (std::size_t(16) << 20) / static_cast<std::size_t>(elems)) : std::size_t(1);
+    };
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k) * sets(s.m * s.k, cold_all)),
+        b(static_cast<std::size_t>(s.k * s.n) * sets(s.k * s.n, cold_all)),
+        c(static_cast<std::size_t>(s.m * s.n) * sets(s.m * s.n, cold), 0.0f);
     const std::size_t copies = c.size() / static_cast<std::size_t>(s.m * s.n);
+    const std::size_t a_sets = a.size() / static_cast<std::size_t>(s.m * s.k), b_sets = b.size() / static_cast<std::size_t>(s.k * s.n);
     std::size_t next = 0;
     for (auto& x : a) x = static_cast<float>(rng.uniform() - 0.5);
     for (auto& x : b) x = static_cast<float>(rng.uniform() - 0.5);
@@ -105,12 +118,14 @@ int main(int argc, char** argv) {
     std::vector<double> t[2];
     for (int r = -3; r < n; ++r)
       for (int impl = 0; impl < (avx2 ? 2 : 1); ++impl) {
+        const float* aa = a.data() + (next % a_sets) * static_cast<std::size_t>(s.m * s.k);
+        const float* bb = b.data() + (next % b_sets) * static_cast<std::size_t>(s.k * s.n);
         float* cc = c.data() + (next++ % copies) * static_cast<std::size_t>(s.m * s.n);
         const double t0 = now(cpu_clock);
         if (impl == 0)
-          k::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, acc ? 1.0f : 0.0f, cc, s.n);
+          k::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, aa, lda, bb, ldb, acc ? 1.0f : 0.0f, cc, s.n);
         else
-          k::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, acc, cc, s.n);
+          k::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, aa, lda, bb, ldb, acc, cc, s.n);
         const double dt = now(cpu_clock) - t0;
         if (r >= 0) t[impl].push_back(dt);
         if (acc) std::fill(cc, cc + s.m * s.n, 0.0f);  // keep the sums bounded
