@@ -227,7 +227,8 @@ void print_start(const Plan& p, const std::string& load_start, const TorchSide& 
                cpu_model().c_str(), p.threads, openblas_core().c_str(),
                getenv_or("OPENBLAS_CORETYPE", "unset").c_str(), load_start.c_str());
   std::fprintf(stderr, "bench: matmul precision attnres %s%s", precision.c_str(),
-               p.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
+               p.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str()
+                                                                  : (" (Linear GEMMs: " + fp32_gemm_backend() + ")").c_str());
   if (torch.on)
     std::fprintf(stderr, ", torch %s%s", p.torch_precision.c_str(),
                  p.torch_precision == precision ? "" : " (different precisions)");

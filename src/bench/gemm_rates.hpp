@@ -69,7 +69,8 @@ std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig
 std::vector<GemmRate> measure_bf16_rates(const std::vector<std::array<std::int64_t, 3>>& shapes, int reps);
 
 // One Linear GEMM of the model, C = op(A) op(B) + beta C as the model calls it (beta 1 for the
-// weight gradient), timed in fp32 (kernels::gemm) and bf16 (kernels::gemm_bf16).
+// weight gradient), timed in fp32 (on the Linear layers' fp32 backend: kernels::gemm_f32 or
+// OpenBLAS' kernels::gemm) and bf16 (kernels::gemm_bf16).
 struct ShapeRate {
   std::string layer, pass;
   std::int64_t m = 0, n = 0, k = 0;
@@ -81,5 +82,8 @@ std::vector<ShapeRate> measure_linear_shapes(const ModelConfig& config, std::int
 
 // Which bf16 GEMM backend this machine runs (kernels::bf16_backend(): "amx", "avx512-fma", ...).
 std::string bf16_backend();
+
+// Which fp32 GEMM backend the Linear layers run (kernels::fp32_gemm_backend(): "avx2", "openblas").
+std::string fp32_gemm_backend();
 
 }  // namespace attnres::bench

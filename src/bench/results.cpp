@@ -166,7 +166,8 @@ void print_header(const Results& r, const json& out) {
                 r.torch_info.value("openblas_core", "?").c_str());
   const std::string precision = kernels::to_string(r.base.precision);
   std::printf("\nmatmul precision: attnres %s%s", precision.c_str(),
-              r.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str() : "");
+              r.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str()
+                                                                 : (" (Linear GEMMs: " + fp32_gemm_backend() + ")").c_str());
   if (r.torch_on)
     std::printf(", torch %s (%s; --torch-precision %s)%s", r.torch_precision.c_str(),
                 r.torch_precision == "bf16" ? "torch.autocast(\"cpu\", dtype=torch.bfloat16)" : "no autocast",
@@ -192,7 +193,8 @@ void print_header(const Results& r, const json& out) {
 }
 
 void print_shapes(const std::vector<ShapeRate>& shapes) {
-  std::printf("\nLinear GEMMs of the model (m x n x k, best of 3; bf16: %s):\n", bf16_backend().c_str());
+  std::printf("\nLinear GEMMs of the model (m x n x k, best of 3; fp32: %s, bf16: %s):\n", fp32_gemm_backend().c_str(),
+              bf16_backend().c_str());
   std::printf("%-12s %-8s %18s %6s %12s %12s %8s\n", "layer", "pass", "m x n x k", "op", "fp32 GFLOP/s",
               "bf16 GFLOP/s", "ratio");
   for (const ShapeRate& s : shapes) {
@@ -281,7 +283,8 @@ json results_json(const Results& r) {
                       {"torch", r.torch_on ? json(r.torch_precision) : json(nullptr)},
                       {"torch_flag", r.torch_precision_flag},
                       {"same", r.torch_on ? json(r.torch_precision == precision) : json(nullptr)},
-                      {"bf16_backend", bf16_backend()}};
+                      {"bf16_backend", bf16_backend()},
+                      {"fp32_gemm_backend", fp32_gemm_backend()}};
   out["omp_wait_policy_env"] = getenv_or("OMP_WAIT_POLICY", "");
   out["torch"] = r.torch_on ? r.torch_info : json(nullptr);
   out["gemm"] = {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -11,16 +12,31 @@
 
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm_f32.hpp"
 
 namespace attnres::kernels {
 
 // Both passes work on blocks of kQueryBlock queries of one (batch, head): the block's scores
 // against every key it may see (S = Q K^T, at most kQueryBlock x T, so memory stays O(T)) and the
-// products with V, dO, K and Q are GEMMs (kernels::gemm: OpenBLAS); only the softmax is written
-// out here. Every output element is written by one task in a fixed order, whatever the thread
-// count (OpenBLAS runs single-threaded inside the parallel region).
+// products with V, dO, K and Q are GEMMs (block_gemm: the fp32 GEMM backend of float models,
+// kernels/gemm_f32.hpp, else OpenBLAS); only the softmax is written out here. Every output element
+// is written by one task in a fixed order, whatever the thread count (the GEMMs run
+// single-threaded inside the parallel region).
 namespace {
 constexpr int kQueryBlock = 64;
+
+// C = alpha op(A) op(B) + beta C with beta 0 or 1, on the backend of the Linear layers.
+template <class Real>
+void block_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, Real alpha, const Real* a,
+                std::int64_t lda, const Real* b, std::int64_t ldb, Real beta, Real* c, std::int64_t ldc) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (fp32_gemm_backend() == Fp32Gemm::avx2) {
+      gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta != 0.0f, c, ldc);
+      return;
+    }
+  }
+  gemm<Real>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 template <class Real>
 Real* grow(std::vector<Real>& v, std::size_t n) {
@@ -82,7 +98,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       const int nk = s.q_pos0 + i0 + qn;  // keys the block's last query sees
       const std::int64_t qrow = (b * s.q_len + i0) * d + h * hd, krow = b * s.kv_stride * d + h * hd;
       Real* p = grow(scratch, static_cast<std::size_t>(qn) * nk);
-      gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + krow, d, Real(0), p, nk);
+      block_gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + krow, d, Real(0), p, nk);
       for (int r = 0; r < qn; ++r) {
         Real* row = p + static_cast<std::int64_t>(r) * nk;
         const int n = s.q_pos0 + i0 + r + 1;  // causal: keys 0 .. position
@@ -95,7 +111,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
         std::fill(row + n, row + nk, Real(0));
         lse[(b * nh + h) * s.q_len + i0 + r] = m + std::log(l);
       }
-      gemm<Real>(false, false, qn, hd, nk, Real(1), p, nk, v + krow, d, Real(0), out + qrow, d);
+      block_gemm<Real>(false, false, qn, hd, nk, Real(1), p, nk, v + krow, d, Real(0), out + qrow, d);
     }
   }
 }
@@ -125,8 +141,8 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
         Real* ds = p + static_cast<std::int64_t>(qn) * nk;
         const std::int64_t qrow = base + static_cast<std::int64_t>(i0) * d;
         // P = exp(scale Q K^T - lse), zero above the diagonal; dP = dO V^T.
-        gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + base, d, Real(0), p, nk);
-        gemm<Real>(false, true, qn, nk, hd, Real(1), dout + qrow, d, v + base, d, Real(0), ds, nk);
+        block_gemm<Real>(false, true, qn, nk, hd, scale, q + qrow, d, k + base, d, Real(0), p, nk);
+        block_gemm<Real>(false, true, qn, nk, hd, Real(1), dout + qrow, d, v + base, d, Real(0), ds, nk);
         for (int r = 0; r < qn; ++r) {
           Real* prow = p + static_cast<std::int64_t>(r) * nk;
           Real* srow = ds + static_cast<std::int64_t>(r) * nk;
@@ -141,9 +157,9 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
           std::fill(srow + n, srow + nk, Real(0));
         }
         // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
-        gemm<Real>(false, false, qn, hd, nk, scale, ds, nk, k + base, d, Real(0), dq + qrow, d);
-        gemm<Real>(true, false, nk, hd, qn, scale, ds, nk, q + qrow, d, Real(1), dk + base, d);
-        gemm<Real>(true, false, nk, hd, qn, Real(1), p, nk, dout + qrow, d, Real(1), dv + base, d);
+        block_gemm<Real>(false, false, qn, hd, nk, scale, ds, nk, k + base, d, Real(0), dq + qrow, d);
+        block_gemm<Real>(true, false, nk, hd, qn, scale, ds, nk, q + qrow, d, Real(1), dk + base, d);
+        block_gemm<Real>(true, false, nk, hd, qn, Real(1), p, nk, dout + qrow, d, Real(1), dv + base, d);
       }
     }
   }

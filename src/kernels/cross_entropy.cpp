@@ -17,6 +17,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm_bf16_avx512.hpp"
+#include "kernels/gemm_f32.hpp"
 
 namespace attnres::kernels {
 
@@ -58,13 +59,39 @@ inline void exp_scale(float* row, int n, float shift, float scale) {
 inline void exp_scale(double* row, int n, double shift, double scale) {
   for (int j = 0; j < n; ++j) row[j] = exp_fast(row[j] - shift) * scale;
 }
+// max_j row[j], ignoring NaNs like std::max(mx, row[j]) from -inf (a NaN never compares greater).
+template <class Real>
+inline Real row_max(const Real* row, int n) {
+  Real mx = -std::numeric_limits<Real>::infinity();
+  for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+#if defined(__AVX2__)
+// On 8 lanes (GCC left the loop above scalar: one dependent vmaxss per logit, half the softmax's
+// time at a vocabulary of 8,192). The maximum of a set does not depend on the order it is taken
+// in: the same value, NaNs ignored alike (VMAXPS returns its second operand unless the first is
+// greater); only the sign of a zero maximum could differ, which changes neither x - max nor
+// max + log(sum) below.
+template <>
+inline float row_max<float>(const float* row, int n) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int j = 0;
+  for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(row + j), mx);
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, mx);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float x : lane) m = std::max(m, x);
+  for (; j < n; ++j) m = std::max(m, row[j]);
+  return m;
+}
+#endif
+
 // One row of logits: returns lse - row[target]; with a gradient, row becomes
 // grad_scale * (softmax(row) - onehot(target)).
 template <class Real>
 double softmax_row(Real* row, int vocab, std::int32_t target, Real grad_scale, bool with_grad) {
-  Real mx = -std::numeric_limits<Real>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
+  const Real mx = row_max(row, vocab);
   const Real lse = mx + std::log(sum_exp(row, vocab, mx));
   const double loss = static_cast<double>(lse) - static_cast<double>(row[target]);
   if (with_grad) {
@@ -143,6 +170,35 @@ struct LinearHead {
   }
 };
 
+// fp32 on the AVX2 GEMM backend (kernels/gemm_f32.hpp): LinearHead's products, bit for bit, with
+// the weight packed once per call for the logits and once for dX instead of once per chunk.
+struct Fp32Head {
+  const Fp32PackedB& w_t;  // op(B) = W^T for the logits
+  const Fp32PackedB& w_n;  // W for dX
+  float* dw;
+  int d, vocab;
+  void logits(float* out, const float* x, std::int64_t rows) const {
+    gemm_f32_packed(rows, 1.0f, x, d, w_t, false, out, vocab);
+  }
+  double row(float* logits, std::int32_t target, float grad_scale, bool with_grad) const {
+    return softmax_row(logits, vocab, target, grad_scale, with_grad);
+  }
+  void backward(float* dx, const float* dlogits, const float* x, std::int64_t rows) const {
+    gemm_f32_packed(rows, 1.0f, dlogits, vocab, w_n, false, dx, d);
+    gemm_f32(true, false, vocab, d, rows, dlogits, vocab, x, d, true, dw, d);
+  }
+};
+
+double lm_head_cross_entropy_f32(const float* x, const float* w, const std::int32_t* targets, std::int64_t n, int d,
+                                 int vocab, const CrossEntropyScratch<float>& scratch, float grad_scale, float* dx,
+                                 float* dw) {
+  thread_local Fp32PackedB w_t, w_n;
+  w_t.pack(true, vocab, d, w, d);
+  if (dx != nullptr) w_n.pack(false, d, vocab, w, d);
+  const Fp32Head head{w_t, w_n, dw, d, vocab};
+  return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
+}
+
 // bf16 (float models): the three GEMMs on bf16-rounded operands with the weight packed once per
 // call for the logits and once for the input gradient (not once per chunk of rows); the softmax
 // and its statistics in fp32, on 16 lanes where AVX-512 is available.
@@ -186,9 +242,12 @@ template <class Real>
 double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* targets, std::int64_t n, int d,
                              int vocab, const CrossEntropyScratch<Real>& scratch, Real grad_scale, Real* dx,
                              Real* dw, MatmulPrecision precision) {
-  if constexpr (std::is_same_v<Real, float>)
+  if constexpr (std::is_same_v<Real, float>) {
     if (precision == MatmulPrecision::bf16)
       return lm_head_cross_entropy_bf16(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
+    if (fp32_gemm_backend() == Fp32Gemm::avx2)
+      return lm_head_cross_entropy_f32(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
+  }
   const LinearHead<Real> head{w, dw, d, vocab, precision};
   return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
 }

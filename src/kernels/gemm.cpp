@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/gemm_bf16.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "util/error.hpp"
 
 namespace attnres::kernels {
@@ -20,7 +21,8 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, bla
                const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-// The Linear GEMMs: fp32/fp64 through BLAS, or bf16 operands with fp32 accumulation.
+// The Linear GEMMs: fp32 on the fp32 GEMM backend (kernels/gemm_f32.hpp: the AVX2 kernel or
+// OpenBLAS), fp64 through BLAS, or bf16 operands with fp32 accumulation.
 template <class Real>
 void linear_gemm(MatmulPrecision precision, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
                  std::int64_t k, const Real* a, std::int64_t lda, const Real* b, std::int64_t ldb, Real beta, Real* c,
@@ -31,6 +33,12 @@ void linear_gemm(MatmulPrecision precision, bool trans_a, bool trans_b, std::int
       return;
     } else {
       fail("bf16 matmuls need a float model (this one computes in double)");
+    }
+  }
+  if constexpr (std::is_same_v<Real, float>) {
+    if (fp32_gemm_backend() == Fp32Gemm::avx2) {
+      gemm_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
+      return;
     }
   }
   gemm<Real>(trans_a, trans_b, m, n, k, Real(1), a, lda, b, ldb, beta, c, ldc);
