@@ -15,12 +15,26 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/mudd.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "model/arms.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
 
 namespace k = kernels;
+
+// baselines-spec §2.4: per DA module its generator (none when static), then the C-way mix of S
+// sources; x3 for forward and backward.
+double mudd_residual_flops(const ModelConfig& c) {
+  const double d = c.d_model;
+  double flops = 0;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const double cs = double(c.mudd_da_ways(i)) * c.mudd_da_sources(i);
+    const double K = c.mudd_dynamic ? c.mudd_da_hidden(i) : 0;
+    flops += 6 * (d * K + K * cs + cs * d);
+  }
+  return flops;
+}
 
 template <class Real>
 void Model<Real>::carve_mudd(ArenaCarver<Real>& arena) {

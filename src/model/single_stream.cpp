@@ -6,11 +6,25 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "model/arms.hpp"
 #include "model/model.hpp"
 
 namespace attnres {
 
 namespace k = kernels;
+
+// Per source of each read: its RMS (2 d), a logit dot (2 d) for each route with a query, a mix
+// (2 d) for each output; x3 for forward and backward. DenseFormer's DWAs are not counted.
+double single_stream_residual_flops(const ModelConfig& c) {
+  const double d = c.d_model;
+  double flops = 0;
+  for (const ReadPlan& p : make_read_plans(c)) {
+    const int with_query = p.n_routes - (p.uniform_value ? 1 : 0);
+    const int outputs = p.average ? 1 : p.n_routes;
+    flops += 6 * double(p.sources.size()) * d * (1 + with_query + outputs);
+  }
+  return flops;
+}
 
 template <class Real>
 k::DepthRead<Real> Model<Real>::depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const {

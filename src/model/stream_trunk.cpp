@@ -17,11 +17,22 @@
 #include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/streams.hpp"
+#include "model/arms.hpp"
 #include "model/model.hpp"
 
 namespace attnres {
 
 namespace k = kernels;
+
+// baselines-spec §3.3 and §4.3: the forward FLOPs of one stream module, in every sublayer, and the
+// exit's sum of the n streams; x3 for forward and backward.
+double stream_residual_flops(const ModelConfig& c) {
+  const double d = c.d_model, n = c.n_streams();
+  const double module = c.residual == ResidualMode::hc
+                            ? (c.hc_dynamic ? 4 * n * d * (n + 3) : 2 * n * d * (n + 2))
+                            : 2 * n * d * (n * n + 2 * n) + 2 * n * n * d + 7 * n * d + 4 * n * n * c.mhc_sinkhorn_iters;
+  return 3 * (c.n_sublayers() * module + 2 * (n - 1) * d);
+}
 
 namespace {
 
