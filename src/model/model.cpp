@@ -12,7 +12,6 @@
 #include "kernels/hyper_connection.hpp"
 #include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "kernels/rope.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
@@ -30,7 +29,8 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
       max_batch_(max_batch),
       max_seq_(max_seq),
       with_grad_(with_grad),
-      topo_(config) {
+      topo_(config),
+      bodies_(config_, w_, g_, with_grad) {
   require(max_batch >= 1, "batch size must be at least 1");
   require(max_seq >= 1 && max_seq <= config.max_seq_len, "sequence length ", max_seq,
           " must be between 1 and model.max_seq_len = ", config.max_seq_len);
@@ -46,7 +46,7 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
   arena_.assign(static_cast<std::size_t>(count.used), Real(0));
   ArenaCarver<Real> lay_out{arena_.data()};
   carve(lay_out);
-  k::rope_tables(buf_.rope_cos, buf_.rope_sin, config_.max_seq_len, config_.head_dim(), config_.rope_theta);
+  bodies_.set_reduce(buf_.reduce);
   const std::int64_t bt = max_batch_ * max_seq_;
   inputs_.assign(static_cast<std::size_t>(bt), 0);
   targets_.assign(static_cast<std::size_t>(bt), 0);
@@ -58,13 +58,14 @@ void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
   require(precision == k::MatmulPrecision::fp32 || std::is_same_v<Real, float>,
           "bf16 matmuls are only available for float models (this model computes in double)");
   precision_ = precision;
+  bodies_.set_precision(precision);
 }
 
 // Lays every buffer out in the arena (or only counts: ArenaCarver).
 template <class Real>
 void Model<Real>::carve(ArenaCarver<Real>& arena) {
   auto take = [&](std::int64_t n) { return arena.take(n); };
-  const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden;
+  const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
   const bool reads = topo_.has_reads();
   const bool streams = config_.uses_streams();
   const std::int64_t ns = config_.n_streams(), m = k::stream_coefficient_count(config_.n_streams());
@@ -88,19 +89,6 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
       s.h = take(bt * d);
       s.rms = take(bt * n_src);
       s.read_logits = take(p.n_routes * bt * n_src);
-    }
-    s.x = take(bt * d);
-    s.rstd = take(bt);
-    if (is_attention(j)) {
-      s.q = take(bt * d);
-      s.k = take(bt * d);
-      s.v = take(bt * d);
-      s.att = take(bt * d);
-      s.lse = take(bt * config_.n_heads);
-    } else {
-      s.gate = take(bt * H);
-      s.up = take(bt * H);
-      s.act = take(bt * H);
     }
     s.out = take(bt * d);
     if (with_grad_ && !streams) s.dout = take(bt * d);
@@ -134,20 +122,14 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
     dwa_sources = std::max(dwa_sources, static_cast<int>(p.sources.size()));
   }
   if (config_.residual == ResidualMode::mudd) carve_mudd(arena);
-  const bool vres = config_.value_residual && config_.n_layers > 1;
-  if (vres) b.vmix = take(bt * d);
-  if (vres && with_grad_) b.dv1 = take(bt * d);
-  const int half = config_.head_dim() / 2;
-  b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
-  b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
+  bodies_.carve(arena, bt);
   b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
   if (with_grad_) {
     b.demb = take(bt * d);
-    for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
-    for (Real** p : {&b.dgate, &b.dup, &b.dact}) *p = take(bt * H);
+    for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv}) *p = take(bt * d);
     b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model),
                               k::depth_read_scratch_size(bt, config_.d_model), k::dwa_scratch_size(bt, dwa_sources),
-                              k::value_residual_scratch_size(bt)}));
+                              bodies_.reduce_scratch(bt)}));
   }
 }
 
@@ -189,27 +171,27 @@ Real* Model<Real>::dresidual(int index) {
 }
 
 template <class Real>
-void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
+void Model<Real>::forward_trunk(const Pass<Real>& pass) {
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = config_.uses_streams()                   ? forward_streams(batch, seq, cache)
-                     : config_.residual == ResidualMode::mudd ? forward_mudd(batch, seq, cache)
-                                                              : forward_single_stream(batch, seq, cache);
+  buf_.final_input = config_.uses_streams()                   ? forward_streams(pass)
+                     : config_.residual == ResidualMode::mudd ? forward_mudd(pass)
+                                                              : forward_single_stream(pass);
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
 
 template <class Real>
-void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
+void Model<Real>::backward_trunk(const Pass<Real>& pass) {
   Buffers& b = buf_;
   k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, b.final_input, w_.final_norm, b.rstd_final, n_tok_,
                       config_.d_model, b.reduce);
   // from dh, the final norm's input gradient
   if (config_.uses_streams()) {
-    backward_streams(batch, seq);
+    backward_streams(pass);
   } else if (config_.residual == ResidualMode::mudd) {
-    backward_mudd(batch, seq);
+    backward_mudd(pass);
   } else {
-    backward_single_stream(batch, seq);
+    backward_single_stream(pass);
   }
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
@@ -217,7 +199,7 @@ void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
 template <class Real>
 double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
   set_inputs(tokens, batch, seq, true);
-  forward_trunk(batch, seq);
+  forward_trunk({batch, seq});
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n_tok_,
                                                       config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
@@ -229,7 +211,7 @@ template <class Real>
 double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
   require(with_grad_, "this model was built without gradient buffers");
   set_inputs(tokens, batch, seq, true);
-  forward_trunk(batch, seq);
+  forward_trunk({batch, seq});
   const std::int64_t n = n_tok_, d = config_.d_model;
   std::fill(grads_.begin(), grads_.end(), Real(0));
   k::zero(buf_.demb, n * d);
@@ -237,13 +219,13 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
     if (s.dout != nullptr) k::zero(s.dout, n * d);
   for (Real* g : buf_.ddwa_out)
     if (g != nullptr) k::zero(g, n * d);
-  if (buf_.dv1 != nullptr) k::zero(buf_.dv1, n * d);
+  bodies_.begin_backward(n);
   for (Real* g : buf_.dmudd_src) k::zero(g, n * d);
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
   const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
                                                       buf_.dx_final, g_.lm_head, precision_);
-  backward_trunk(batch, seq);
+  backward_trunk({batch, seq});
   return total / static_cast<double>(n);
 }
 
@@ -251,7 +233,7 @@ template <class Real>
 void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<Real> out) {
   set_inputs(inputs, batch, seq, false);
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
-  forward_trunk(batch, seq);
+  forward_trunk({batch, seq});
   k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
                     precision_);
 }
@@ -264,7 +246,7 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
           "the context is full (", cache.max_seq, " tokens)");
   require(static_cast<std::int64_t>(out.size()) == batch * config_.vocab_size, "logits buffer has the wrong size");
   set_inputs(inputs, batch, seq, false);
-  forward_trunk(batch, seq, &cache);
+  forward_trunk({batch, seq, &cache});
   cache.length += seq;
   for (std::int64_t b = 0; b < batch; ++b)
     k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,

@@ -14,9 +14,11 @@
 #include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/streams.hpp"
-#include "kernels/value_residual.hpp"
+#include "model/arena.hpp"
 #include "model/config.hpp"
+#include "model/kv_cache.hpp"
 #include "model/param_layout.hpp"
+#include "model/sublayers.hpp"
 #include "model/topology.hpp"
 #include "model/weights.hpp"
 
@@ -26,39 +28,6 @@ namespace kernels {
 template <class Real>
 struct DepthRead;
 }
-
-// Keys and values of every attention layer for incremental decoding, so each new token costs
-// one step of work: [n_layers][batch][max_seq][d] for K and for V.
-template <class Real>
-struct KvCache {
-  KvCache(const ModelConfig& config, std::int64_t batch, int max_seq)
-      : batch(batch),
-        max_seq(max_seq),
-        d(config.d_model),
-        k(static_cast<std::size_t>(config.n_layers * batch * max_seq * config.d_model)),
-        v(k.size()) {}
-  Real* keys(int layer) { return k.data() + std::int64_t(layer) * batch * max_seq * d; }
-  Real* values(int layer) { return v.data() + std::int64_t(layer) * batch * max_seq * d; }
-
-  std::int64_t batch;
-  int max_seq;
-  int d;
-  int length = 0;  // positions filled
-  std::vector<Real> k, v;
-};
-
-// Hands out consecutive slices of the activation arena; with base == nullptr it only counts, so one
-// pass sizes the arena and a second lays it out.
-template <class Real>
-struct ArenaCarver {
-  Real* base = nullptr;
-  std::int64_t used = 0;
-  Real* take(std::int64_t n) {
-    Real* p = base != nullptr ? base + used : nullptr;
-    used += n;
-    return p;
-  }
-};
 
 template <class Real>
 class Model {
@@ -119,10 +88,6 @@ class Model {
     Real* h = nullptr;   // read output (null in prenorm: the input is the previous output)
     Real* rms = nullptr;
     Real* read_logits = nullptr;
-    Real* x = nullptr;  // normalised input
-    Real* rstd = nullptr;
-    Real *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *lse = nullptr;  // attention
-    Real *gate = nullptr, *up = nullptr, *act = nullptr;                             // MLP
     Real* out = nullptr;   // partial sum after this sublayer's write-back (hc, mhc: the body's output y)
     Real* dout = nullptr;  // its gradient (single-stream modes)
     // hc, mhc: the n-stream state entering this sublayer [bt, n, d] (h above is the module's read,
@@ -148,10 +113,6 @@ class Model {
     Real* xv = nullptr;
     // DenseFormer: each DWA's output Y_i and its gradient, by block (null where none).
     std::vector<Real*> dwa_out, ddwa_out;
-    // Value residual: the mixed values V' of the current attention layer (recomputed in the
-    // backward from V_1 and the layer's raw V, which are kept), and dL/dV_1 summed over layers.
-    Real* vmix = nullptr;
-    Real* dv1 = nullptr;
     // hc, mhc: the state after the last sublayer, the modules' scratch; in the backward the state
     // gradients of two consecutive sublayers (ping-pong), the output weights' per-token gradient
     // and the body output's gradient.
@@ -179,28 +140,25 @@ class Model {
     Real* mudd_scratch = nullptr;                      // the DA kernels' (forward and backward)
     // Gradient scratch shared by all sublayers.
     Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
-    Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
-    Real *dgate = nullptr, *dup = nullptr, *dact = nullptr;
     Real* reduce = nullptr;
     Real* ce_logits = nullptr;
-    Real *rope_cos = nullptr, *rope_sin = nullptr;
   };
 
   void carve(ArenaCarver<Real>& arena);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
   // Embedding, the mode's trunk, final norm; and back. The trunk of a residual family returns the
   // final norm's input; its backward starts from that input's gradient in buf_.dh.
-  void forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache = nullptr);
-  void backward_trunk(std::int64_t batch, int seq);
-  const Real* forward_single_stream(std::int64_t batch, int seq, KvCache<Real>* cache);  // single_stream.cpp
-  void backward_single_stream(std::int64_t batch, int seq);
-  const Real* forward_streams(std::int64_t batch, int seq, KvCache<Real>* cache);  // stream_trunk.cpp
-  void backward_streams(std::int64_t batch, int seq);
+  void forward_trunk(const Pass<Real>& pass);
+  void backward_trunk(const Pass<Real>& pass);
+  const Real* forward_single_stream(const Pass<Real>& pass);  // single_stream.cpp
+  void backward_single_stream(const Pass<Real>& pass);
+  const Real* forward_streams(const Pass<Real>& pass);  // stream_trunk.cpp
+  void backward_streams(const Pass<Real>& pass);
   // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
   // sub[j] (static HC: A and B).
   kernels::StreamCoefficients<Real> stream_coefficients(int j) const;
-  const Real* forward_mudd(std::int64_t batch, int seq, KvCache<Real>* cache);  // mudd_trunk.cpp
-  void backward_mudd(std::int64_t batch, int seq);
+  const Real* forward_mudd(const Pass<Real>& pass);  // mudd_trunk.cpp
+  void backward_mudd(const Pass<Real>& pass);
   void carve_mudd(ArenaCarver<Real>& arena);
   // MUDD: the block output X_j (X_0: the embedding) and its gradient; DA module i's view for the
   // kernels (`sources` receives its source pointers).
@@ -208,17 +166,6 @@ class Model {
   Real* dmudd_block_output(int j);
   kernels::MuddDa<Real> mudd_da(int i, const Real** sources) const;
 
-  // The sublayer bodies (sublayers.cpp), from normalised inputs to the output (out = f, or
-  // out += f with accumulate), saving their activations in sub[j]. Attention takes Q, K and V
-  // from xq, xk and xv (one buffer in most modes). Their backward overwrites dxq and accumulates
-  // into dxk and dxv where they alias an earlier one; the weight gradients accumulate. xv ==
-  // nullptr: Wv's gradient is left to the caller (RD recomputes its value input later).
-  void attention_forward(int j, const Real* xq, const Real* xk, const Real* xv, Real* out, bool accumulate,
-                         std::int64_t batch, int seq, KvCache<Real>* cache);
-  void attention_backward(int j, const Real* dout, const Real* xq, const Real* xk, const Real* xv, Real* dxq,
-                          Real* dxk, Real* dxv, std::int64_t batch, int seq);
-  void mlp_forward(int j, const Real* x, Real* out, bool accumulate);
-  void mlp_backward(int j, const Real* dout, const Real* x, Real* dx);
   // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
   const Real* residual(int index) const;
   Real* dresidual(int index);
@@ -230,8 +177,6 @@ class Model {
   // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
   // value-route input again (for Wv's gradient).
   void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
-  // Value residual of attention layer `layer` (null when it has none): V' from V_1 and its raw V.
-  std::optional<kernels::ValueResidual<Real>> value_residual(int layer) const;
   kernels::Dwa<Real> dwa(const DwaPlan& plan, const Real** sources) const;
 
   ModelConfig config_;
@@ -245,6 +190,7 @@ class Model {
   ModelWeights<Real> w_;
   ModelWeights<Real> g_;
   std::vector<Real> arena_;
+  SublayerBodies<Real> bodies_;
   Buffers buf_;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;

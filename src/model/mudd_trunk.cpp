@@ -162,7 +162,7 @@ std::array<Real*, 3> attention_norms(const LayerWeights<Real>& l) {
 }  // namespace
 
 template <class Real>
-const Real* Model<Real>::forward_mudd(std::int64_t batch, int seq, KvCache<Real>* cache) {
+const Real* Model<Real>::forward_mudd(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, L = config_.n_layers;
   const Real eps = static_cast<Real>(config_.norm_eps);
@@ -174,11 +174,13 @@ const Real* Model<Real>::forward_mudd(std::int64_t batch, int seq, KvCache<Real>
     auto& m = b.mudd[static_cast<std::size_t>(i)];
     Sublayer& att = b.sub[static_cast<std::size_t>(2 * i)];
     Sublayer& mlp = b.sub[static_cast<std::size_t>(2 * i + 1)];
+    SublayerActivations<Real>& att_a = bodies_.at(2 * i);
+    SublayerActivations<Real>& mlp_a = bodies_.at(2 * i + 1);
     const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(i)];
     // The block: Q, K, V through their norms; R (already in att.out, or copied there) plus attention.
     const Real* in_q = i == 0 ? b.emb : m.in[0];
-    k::rmsnorm_forward(att.x, att.rstd, in_q, lw.attn_norm, n, d, eps);
-    const Real *xk = att.x, *xv = att.x;
+    k::rmsnorm_forward(att_a.x, att_a.rstd, in_q, lw.attn_norm, n, d, eps);
+    const Real *xk = att_a.x, *xv = att_a.x;
     if (multiway) {
       const auto norms = attention_norms(lw);
       const Real* in_k = i == 0 ? b.emb : m.in[1];
@@ -189,10 +191,10 @@ const Real* Model<Real>::forward_mudd(std::int64_t batch, int seq, KvCache<Real>
       xv = m.xv;
     }
     if (i == 0 || !multiway) k::copy(att.out, in_q, n * d);  // R: the embedding, or the single stream
-    attention_forward(2 * i, att.x, xk, xv, att.out, true, batch, seq, cache);
-    k::rmsnorm_forward(mlp.x, mlp.rstd, att.out, lw.mlp_norm, n, d, eps);
+    bodies_.attention_forward(2 * i, att_a.x, xk, xv, att.out, true, pass);
+    k::rmsnorm_forward(mlp_a.x, mlp_a.rstd, att.out, lw.mlp_norm, n, d, eps);
     k::copy(mlp.out, att.out, n * d);
-    mlp_forward(2 * i + 1, mlp.x, mlp.out, true);
+    bodies_.mlp_forward(2 * i + 1, mlp_a.x, mlp.out, true, pass);
     if (prepost)
       k::rmsnorm_forward(b.mudd_src[static_cast<std::size_t>(i + 1)], b.mudd_src_rstd[static_cast<std::size_t>(i + 1)],
                          mlp.out, w_.mudd_src_norm[static_cast<std::size_t>(i + 1)], n, d, eps);
@@ -216,7 +218,7 @@ const Real* Model<Real>::forward_mudd(std::int64_t batch, int seq, KvCache<Real>
 }
 
 template <class Real>
-void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
+void Model<Real>::backward_mudd(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, L = config_.n_layers;
   const bool multiway = config_.mudd_multiway(), prepost = config_.mudd_prepost_norm;
@@ -228,6 +230,8 @@ void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
     auto& m = b.mudd[static_cast<std::size_t>(i)];
     Sublayer& att = b.sub[static_cast<std::size_t>(2 * i)];
     Sublayer& mlp = b.sub[static_cast<std::size_t>(2 * i + 1)];
+    const SublayerActivations<Real>& att_a = bodies_.at(2 * i);
+    const SublayerActivations<Real>& mlp_a = bodies_.at(2 * i + 1);
     const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(i)];
     LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(i)];
 
@@ -265,23 +269,23 @@ void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
 
     // The block: the MLP's residual and sublayer into dh = att.dout, then attention.
     k::add_into(att.dout, mlp.dout, n * d);
-    mlp_backward(2 * i + 1, mlp.dout, mlp.x, b.dx);
-    k::rmsnorm_backward(b.dh, lg.mlp_norm, b.dx, att.out, lw.mlp_norm, mlp.rstd, n, d, b.reduce);
+    bodies_.mlp_backward(2 * i + 1, mlp.dout, mlp_a.x, b.dx, pass);
+    k::rmsnorm_backward(b.dh, lg.mlp_norm, b.dx, att.out, lw.mlp_norm, mlp_a.rstd, n, d, b.reduce);
     k::add_into(att.dout, b.dh, n * d);
     const Real* in_q = i == 0 ? b.emb : m.in[0];
     if (multiway) {
       const auto norms = attention_norms(lw);
       const auto gnorms = attention_norms(lg);
-      attention_backward(2 * i, att.dout, att.x, m.xk, m.xv, b.dx, b.dxk, b.dxv, batch, seq);
-      k::rmsnorm_backward(b.dmudd_in[0], gnorms[0], b.dx, in_q, norms[0], att.rstd, n, d, b.reduce);
+      bodies_.attention_backward(2 * i, att.dout, att_a.x, m.xk, m.xv, b.dx, b.dxk, b.dxv, pass);
+      k::rmsnorm_backward(b.dmudd_in[0], gnorms[0], b.dx, in_q, norms[0], att_a.rstd, n, d, b.reduce);
       k::rmsnorm_backward(b.dmudd_in[1], gnorms[1], b.dxk, i == 0 ? b.emb : m.in[1], norms[1], m.rstd_k, n, d,
                           b.reduce);
       k::rmsnorm_backward(b.dmudd_in[2], gnorms[2], b.dxv, i == 0 ? b.emb : m.in[2], norms[2], m.rstd_v, n, d,
                           b.reduce);
       // R's gradient is att.dout itself (h = x_R + Attn), read by DA_{i-1} there.
     } else {
-      attention_backward(2 * i, att.dout, att.x, att.x, att.x, b.dx, b.dx, b.dx, batch, seq);
-      k::rmsnorm_backward(b.dmudd_in[0], lg.attn_norm, b.dx, in_q, lw.attn_norm, att.rstd, n, d, b.reduce);
+      bodies_.attention_backward(2 * i, att.dout, att_a.x, att_a.x, att_a.x, b.dx, b.dx, b.dx, pass);
+      k::rmsnorm_backward(b.dmudd_in[0], lg.attn_norm, b.dx, in_q, lw.attn_norm, att_a.rstd, n, d, b.reduce);
       k::add_into(b.dmudd_in[0], att.dout, n * d);  // the single stream also feeds R
     }
     if (i == 0) {  // block 0 reads the embedding on every stream
@@ -303,8 +307,8 @@ void Model<Real>::backward_mudd(std::int64_t batch, int seq) {
   template k::MuddDa<Real> Model<Real>::mudd_da(int, const Real**) const;                \
   template void Model<Real>::mudd_weights(int, int, std::int64_t, std::span<Real>) const; \
   template void Model<Real>::mudd_source_norms(int, std::int64_t, std::span<Real>) const; \
-  template const Real* Model<Real>::forward_mudd(std::int64_t, int, KvCache<Real>*);     \
-  template void Model<Real>::backward_mudd(std::int64_t, int);
+  template const Real* Model<Real>::forward_mudd(const Pass<Real>&);                     \
+  template void Model<Real>::backward_mudd(const Pass<Real>&);
 ATTNRES_MUDD_INSTANTIATIONS(float)
 ATTNRES_MUDD_INSTANTIATIONS(double)
 #undef ATTNRES_MUDD_INSTANTIATIONS

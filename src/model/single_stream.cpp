@@ -89,7 +89,7 @@ k::Dwa<Real> Model<Real>::dwa(const DwaPlan& plan, const Real** sources) const {
 }
 
 template <class Real>
-const Real* Model<Real>::forward_single_stream(std::int64_t batch, int seq, KvCache<Real>* cache) {
+const Real* Model<Real>::forward_single_stream(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model;
   const Real eps = static_cast<Real>(config_.norm_eps);
@@ -97,16 +97,17 @@ const Real* Model<Real>::forward_single_stream(std::int64_t batch, int seq, KvCa
   const bool reads = topo_.has_reads();
   for (int j = 0; j < L; ++j) {
     Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+    SublayerActivations<Real>& a = bodies_.at(j);
     const bool separate = reads && topo_.read(j).separate_value;
     if (reads) run_read(j, s.h, separate ? buf_.xv : nullptr, s.rms, s.read_logits);
     const Real* h = reads ? s.h : residual(topo_.input(j));
-    k::rmsnorm_forward(s.x, s.rstd, h, input_norm(w_, L, j), n, d, eps);
+    k::rmsnorm_forward(a.x, a.rstd, h, input_norm(w_, L, j), n, d, eps);
     const Real* base = residual(topo_.write_base(j));
     if (base != nullptr) k::copy(s.out, base, n * d);
     if (is_attention(j)) {
-      attention_forward(j, s.x, s.x, separate ? buf_.xv : s.x, s.out, base != nullptr, batch, seq, cache);
+      bodies_.attention_forward(j, a.x, a.x, separate ? buf_.xv : a.x, s.out, base != nullptr, pass);
     } else {
-      mlp_forward(j, s.x, s.out, base != nullptr);
+      bodies_.mlp_forward(j, a.x, s.out, base != nullptr, pass);
       if (const DwaPlan* plan = topo_.dwa_ending_at(j)) {
         const Real* sources[k::kMaxSources];
         k::dwa_forward(dwa(*plan, sources), buf_.dwa_out[static_cast<std::size_t>(plan->block)]);
@@ -119,7 +120,7 @@ const Real* Model<Real>::forward_single_stream(std::int64_t batch, int seq, KvCa
 }
 
 template <class Real>
-void Model<Real>::backward_single_stream(std::int64_t batch, int seq) {
+void Model<Real>::backward_single_stream(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model;
   const int L = topo_.n_sublayers();
@@ -136,6 +137,7 @@ void Model<Real>::backward_single_stream(std::int64_t batch, int seq) {
 
   for (int j = L - 1; j >= 0; --j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
+    const SublayerActivations<Real>& a = bodies_.at(j);
     const bool separate = reads && topo_.read(j).separate_value;
     if (const DwaPlan* plan = topo_.dwa_ending_at(j)) {
       // The DWA's output gradient is complete (its readers lie in later blocks); scattering it
@@ -150,22 +152,19 @@ void Model<Real>::backward_single_stream(std::int64_t batch, int seq) {
     if (Real* dbase = dresidual(topo_.write_base(j))) k::add_into(dbase, s.dout, n * d);
     if (is_attention(j)) {
       // RD's value route: Wv's gradient waits for its input, recomputed by the read's backward.
-      attention_backward(j, s.dout, s.x, s.x, separate ? nullptr : s.x, b.dx, b.dx, separate ? b.dxv : b.dx, batch,
-                         seq);
+      bodies_.attention_backward(j, s.dout, a.x, a.x, separate ? nullptr : a.x, b.dx, b.dx, separate ? b.dxv : b.dx,
+                                 pass);
     } else {
-      mlp_backward(j, s.dout, s.x, b.dx);
+      bodies_.mlp_backward(j, s.dout, a.x, b.dx, pass);
     }
     const Real* h = reads ? s.h : residual(topo_.input(j));
-    k::rmsnorm_backward(b.dh, input_norm(g_, L, j), b.dx, h, input_norm(w_, L, j), s.rstd, n, d, b.reduce);
+    k::rmsnorm_backward(b.dh, input_norm(g_, L, j), b.dx, h, input_norm(w_, L, j), a.rstd, n, d, b.reduce);
     if (reads) {
       // RD's value route: the read's backward takes dxv through the fused norm and recomputes
       // the normalised input xv on the way (bit for bit) into dxv's buffer, row by row as dxv
       // is consumed (no separate buffer to fetch), which Wv's gradient then reads.
       run_read_backward(j, b.dh, separate ? b.dxv : nullptr, s.rms, s.read_logits, separate ? b.dxv : nullptr);
-      if (separate) {
-        LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
-        k::linear_backward_weight(lg.wv, b.dv, b.dxv, n, d, d, precision_);
-      }
+      if (separate) bodies_.attention_value_weight_backward(j, b.dxv, pass);
     } else {
       k::add_into(dresidual(topo_.input(j)), b.dh, n * d);
     }
@@ -177,8 +176,8 @@ void Model<Real>::backward_single_stream(std::int64_t batch, int seq) {
   template void Model<Real>::run_read(int, Real*, Real*, Real*, Real*);                                         \
   template void Model<Real>::run_read_backward(int, const Real*, const Real*, const Real*, const Real*, Real*); \
   template k::Dwa<Real> Model<Real>::dwa(const DwaPlan&, const Real**) const;                                   \
-  template const Real* Model<Real>::forward_single_stream(std::int64_t, int, KvCache<Real>*);                   \
-  template void Model<Real>::backward_single_stream(std::int64_t, int);
+  template const Real* Model<Real>::forward_single_stream(const Pass<Real>&);                                    \
+  template void Model<Real>::backward_single_stream(const Pass<Real>&);
 ATTNRES_SINGLE_STREAM_INSTANTIATIONS(float)
 ATTNRES_SINGLE_STREAM_INSTANTIATIONS(double)
 #undef ATTNRES_SINGLE_STREAM_INSTANTIATIONS

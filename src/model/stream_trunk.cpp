@@ -107,7 +107,7 @@ void Model<Real>::stream_weights(int sublayer, std::int64_t token, std::span<Rea
 }
 
 template <class Real>
-const Real* Model<Real>::forward_streams(std::int64_t batch, int seq, KvCache<Real>* cache) {
+const Real* Model<Real>::forward_streams(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, ns = config_.n_streams(), L = topo_.n_sublayers();
   const Real eps = static_cast<Real>(config_.norm_eps);
@@ -121,11 +121,12 @@ const Real* Model<Real>::forward_streams(std::int64_t batch, int seq, KvCache<Re
     } else {
       k::mhc_forward(mhc_module(config_, mw, s.streams, n), s.h, s.coef, s.stream_act, s.stream_rms);
     }
-    k::rmsnorm_forward(s.x, s.rstd, s.h, input_norm(w_, L, j), n, d, eps);
+    SublayerActivations<Real>& a = bodies_.at(j);
+    k::rmsnorm_forward(a.x, a.rstd, s.h, input_norm(w_, L, j), n, d, eps);
     if (is_attention(j)) {
-      attention_forward(j, s.x, s.x, s.x, s.out, false, batch, seq, cache);
+      bodies_.attention_forward(j, a.x, a.x, a.x, s.out, false, pass);
     } else {
-      mlp_forward(j, s.x, s.out, false);
+      bodies_.mlp_forward(j, a.x, s.out, false, pass);
     }
     Real* next = j + 1 < L ? b.sub[static_cast<std::size_t>(j + 1)].streams : b.streams_final;
     k::stream_write_forward(next, s.streams, stream_coefficients(j), s.out, n, ns, d);
@@ -135,7 +136,7 @@ const Real* Model<Real>::forward_streams(std::int64_t batch, int seq, KvCache<Re
 }
 
 template <class Real>
-void Model<Real>::backward_streams(std::int64_t batch, int seq) {
+void Model<Real>::backward_streams(const Pass<Real>& pass) {
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, ns = config_.n_streams(), L = topo_.n_sublayers();
   Buffers& b = buf_;
@@ -147,13 +148,14 @@ void Model<Real>::backward_streams(std::int64_t batch, int seq) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
     const StreamModuleWeights<Real>& mw = w_.stream_modules[static_cast<std::size_t>(j)];
     const StreamModuleWeights<Real>& mg = g_.stream_modules[static_cast<std::size_t>(j)];
+    const SublayerActivations<Real>& a = bodies_.at(j);
     k::stream_write_backward(b.dy, b.dbeta, dnext, s.out, stream_coefficients(j), n, ns, d);
     if (is_attention(j)) {
-      attention_backward(j, b.dy, s.x, s.x, s.x, b.dx, b.dx, b.dx, batch, seq);
+      bodies_.attention_backward(j, b.dy, a.x, a.x, a.x, b.dx, b.dx, b.dx, pass);
     } else {
-      mlp_backward(j, b.dy, s.x, b.dx);
+      bodies_.mlp_backward(j, b.dy, a.x, b.dx, pass);
     }
-    k::rmsnorm_backward(b.dh, input_norm(g_, L, j), b.dx, s.h, input_norm(w_, L, j), s.rstd, n, d, b.reduce);
+    k::rmsnorm_backward(b.dh, input_norm(g_, L, j), b.dx, s.h, input_norm(w_, L, j), a.rstd, n, d, b.reduce);
     if (config_.residual == ResidualMode::hc) {
       const k::HyperConnectionGrads<Real> gr{mg.A, mg.B, mg.w_alpha, mg.w_beta, mg.s_alpha, mg.s_beta, mg.norm};
       k::hc_backward(hc_module(config_, mw, s.streams, n), s.coef, s.stream_act, s.stream_rms, b.dh, dnext, b.dbeta, dcur,
@@ -171,8 +173,8 @@ void Model<Real>::backward_streams(std::int64_t batch, int seq) {
 #define ATTNRES_STREAM_TRUNK_INSTANTIATIONS(Real)                                                 \
   template k::StreamCoefficients<Real> Model<Real>::stream_coefficients(int) const;               \
   template void Model<Real>::stream_weights(int, std::int64_t, std::span<Real>) const;            \
-  template const Real* Model<Real>::forward_streams(std::int64_t, int, KvCache<Real>*);           \
-  template void Model<Real>::backward_streams(std::int64_t, int);
+  template const Real* Model<Real>::forward_streams(const Pass<Real>&);                           \
+  template void Model<Real>::backward_streams(const Pass<Real>&);
 ATTNRES_STREAM_TRUNK_INSTANTIATIONS(float)
 ATTNRES_STREAM_TRUNK_INSTANTIATIONS(double)
 #undef ATTNRES_STREAM_TRUNK_INSTANTIATIONS
