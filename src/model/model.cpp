@@ -41,12 +41,14 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
     g_ = bind_weights<Real>(config_, layout_, grads_);
   }
   buf_.sub.resize(static_cast<std::size_t>(config_.n_sublayers()));
+  trunk_ = make_trunk<Real>({config_, layout_, topo_, params_, grads_, w_, g_, bodies_, trunk_buffers_});
   ArenaCarver<Real> count{nullptr};
   carve(count);
   arena_.assign(static_cast<std::size_t>(count.used), Real(0));
   ArenaCarver<Real> lay_out{arena_.data()};
   carve(lay_out);
   bodies_.set_reduce(buf_.reduce);
+  trunk_buffers_ = {buf_.emb, buf_.demb, buf_.dh, buf_.dx, buf_.reduce};
   const std::int64_t bt = max_batch_ * max_seq_;
   inputs_.assign(static_cast<std::size_t>(bt), 0);
   targets_.assign(static_cast<std::size_t>(bt), 0);
@@ -66,13 +68,13 @@ template <class Real>
 void Model<Real>::carve(ArenaCarver<Real>& arena) {
   auto take = [&](std::int64_t n) { return arena.take(n); };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
-  const bool reads = topo_.has_reads();
   const bool streams = config_.uses_streams();
   const std::int64_t ns = config_.n_streams(), m = k::stream_coefficient_count(config_.n_streams());
   const bool hc = config_.residual == ResidualMode::hc;
   Buffers& b = buf_;
   b.emb = take(bt * d);
-  for (int j = 0; j < config_.n_sublayers(); ++j) {
+  if (trunk_) trunk_->carve(arena, bt);
+  for (int j = 0; j < config_.n_sublayers() && !trunk_; ++j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
     if (streams) {
       s.streams = take(bt * ns * d);
@@ -82,13 +84,6 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
         s.stream_act = take(bt * m);
         s.stream_rms = take(hc ? bt * ns : bt);
       }
-    }
-    if (reads) {
-      const ReadPlan& p = topo_.read(j);
-      const auto n_src = static_cast<std::int64_t>(p.sources.size());
-      s.h = take(bt * d);
-      s.rms = take(bt * n_src);
-      s.read_logits = take(p.n_routes * bt * n_src);
     }
     s.out = take(bt * d);
     if (with_grad_ && !streams) s.dout = take(bt * d);
@@ -104,32 +99,16 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
       b.dy = take(bt * d);
     }
   }
-  if (reads) {
-    const auto n_src = static_cast<std::int64_t>(topo_.read(topo_.final_read()).sources.size());
-    b.h_final = take(bt * d);
-    b.rms_final = take(bt * n_src);
-    b.logits_final = take(bt * n_src);
-  }
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
-  if (topo_.any_separate_value()) b.xv = take(bt * d);
-  b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
-  b.ddwa_out.assign(b.dwa_out.size(), nullptr);
-  int dwa_sources = 1;
-  for (const DwaPlan& p : topo_.dwas()) {
-    b.dwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
-    if (with_grad_) b.ddwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
-    dwa_sources = std::max(dwa_sources, static_cast<int>(p.sources.size()));
-  }
   if (config_.residual == ResidualMode::mudd) carve_mudd(arena);
   bodies_.carve(arena, bt);
   b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
   if (with_grad_) {
     b.demb = take(bt * d);
     for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv}) *p = take(bt * d);
-    b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model),
-                              k::depth_read_scratch_size(bt, config_.d_model), k::dwa_scratch_size(bt, dwa_sources),
-                              bodies_.reduce_scratch(bt)}));
+    b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model), bodies_.reduce_scratch(bt),
+                              trunk_ ? trunk_->reduce_scratch(bt) : 0}));
   }
 }
 
@@ -157,25 +136,11 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 }
 
 template <class Real>
-const Real* Model<Real>::residual(int index) const {
-  if (index == kNoStream) return nullptr;
-  if (topo_.is_dwa_stream(index)) return buf_.dwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
-  return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
-}
-
-template <class Real>
-Real* Model<Real>::dresidual(int index) {
-  if (index == kNoStream) return nullptr;
-  if (topo_.is_dwa_stream(index)) return buf_.ddwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
-  return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
-}
-
-template <class Real>
 void Model<Real>::forward_trunk(const Pass<Real>& pass) {
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = config_.uses_streams()                   ? forward_streams(pass)
-                     : config_.residual == ResidualMode::mudd ? forward_mudd(pass)
-                                                              : forward_single_stream(pass);
+  buf_.final_input = trunk_                                   ? trunk_->forward(pass)
+                     : config_.uses_streams()                 ? forward_streams(pass)
+                                                              : forward_mudd(pass);
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
@@ -186,12 +151,12 @@ void Model<Real>::backward_trunk(const Pass<Real>& pass) {
   k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, b.final_input, w_.final_norm, b.rstd_final, n_tok_,
                       config_.d_model, b.reduce);
   // from dh, the final norm's input gradient
-  if (config_.uses_streams()) {
+  if (trunk_) {
+    trunk_->backward(pass);
+  } else if (config_.uses_streams()) {
     backward_streams(pass);
-  } else if (config_.residual == ResidualMode::mudd) {
-    backward_mudd(pass);
   } else {
-    backward_single_stream(pass);
+    backward_mudd(pass);
   }
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
@@ -217,8 +182,6 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   k::zero(buf_.demb, n * d);
   for (Sublayer& s : buf_.sub)
     if (s.dout != nullptr) k::zero(s.dout, n * d);
-  for (Real* g : buf_.ddwa_out)
-    if (g != nullptr) k::zero(g, n * d);
   bodies_.begin_backward(n);
   for (Real* g : buf_.dmudd_src) k::zero(g, n * d);
   const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
@@ -251,21 +214,6 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
   for (std::int64_t b = 0; b < batch; ++b)
     k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,
                       w_.lm_head, 1, config_.d_model, config_.vocab_size, false, precision_);
-}
-
-template <class Real>
-void Model<Real>::read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const {
-  require(read >= 0 && read <= topo_.final_read() && topo_.has_reads(), "the model has no depth read ", read);
-  const ReadPlan& plan = topo_.read(read);
-  const int n = static_cast<int>(plan.sources.size());
-  require(route >= 0 && route < plan.n_routes, "read ", read, " has no route ", route);
-  require(token >= 0 && token < n_tok_, "token index out of range");
-  require(static_cast<int>(alpha.size()) == n, "alpha buffer has the wrong size");
-  const Real* logits = read == topo_.final_read()
-                           ? buf_.logits_final
-                           : buf_.sub[static_cast<std::size_t>(read)].read_logits;
-  const bool uniform = route == 1 && plan.uniform_value;
-  k::depth_weights(logits + (route * n_tok_ + token) * n, n, uniform, alpha.data());
 }
 
 template class Model<float>;

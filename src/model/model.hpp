@@ -6,11 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
-#include "kernels/dwa.hpp"
 #include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
 #include "kernels/streams.hpp"
@@ -20,14 +20,10 @@
 #include "model/param_layout.hpp"
 #include "model/sublayers.hpp"
 #include "model/topology.hpp"
+#include "model/trunk.hpp"
 #include "model/weights.hpp"
 
 namespace attnres {
-
-namespace kernels {
-template <class Real>
-struct DepthRead;
-}
 
 template <class Real>
 class Model {
@@ -85,11 +81,9 @@ class Model {
 
  private:
   struct Sublayer {
-    Real* h = nullptr;   // read output (null in prenorm: the input is the previous output)
-    Real* rms = nullptr;
-    Real* read_logits = nullptr;
-    Real* out = nullptr;   // partial sum after this sublayer's write-back (hc, mhc: the body's output y)
-    Real* dout = nullptr;  // its gradient (single-stream modes)
+    Real* h = nullptr;     // hc, mhc: the module's read
+    Real* out = nullptr;   // hc, mhc: the body's output y; mudd: the block's h and X_{b+1}
+    Real* dout = nullptr;  // its gradient (mudd)
     // hc, mhc: the n-stream state entering this sublayer [bt, n, d] (h above is the module's read,
     // the sublayer input) and the module's per-token coefficients for the backward: coef [bt,
     // n(n+2)], HC's tanh values or mHC's z (stream_act, same size), and the RMS factors (HC: [bt, n],
@@ -101,18 +95,10 @@ class Model {
     Real* emb = nullptr;
     Real* demb = nullptr;
     std::vector<Sublayer> sub;
-    Real* h_final = nullptr;  // the final read's output, or (hc, mhc) the streams' readout
-    Real* rms_final = nullptr;
-    Real* logits_final = nullptr;
+    Real* h_final = nullptr;  // (hc, mhc) the streams' readout
     Real* x_final = nullptr;
     Real* rstd_final = nullptr;
     const Real* final_input = nullptr;  // the final norm's input in the last forward (a trunk buffer)
-    // RD's value route (decoupled, frozen): the read emits its normalised input directly (the
-    // norm is fused into the read), and the backward recomputes it, so it is not kept per layer
-    // and RD needs no more activation memory than Block.
-    Real* xv = nullptr;
-    // DenseFormer: each DWA's output Y_i and its gradient, by block (null where none).
-    std::vector<Real*> dwa_out, ddwa_out;
     // hc, mhc: the state after the last sublayer, the modules' scratch; in the backward the state
     // gradients of two consecutive sublayers (ping-pong), the output weights' per-token gradient
     // and the body output's gradient.
@@ -150,8 +136,6 @@ class Model {
   // final norm's input; its backward starts from that input's gradient in buf_.dh.
   void forward_trunk(const Pass<Real>& pass);
   void backward_trunk(const Pass<Real>& pass);
-  const Real* forward_single_stream(const Pass<Real>& pass);  // single_stream.cpp
-  void backward_single_stream(const Pass<Real>& pass);
   const Real* forward_streams(const Pass<Real>& pass);  // stream_trunk.cpp
   void backward_streams(const Pass<Real>& pass);
   // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
@@ -166,18 +150,6 @@ class Model {
   Real* dmudd_block_output(int j);
   kernels::MuddDa<Real> mudd_da(int i, const Real** sources) const;
 
-  // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
-  const Real* residual(int index) const;
-  Real* dresidual(int index);
-  // One planned read's view for the kernels: the read of sublayer j (j == n_sublayers: the final
-  // read) with its weights from w; `sources` receives the source pointers.
-  kernels::DepthRead<Real> depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const;
-  // out: the read's output (the QK route); xv: RD's normalised value-route input.
-  void run_read(int j, Real* out, Real* xv, Real* rms, Real* logits);
-  // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
-  // value-route input again (for Wv's gradient).
-  void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
-  kernels::Dwa<Real> dwa(const DwaPlan& plan, const Real** sources) const;
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -191,6 +163,8 @@ class Model {
   ModelWeights<Real> g_;
   std::vector<Real> arena_;
   SublayerBodies<Real> bodies_;
+  TrunkBuffers<Real> trunk_buffers_;
+  std::unique_ptr<Trunk<Real>> trunk_;
   Buffers buf_;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "kernels/dwa.hpp"
 #include "kernels/streams.hpp"
+#include "model/trunk.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -14,11 +14,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   const std::int64_t d = c.d_model, h = c.mlp_hidden, V = c.vocab_size;
   const double std_matrix = 0.02;
   const double std_out = 0.02 / std::sqrt(2.0 * c.n_layers);  // residual-writing projections
-  const bool reads = c.uses_depth_reads();
   add("tok_emb.weight", {V, d}, ParamKind::matrix, std_matrix);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
+    add_trunk_params(*this, c, ParamPlace::attention_norm, i);
     if (c.mudd_multiway() && c.mudd_sep_qkv_norm) {
       add(p + "attn_norm_k.weight", {d}, ParamKind::norm_weight);
       add(p + "attn_norm_v.weight", {d}, ParamKind::norm_weight);
@@ -36,32 +36,14 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     add(p + "mlp.w_gate.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_up.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_down.weight", {d, h}, ParamKind::matrix, std_out);
-    if (reads) {
-      add(p + "attn_res.query", {d}, ParamKind::query);
-      add(p + "attn_res.key_norm.weight", {d}, ParamKind::norm_weight);
-      if (c.has_value_query()) add(p + "attn_res.value_query", {d}, ParamKind::query);
-      add(p + "mlp_res.query", {d}, ParamKind::query);
-      add(p + "mlp_res.key_norm.weight", {d}, ParamKind::norm_weight);
-    }
+    add_trunk_params(*this, c, ParamPlace::layer_end, i);
   }
-  if (c.residual == ResidualMode::denseformer) {
-    for (int i = 1; i <= c.n_layers; ++i) {
-      const auto n = kernels::dwa_sources(i, c.dwa_dilation, c.dwa_period).size();
-      if (n == 0) continue;
-      std::vector<double> identity(n, 0.0);  // the block's own output, last: plain pre-norm at init
-      identity.back() = 1.0;
-      add_fixed("dwa." + std::to_string(i) + ".alpha", std::move(identity), c.dwa_weight_decay);
-    }
-  }
+  add_trunk_params(*this, c, ParamPlace::after_layers, -1);
   for (int j = 0; j < c.n_sublayers() && c.uses_streams(); ++j) {
     if (c.residual == ResidualMode::hc) add_hyper_connection(c, j);
     if (c.residual == ResidualMode::mhc) add_mhc(c, j);
   }
   if (c.residual == ResidualMode::mudd) add_mudd(c);
-  if (reads) {
-    add("final_res.query", {d}, ParamKind::query);
-    add("final_res.key_norm.weight", {d}, ParamKind::norm_weight);
-  }
   add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
 }

@@ -1,5 +1,6 @@
-// Named views into a flat buffer laid out by ParamLayout (parameters or their gradients).
-// Tensors a mode does not have are null.
+// Named views into a flat buffer laid out by ParamLayout (parameters or their gradients): the
+// model's own tensors and the depth reads' (which the CUDA backend shares); the other families bind
+// theirs in their trunks (model/trunk.hpp). Tensors a mode does not have are null.
 #pragma once
 
 #include <span>
@@ -64,11 +65,18 @@ struct ModelWeights {
   Real* final_key_norm = nullptr;
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
-  std::vector<Real*> dwa_alpha;  // denseformer: one per Topology::dwas() entry
   std::vector<StreamModuleWeights<Real>> stream_modules;  // hc, mhc: one per sublayer
   std::vector<MuddDaWeights<Real>> mudd;  // mudd: one per block (the DA after it)
   std::vector<Real*> mudd_src_norm;       // mudd with PrePostDANorm: X_0..X_{n_layers}'s norms
 };
+
+// The tensor `name` in a flat buffer laid out by `layout` (parameters or their gradients); null when
+// the layout has no such tensor or the buffer is empty (a model without gradients).
+template <class Real>
+Real* param_view(const ParamLayout& layout, std::span<Real> flat, const std::string& name) {
+  const ParamInfo* p = layout.find(name);
+  return p == nullptr || flat.empty() ? nullptr : flat.data() + p->offset;
+}
 
 template <class Real>
 ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& layout, std::span<Real> flat) {
@@ -104,8 +112,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
   w.final_key_norm = get("final_res.key_norm.weight");
   w.final_norm = get("final_norm.weight");
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
-  for (int i = 1; i <= config.n_layers; ++i)
-    if (Real* alpha = get("dwa." + std::to_string(i) + ".alpha")) w.dwa_alpha.push_back(alpha);
   for (int j = 0; j < config.n_sublayers() && config.uses_streams(); ++j) {
     const std::string hc = "hc." + std::to_string(j) + ".", mhc = "mhc." + std::to_string(j) + ".";
     StreamModuleWeights<Real> m;

@@ -1,0 +1,30 @@
+// The one place a trunk family is plugged in: its trunk and its parameters, by the mode's family
+// (model/arms.hpp). A new mode of an existing family changes nothing here.
+#include "model/trunk.hpp"
+
+#include "model/arms.hpp"
+
+namespace attnres {
+
+template <class Real>
+std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
+  switch (trunk_family(parts.config)) {
+    case TrunkFamily::single_stream: return make_single_stream_trunk(parts);
+    case TrunkFamily::streams: return nullptr;  // (Model's own, for now)
+    case TrunkFamily::mudd: return nullptr;
+  }
+  return nullptr;
+}
+
+void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer) {
+  switch (trunk_family(config)) {
+    case TrunkFamily::single_stream: return add_single_stream_params(layout, config, place, layer);
+    case TrunkFamily::streams: return;
+    case TrunkFamily::mudd: return;
+  }
+}
+
+template std::unique_ptr<Trunk<float>> make_trunk(const ModelParts<float>&);
+template std::unique_ptr<Trunk<double>> make_trunk(const ModelParts<double>&);
+
+}  // namespace attnres
