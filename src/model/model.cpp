@@ -9,8 +9,6 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
-#include "kernels/hyper_connection.hpp"
-#include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "util/error.hpp"
 
@@ -68,36 +66,13 @@ template <class Real>
 void Model<Real>::carve(ArenaCarver<Real>& arena) {
   auto take = [&](std::int64_t n) { return arena.take(n); };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
-  const bool streams = config_.uses_streams();
-  const std::int64_t ns = config_.n_streams(), m = k::stream_coefficient_count(config_.n_streams());
-  const bool hc = config_.residual == ResidualMode::hc;
   Buffers& b = buf_;
   b.emb = take(bt * d);
   if (trunk_) trunk_->carve(arena, bt);
   for (int j = 0; j < config_.n_sublayers() && !trunk_; ++j) {
     Sublayer& s = b.sub[static_cast<std::size_t>(j)];
-    if (streams) {
-      s.streams = take(bt * ns * d);
-      s.h = take(bt * d);
-      if (!hc || config_.hc_dynamic) {
-        s.coef = take(bt * m);
-        s.stream_act = take(bt * m);
-        s.stream_rms = take(hc ? bt * ns : bt);
-      }
-    }
     s.out = take(bt * d);
-    if (with_grad_ && !streams) s.dout = take(bt * d);
-  }
-  if (streams) {
-    b.streams_final = take(bt * ns * d);
-    b.h_final = take(bt * d);
-    b.stream_scratch = take(hc ? k::hc_scratch_size(bt, config_.hc_n, config_.d_model)
-                               : k::mhc_scratch_size(bt, config_.mhc_n, config_.mhc_sinkhorn_iters));
-    if (with_grad_) {
-      for (Real*& g : b.dstreams) g = take(bt * ns * d);
-      b.dbeta = take(bt * ns);
-      b.dy = take(bt * d);
-    }
+    if (with_grad_) s.dout = take(bt * d);
   }
   b.x_final = take(bt * d);
   b.rstd_final = take(bt);
@@ -138,9 +113,7 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 template <class Real>
 void Model<Real>::forward_trunk(const Pass<Real>& pass) {
   k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = trunk_                                   ? trunk_->forward(pass)
-                     : config_.uses_streams()                 ? forward_streams(pass)
-                                                              : forward_mudd(pass);
+  buf_.final_input = trunk_ ? trunk_->forward(pass) : forward_mudd(pass);
   k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
@@ -153,8 +126,6 @@ void Model<Real>::backward_trunk(const Pass<Real>& pass) {
   // from dh, the final norm's input gradient
   if (trunk_) {
     trunk_->backward(pass);
-  } else if (config_.uses_streams()) {
-    backward_streams(pass);
   } else {
     backward_mudd(pass);
   }

@@ -13,7 +13,6 @@
 
 #include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
-#include "kernels/streams.hpp"
 #include "model/arena.hpp"
 #include "model/config.hpp"
 #include "model/kv_cache.hpp"
@@ -81,32 +80,16 @@ class Model {
 
  private:
   struct Sublayer {
-    Real* h = nullptr;     // hc, mhc: the module's read
-    Real* out = nullptr;   // hc, mhc: the body's output y; mudd: the block's h and X_{b+1}
-    Real* dout = nullptr;  // its gradient (mudd)
-    // hc, mhc: the n-stream state entering this sublayer [bt, n, d] (h above is the module's read,
-    // the sublayer input) and the module's per-token coefficients for the backward: coef [bt,
-    // n(n+2)], HC's tanh values or mHC's z (stream_act, same size), and the RMS factors (HC: [bt, n],
-    // mHC: [bt]); static HC keeps none of them.
-    Real* streams = nullptr;
-    Real *coef = nullptr, *stream_act = nullptr, *stream_rms = nullptr;
+    Real* out = nullptr;   // mudd: the block's h and X_{b+1}
+    Real* dout = nullptr;  // its gradient
   };
   struct Buffers {
     Real* emb = nullptr;
     Real* demb = nullptr;
     std::vector<Sublayer> sub;
-    Real* h_final = nullptr;  // (hc, mhc) the streams' readout
     Real* x_final = nullptr;
     Real* rstd_final = nullptr;
     const Real* final_input = nullptr;  // the final norm's input in the last forward (a trunk buffer)
-    // hc, mhc: the state after the last sublayer, the modules' scratch; in the backward the state
-    // gradients of two consecutive sublayers (ping-pong), the output weights' per-token gradient
-    // and the body output's gradient.
-    Real* streams_final = nullptr;
-    Real* stream_scratch = nullptr;
-    Real* dstreams[2] = {nullptr, nullptr};
-    Real* dbeta = nullptr;
-    Real* dy = nullptr;
     // MUDD (mudd_trunk.cpp), by block b: the raw inputs of its attention's Q, K and V norms (block
     // 0 reads the embedding; mudd_ways = r has one input, in[0]; the R stream is written straight
     // into the attention sublayer's out, which attention then adds to), the normalised K and V
@@ -136,11 +119,6 @@ class Model {
   // final norm's input; its backward starts from that input's gradient in buf_.dh.
   void forward_trunk(const Pass<Real>& pass);
   void backward_trunk(const Pass<Real>& pass);
-  const Real* forward_streams(const Pass<Real>& pass);  // stream_trunk.cpp
-  void backward_streams(const Pass<Real>& pass);
-  // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
-  // sub[j] (static HC: A and B).
-  kernels::StreamCoefficients<Real> stream_coefficients(int j) const;
   const Real* forward_mudd(const Pass<Real>& pass);  // mudd_trunk.cpp
   void backward_mudd(const Pass<Real>& pass);
   void carve_mudd(ArenaCarver<Real>& arena);

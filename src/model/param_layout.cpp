@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/streams.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -39,10 +38,6 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     add_trunk_params(*this, c, ParamPlace::layer_end, i);
   }
   add_trunk_params(*this, c, ParamPlace::after_layers, -1);
-  for (int j = 0; j < c.n_sublayers() && c.uses_streams(); ++j) {
-    if (c.residual == ResidualMode::hc) add_hyper_connection(c, j);
-    if (c.residual == ResidualMode::mhc) add_mhc(c, j);
-  }
   if (c.residual == ResidualMode::mudd) add_mudd(c);
   add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
@@ -95,43 +90,6 @@ void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKi
   info.decay = kind == ParamKind::matrix;
   total_ += info.numel;
   params_.push_back(std::move(info));
-}
-
-// HC module of sublayer j (baselines-spec §3.1, §6.2): the init that equals pre-norm, A_m = e_{j mod n},
-// A_r = I, B = 1, W = 0, s = hc_scale_init; no decay on A, B and s, decay on the dynamic W.
-void ParamLayout::add_hyper_connection(const ModelConfig& c, int j) {
-  const int n = c.hc_n, home = j % n;
-  const std::int64_t d = c.d_model;
-  const std::string p = "hc." + std::to_string(j) + ".";
-  std::vector<double> A(static_cast<std::size_t>(n * (n + 1)), 0.0);
-  for (int i = 0; i < n; ++i) {
-    A[static_cast<std::size_t>(i * (n + 1))] = i == home ? 1.0 : 0.0;  // column 0: A_m
-    A[static_cast<std::size_t>(i * (n + 1) + 1 + i)] = 1.0;           // columns 1..n: A_r = I
-  }
-  add_fixed(p + "A", std::move(A), false, {n, n + 1});
-  add_fixed(p + "B", std::vector<double>(static_cast<std::size_t>(n), 1.0), false);
-  if (!c.hc_dynamic) return;
-  add_fixed(p + "w_alpha", std::vector<double>(static_cast<std::size_t>((n + 1) * d), 0.0), true, {n + 1, d});
-  add_fixed(p + "w_beta", std::vector<double>(static_cast<std::size_t>(d), 0.0), true);
-  add_fixed(p + "s_alpha", {c.hc_scale_init}, false);
-  add_fixed(p + "s_beta", {c.hc_scale_init}, false);
-  add(p + "norm.weight", {d}, ParamKind::norm_weight);
-}
-
-// mHC module of sublayer j (baselines-spec §4.1, §6.2): phi [n(n+2), n d] ~ N(0, mhc_phi_std) from
-// its own named stream, alpha = mhc_alpha_init, the bias by mhc_bias_init; decay on phi only.
-void ParamLayout::add_mhc(const ModelConfig& c, int j) {
-  const int n = c.mhc_n, home = j % n, m = kernels::stream_coefficient_count(n);
-  const std::string p = "mhc." + std::to_string(j) + ".";
-  add(p + "phi", {m, static_cast<std::int64_t>(n) * c.d_model}, ParamKind::matrix, c.mhc_phi_std);
-  add_fixed(p + "alpha", std::vector<double>(3, c.mhc_alpha_init), false);
-  std::vector<double> b(static_cast<std::size_t>(m), 0.0);
-  if (c.mhc_bias_init == MhcBiasInit::home_pm3) {
-    for (int i = 0; i < n; ++i) b[static_cast<std::size_t>(i)] = i == home ? 3.0 : -3.0;  // pre; post stays 0
-    for (int i = 0; i < n; ++i)
-      for (int k = 0; k < n; ++k) b[static_cast<std::size_t>(2 * n + i * n + k)] = i == k ? 3.0 : -3.0;  // 6I - 3
-  }
-  add_fixed(p + "b", std::move(b), false);
 }
 
 void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,

@@ -50,8 +50,6 @@ class ParamLayout {
   void add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
 
  private:
-  void add_hyper_connection(const ModelConfig& c, int j);
-  void add_mhc(const ModelConfig& c, int j);
   void add_mudd(const ModelConfig& config);
 
   std::vector<ParamInfo> params_;

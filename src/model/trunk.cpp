@@ -10,7 +10,7 @@ template <class Real>
 std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
   switch (trunk_family(parts.config)) {
     case TrunkFamily::single_stream: return make_single_stream_trunk(parts);
-    case TrunkFamily::streams: return nullptr;  // (Model's own, for now)
+    case TrunkFamily::streams: return make_stream_trunk(parts);
     case TrunkFamily::mudd: return nullptr;
   }
   return nullptr;
@@ -19,7 +19,7 @@ std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
 void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer) {
   switch (trunk_family(config)) {
     case TrunkFamily::single_stream: return add_single_stream_params(layout, config, place, layer);
-    case TrunkFamily::streams: return;
+    case TrunkFamily::streams: return add_stream_params(layout, config, place, layer);
     case TrunkFamily::mudd: return;
   }
 }

@@ -32,21 +32,6 @@ struct LayerWeights {
   Real* vres_lambda = nullptr;  // value_residual with learned lambdas, layers >= 1
 };
 
-// The stream module in front of sublayer j (hc, mhc): HC's A .. norm, or mHC's phi, alpha, bias.
-template <class Real>
-struct StreamModuleWeights {
-  Real* A = nullptr;  // hc.{j}.A [n, n+1]
-  Real* B = nullptr;
-  Real* w_alpha = nullptr;  // dynamic HC: [n+1, d]
-  Real* w_beta = nullptr;
-  Real* s_alpha = nullptr;
-  Real* s_beta = nullptr;
-  Real* norm = nullptr;
-  Real* phi = nullptr;  // mhc.{j}.phi [n(n+2), n d]
-  Real* alpha = nullptr;
-  Real* bias = nullptr;
-};
-
 // One MUDD DA module (baselines-spec §2): null where the variant has none.
 template <class Real>
 struct MuddDaWeights {
@@ -65,7 +50,6 @@ struct ModelWeights {
   Real* final_key_norm = nullptr;
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
-  std::vector<StreamModuleWeights<Real>> stream_modules;  // hc, mhc: one per sublayer
   std::vector<MuddDaWeights<Real>> mudd;  // mudd: one per block (the DA after it)
   std::vector<Real*> mudd_src_norm;       // mudd with PrePostDANorm: X_0..X_{n_layers}'s norms
 };
@@ -112,21 +96,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
   w.final_key_norm = get("final_res.key_norm.weight");
   w.final_norm = get("final_norm.weight");
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
-  for (int j = 0; j < config.n_sublayers() && config.uses_streams(); ++j) {
-    const std::string hc = "hc." + std::to_string(j) + ".", mhc = "mhc." + std::to_string(j) + ".";
-    StreamModuleWeights<Real> m;
-    m.A = get(hc + "A");
-    m.B = get(hc + "B");
-    m.w_alpha = get(hc + "w_alpha");
-    m.w_beta = get(hc + "w_beta");
-    m.s_alpha = get(hc + "s_alpha");
-    m.s_beta = get(hc + "s_beta");
-    m.norm = get(hc + "norm.weight");
-    m.phi = get(mhc + "phi");
-    m.alpha = get(mhc + "alpha");
-    m.bias = get(mhc + "b");
-    w.stream_modules.push_back(m);
-  }
   if (config.residual == ResidualMode::mudd) {
     for (int i = 0; i < config.n_layers; ++i) {
       const std::string p = "mudd." + std::to_string(i) + ".";
