@@ -1,11 +1,9 @@
 #include "model/model.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 
 #include "kernels/cross_entropy.hpp"
-#include "kernels/depth_read.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
@@ -38,15 +36,12 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
     grads_.assign(static_cast<std::size_t>(layout_.total()), Real(0));
     g_ = bind_weights<Real>(config_, layout_, grads_);
   }
-  buf_.sub.resize(static_cast<std::size_t>(config_.n_sublayers()));
   trunk_ = make_trunk<Real>({config_, layout_, topo_, params_, grads_, w_, g_, bodies_, trunk_buffers_});
   ArenaCarver<Real> count{nullptr};
   carve(count);
   arena_.assign(static_cast<std::size_t>(count.used), Real(0));
   ArenaCarver<Real> lay_out{arena_.data()};
   carve(lay_out);
-  bodies_.set_reduce(buf_.reduce);
-  trunk_buffers_ = {buf_.emb, buf_.demb, buf_.dh, buf_.dx, buf_.reduce};
   const std::int64_t bt = max_batch_ * max_seq_;
   inputs_.assign(static_cast<std::size_t>(bt), 0);
   targets_.assign(static_cast<std::size_t>(bt), 0);
@@ -61,30 +56,28 @@ void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
   bodies_.set_precision(precision);
 }
 
-// Lays every buffer out in the arena (or only counts: ArenaCarver).
+// Lays every buffer out in the arena (or only counts: ArenaCarver): the model's, the bodies', the
+// trunk's; the shared reduction scratch fits every user.
 template <class Real>
 void Model<Real>::carve(ArenaCarver<Real>& arena) {
-  auto take = [&](std::int64_t n) { return arena.take(n); };
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
-  Buffers& b = buf_;
-  b.emb = take(bt * d);
-  if (trunk_) trunk_->carve(arena, bt);
-  for (int j = 0; j < config_.n_sublayers() && !trunk_; ++j) {
-    Sublayer& s = b.sub[static_cast<std::size_t>(j)];
-    s.out = take(bt * d);
-    if (with_grad_) s.dout = take(bt * d);
-  }
-  b.x_final = take(bt * d);
-  b.rstd_final = take(bt);
-  if (config_.residual == ResidualMode::mudd) carve_mudd(arena);
+  emb_ = arena.take(bt * d);
+  trunk_->carve(arena, bt);
+  x_final_ = arena.take(bt * d);
+  rstd_final_ = arena.take(bt);
   bodies_.carve(arena, bt);
-  b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
+  ce_logits_ = arena.take(kCrossEntropyRows * config_.vocab_size);
+  TrunkBuffers<Real>& b = trunk_buffers_;
+  b.emb = emb_;
   if (with_grad_) {
-    b.demb = take(bt * d);
-    for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv}) *p = take(bt * d);
-    b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model), bodies_.reduce_scratch(bt),
-                              trunk_ ? trunk_->reduce_scratch(bt) : 0}));
+    b.demb = arena.take(bt * d);
+    dx_final_ = arena.take(bt * d);
+    b.dh = arena.take(bt * d);
+    b.dx = arena.take(bt * d);
+    b.reduce = arena.take(std::max(
+        {k::rmsnorm_scratch_size(bt, config_.d_model), bodies_.reduce_scratch(bt), trunk_->reduce_scratch(bt)}));
   }
+  bodies_.set_reduce(b.reduce);
 }
 
 template <class Real>
@@ -112,23 +105,18 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 
 template <class Real>
 void Model<Real>::forward_trunk(const Pass<Real>& pass) {
-  k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = trunk_ ? trunk_->forward(pass) : forward_mudd(pass);
-  k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
+  k::embedding_forward(emb_, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
+  final_input_ = trunk_->forward(pass);
+  k::rmsnorm_forward(x_final_, rstd_final_, final_input_, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
 
 template <class Real>
 void Model<Real>::backward_trunk(const Pass<Real>& pass) {
-  Buffers& b = buf_;
-  k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, b.final_input, w_.final_norm, b.rstd_final, n_tok_,
+  const TrunkBuffers<Real>& b = trunk_buffers_;
+  k::rmsnorm_backward(b.dh, g_.final_norm, dx_final_, final_input_, w_.final_norm, rstd_final_, n_tok_,
                       config_.d_model, b.reduce);
-  // from dh, the final norm's input gradient
-  if (trunk_) {
-    trunk_->backward(pass);
-  } else {
-    backward_mudd(pass);
-  }
+  trunk_->backward(pass);  // from dh, the final norm's input gradient
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
 
@@ -136,8 +124,8 @@ template <class Real>
 double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
   set_inputs(tokens, batch, seq, true);
   forward_trunk({batch, seq});
-  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n_tok_,
+  const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n_tok_,
                                                       config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
                                                       nullptr, precision_);
   return total / static_cast<double>(n_tok_);
@@ -150,15 +138,12 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   forward_trunk({batch, seq});
   const std::int64_t n = n_tok_, d = config_.d_model;
   std::fill(grads_.begin(), grads_.end(), Real(0));
-  k::zero(buf_.demb, n * d);
-  for (Sublayer& s : buf_.sub)
-    if (s.dout != nullptr) k::zero(s.dout, n * d);
+  k::zero(trunk_buffers_.demb, n * d);
   bodies_.begin_backward(n);
-  for (Real* g : buf_.dmudd_src) k::zero(g, n * d);
-  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
+  const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
-                                                      buf_.dx_final, g_.lm_head, precision_);
+                                                      dx_final_, g_.lm_head, precision_);
   backward_trunk({batch, seq});
   return total / static_cast<double>(n);
 }
@@ -168,7 +153,7 @@ void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batc
   set_inputs(inputs, batch, seq, false);
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
   forward_trunk({batch, seq});
-  k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
+  k::linear_forward(out.data(), x_final_, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
                     precision_);
 }
 
@@ -183,7 +168,7 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
   forward_trunk({batch, seq, &cache});
   cache.length += seq;
   for (std::int64_t b = 0; b < batch; ++b)
-    k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,
+    k::linear_forward(out.data() + b * config_.vocab_size, x_final_ + ((b + 1) * seq - 1) * config_.d_model,
                       w_.lm_head, 1, config_.d_model, config_.vocab_size, false, precision_);
 }
 

@@ -1,5 +1,7 @@
 // The decoder-only Transformer in every residual mode of the spec, with an explicit
 // forward and hand-written backward. Real is float for training, double for exact checks.
+// The model owns the token embedding, the sublayer bodies (sublayers.hpp), the final norm and the
+// LM head; its residual family's trunk (trunk.hpp) owns everything in between.
 //
 // Parameters and gradients live in flat buffers (ParamLayout); every activation lives in
 // one arena sized up front for (max_batch, max_seq), so a step allocates nothing.
@@ -7,11 +9,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <vector>
 
-#include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
 #include "model/arena.hpp"
 #include "model/config.hpp"
@@ -79,55 +79,12 @@ class Model {
   void stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const;
 
  private:
-  struct Sublayer {
-    Real* out = nullptr;   // mudd: the block's h and X_{b+1}
-    Real* dout = nullptr;  // its gradient
-  };
-  struct Buffers {
-    Real* emb = nullptr;
-    Real* demb = nullptr;
-    std::vector<Sublayer> sub;
-    Real* x_final = nullptr;
-    Real* rstd_final = nullptr;
-    const Real* final_input = nullptr;  // the final norm's input in the last forward (a trunk buffer)
-    // MUDD (mudd_trunk.cpp), by block b: the raw inputs of its attention's Q, K and V norms (block
-    // 0 reads the embedding; mudd_ways = r has one input, in[0]; the R stream is written straight
-    // into the attention sublayer's out, which attention then adds to), the normalised K and V
-    // inputs (Q's is sub.x) and their RMS factors, and what the DA after the block saves: dw,
-    // the generator's pre-GELU hidden and its input's RMS factor (dynamic only).
-    struct MuddBlock {
-      Real* in[3] = {nullptr, nullptr, nullptr};
-      Real *xk = nullptr, *xv = nullptr, *rstd_k = nullptr, *rstd_v = nullptr;
-      Real *dw = nullptr, *hidden = nullptr, *rms = nullptr;
-    };
-    std::vector<MuddBlock> mudd;
-    // PrePostDANorm: the normalised sources X^_0..X^_L, their RMS factors and their gradients.
-    std::vector<Real*> mudd_src, mudd_src_rstd, dmudd_src;
-    Real* mudd_out = nullptr;                          // the last DA's R stream: the final norm's input
-    Real* dmudd_in[3] = {nullptr, nullptr, nullptr};  // gradients of a block's Q, K, V inputs
-    Real* dxk = nullptr;                               // attention's K input gradient (qkvr)
-    Real* mudd_scratch = nullptr;                      // the DA kernels' (forward and backward)
-    // Gradient scratch shared by all sublayers.
-    Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
-    Real* reduce = nullptr;
-    Real* ce_logits = nullptr;
-  };
-
   void carve(ArenaCarver<Real>& arena);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
-  // Embedding, the mode's trunk, final norm; and back. The trunk of a residual family returns the
-  // final norm's input; its backward starts from that input's gradient in buf_.dh.
+  // Embedding, the trunk, final norm (into x_final_); and back from the final norm's output
+  // gradient (dx_final_) to the embedding's.
   void forward_trunk(const Pass<Real>& pass);
   void backward_trunk(const Pass<Real>& pass);
-  const Real* forward_mudd(const Pass<Real>& pass);  // mudd_trunk.cpp
-  void backward_mudd(const Pass<Real>& pass);
-  void carve_mudd(ArenaCarver<Real>& arena);
-  // MUDD: the block output X_j (X_0: the embedding) and its gradient; DA module i's view for the
-  // kernels (`sources` receives its source pointers).
-  const Real* mudd_block_output(int j) const;
-  Real* dmudd_block_output(int j);
-  kernels::MuddDa<Real> mudd_da(int i, const Real** sources) const;
-
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -141,9 +98,13 @@ class Model {
   ModelWeights<Real> g_;
   std::vector<Real> arena_;
   SublayerBodies<Real> bodies_;
-  TrunkBuffers<Real> trunk_buffers_;
+  TrunkBuffers<Real> trunk_buffers_;  // the embedding and the gradient scratch the trunk shares
   std::unique_ptr<Trunk<Real>> trunk_;
-  Buffers buf_;
+  // The model's own activations: the embedding (trunk_buffers_), the final norm's output and RMS
+  // factors, its input in the last forward (a buffer of the trunk's), the LM head's chunk of
+  // logits; with gradients the final norm's output gradient.
+  Real *emb_ = nullptr, *x_final_ = nullptr, *rstd_final_ = nullptr, *ce_logits_ = nullptr, *dx_final_ = nullptr;
+  const Real* final_input_ = nullptr;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;
   std::vector<double> ce_row_loss_;

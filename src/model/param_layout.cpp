@@ -18,10 +18,6 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     const std::string p = "layers." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
     add_trunk_params(*this, c, ParamPlace::attention_norm, i);
-    if (c.mudd_multiway() && c.mudd_sep_qkv_norm) {
-      add(p + "attn_norm_k.weight", {d}, ParamKind::norm_weight);
-      add(p + "attn_norm_v.weight", {d}, ParamKind::norm_weight);
-    }
     add(p + "attn.wq.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wv.weight", {d, d}, ParamKind::matrix, std_matrix);
@@ -38,47 +34,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     add_trunk_params(*this, c, ParamPlace::layer_end, i);
   }
   add_trunk_params(*this, c, ParamPlace::after_layers, -1);
-  if (c.residual == ResidualMode::mudd) add_mudd(c);
   add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
 }
 
-// MUDD's DA modules (baselines-spec §2.1-2.2, names §6.6): at initialisation every stream is the
-// block output, so the model computes prenorm's function bit for bit. Only W1 draws from the RNG
-// (its own stream, by name); W2, a and the norms are fixed values.
-void ParamLayout::add_mudd(const ModelConfig& c) {
-  const std::int64_t d = c.d_model;
-  const bool decay = c.mudd_decay_all;
-  auto set_decay = [&](bool on) { params_.back().decay = on; };
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = "mudd." + std::to_string(i) + ".";
-    const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i), K = c.mudd_da_hidden(i);
-    if (c.mudd_dynamic) {
-      add(p + "w1", {K, d}, ParamKind::matrix, 1.0 / std::sqrt(static_cast<double>(d)));  // N(0, 1/d)
-      add_fixed(p + "w2", std::vector<double>(static_cast<std::size_t>(C * S * K), 0.0), true, {C * S, K});
-    }
-    // a: the block output (the last source) in every way (base); zero with PrePostDANorm, whose
-    // streams are x + the mix.
-    std::vector<double> a(static_cast<std::size_t>(C * S), 0.0);
-    if (!c.mudd_prepost_norm)
-      for (int w = 0; w < C; ++w) a[static_cast<std::size_t>(w * S + S - 1)] = 1.0;
-    add_fixed(p + "a", std::move(a), decay, {C, S});
-    if (c.mudd_prepost_norm) {
-      if (c.mudd_dynamic) {
-        add(p + "gen_norm.weight", {d}, ParamKind::norm_weight);
-        set_decay(decay);
-      }
-      add_fixed(p + "post_norm.weight", std::vector<double>(static_cast<std::size_t>(d), 1e-3), decay);
-    }
-  }
-  if (c.mudd_prepost_norm)
-    for (int s = 0; s <= c.n_layers; ++s) {
-      add("mudd.src_norm." + std::to_string(s) + ".weight", {d}, ParamKind::norm_weight);
-      set_decay(decay);
-    }
-}
-
-void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {
+ParamInfo& ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {
   ParamInfo info;
   info.name = std::move(name);
   info.numel = 1;
@@ -90,15 +50,17 @@ void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKi
   info.decay = kind == ParamKind::matrix;
   total_ += info.numel;
   params_.push_back(std::move(info));
+  return params_.back();
 }
 
-void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,
-                            std::vector<std::int64_t> shape) {
+ParamInfo& ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,
+                                  std::vector<std::int64_t> shape) {
   if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
   add(std::move(name), std::move(shape), ParamKind::fixed);
   require(params_.back().numel == static_cast<std::int64_t>(values.size()), "add_fixed: shape mismatch");
   params_.back().init_values = std::move(values);
   params_.back().decay = decay;
+  return params_.back();
 }
 
 const ParamInfo* ParamLayout::find(const std::string& name) const {

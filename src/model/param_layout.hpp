@@ -44,13 +44,12 @@ class ParamLayout {
   const ParamInfo& at(const std::string& name) const;  // throws Error when absent
 
   // While the layout is built: the next parameter (the model's, then its trunk family's at their
-  // places: model/trunk.hpp's add_trunk_params). add_fixed: shape empty is one dimension of
-  // values.size().
-  void add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
-  void add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
+  // places: model/trunk.hpp's add_trunk_params), returned so a family can set its decay policy.
+  // add_fixed: shape empty is one dimension of values.size().
+  ParamInfo& add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
+  ParamInfo& add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
 
  private:
-  void add_mudd(const ModelConfig& config);
 
   std::vector<ParamInfo> params_;
   std::int64_t total_ = 0;

@@ -11,16 +11,16 @@ std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
   switch (trunk_family(parts.config)) {
     case TrunkFamily::single_stream: return make_single_stream_trunk(parts);
     case TrunkFamily::streams: return make_stream_trunk(parts);
-    case TrunkFamily::mudd: return nullptr;
+    case TrunkFamily::mudd: return make_mudd_trunk(parts);
   }
-  return nullptr;
+  return nullptr;  // (every family is a case above)
 }
 
 void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer) {
   switch (trunk_family(config)) {
     case TrunkFamily::single_stream: return add_single_stream_params(layout, config, place, layer);
     case TrunkFamily::streams: return add_stream_params(layout, config, place, layer);
-    case TrunkFamily::mudd: return;
+    case TrunkFamily::mudd: return add_mudd_params(layout, config, place, layer);
   }
 }
 

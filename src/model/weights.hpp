@@ -13,9 +13,7 @@ namespace attnres {
 
 template <class Real>
 struct LayerWeights {
-  Real* attn_norm = nullptr;    // MUDD qkvr: the Q input's norm
-  Real* attn_norm_k = nullptr;  // MUDD qkvr with mudd_sep_qkv_norm: the K and V inputs' norms
-  Real* attn_norm_v = nullptr;
+  Real* attn_norm = nullptr;  // MUDD qkvr: the Q input's norm (the K and V inputs': mudd_trunk.cpp)
   Real* wq = nullptr;
   Real* wk = nullptr;
   Real* wv = nullptr;
@@ -32,16 +30,6 @@ struct LayerWeights {
   Real* vres_lambda = nullptr;  // value_residual with learned lambdas, layers >= 1
 };
 
-// One MUDD DA module (baselines-spec §2): null where the variant has none.
-template <class Real>
-struct MuddDaWeights {
-  Real* w1 = nullptr;         // [K, d]; null: static
-  Real* w2 = nullptr;         // [C*S, K]
-  Real* a = nullptr;          // [C, S]
-  Real* gen_norm = nullptr;   // PrePostDANorm (dynamic)
-  Real* post_norm = nullptr;  // PrePostDANorm
-};
-
 template <class Real>
 struct ModelWeights {
   Real* tok_emb = nullptr;
@@ -50,8 +38,6 @@ struct ModelWeights {
   Real* final_key_norm = nullptr;
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
-  std::vector<MuddDaWeights<Real>> mudd;  // mudd: one per block (the DA after it)
-  std::vector<Real*> mudd_src_norm;       // mudd with PrePostDANorm: X_0..X_{n_layers}'s norms
 };
 
 // The tensor `name` in a flat buffer laid out by `layout` (parameters or their gradients); null when
@@ -74,8 +60,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
     const std::string p = "layers." + std::to_string(i) + ".";
     LayerWeights<Real> l;
     l.attn_norm = get(p + "attn_norm.weight");
-    l.attn_norm_k = get(p + "attn_norm_k.weight");
-    l.attn_norm_v = get(p + "attn_norm_v.weight");
     l.wq = get(p + "attn.wq.weight");
     l.wk = get(p + "attn.wk.weight");
     l.wv = get(p + "attn.wv.weight");
@@ -96,15 +80,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
   w.final_key_norm = get("final_res.key_norm.weight");
   w.final_norm = get("final_norm.weight");
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
-  if (config.residual == ResidualMode::mudd) {
-    for (int i = 0; i < config.n_layers; ++i) {
-      const std::string p = "mudd." + std::to_string(i) + ".";
-      w.mudd.push_back({get(p + "w1"), get(p + "w2"), get(p + "a"), get(p + "gen_norm.weight"),
-                        get(p + "post_norm.weight")});
-    }
-    for (int s = 0; s <= config.n_layers; ++s)
-      if (Real* g = get("mudd.src_norm." + std::to_string(s) + ".weight")) w.mudd_src_norm.push_back(g);
-  }
   return w;
 }
 
