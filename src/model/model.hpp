@@ -59,6 +59,8 @@ class Model {
   void decode(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, KvCache<Real>& cache,
               std::span<Real> out);
 
+  // What the last forward pass mixed across depth, for a run's diagnostics (model/diagnostics.hpp).
+  const DepthView& depth_view() const { return *trunk_; }
   // The residual wiring: which buffers each sublayer and depth read uses (model/topology.hpp).
   const Topology& topology() const { return topo_; }
   // Depth routing of the last forward pass, for diagnostics: alpha [n_sources] of read `read`

@@ -65,6 +65,22 @@ void add_single_stream_params(ParamLayout& layout, const ModelConfig& c, ParamPl
   }
 }
 
+// DenseFormer's: each DWA's weights, its sources the block outputs it reads (0: the embedding).
+std::vector<Connections> single_stream_static_connections(const ModelConfig& c, const ParamLayout& layout,
+                                                          std::span<const double> params) {
+  if (c.residual != ResidualMode::denseformer) return {};
+  Connections dwa;
+  dwa.name = "dwa";
+  for (int block = 1; block <= c.n_layers; ++block) {
+    const std::vector<int> sources = k::dwa_sources(block, c.dwa_dilation, c.dwa_period);
+    if (sources.empty()) continue;
+    const ParamInfo& alpha = layout.at("dwa." + std::to_string(block) + ".alpha");
+    const auto* first = params.data() + alpha.offset;
+    dwa.rows.push_back({block, sources, std::vector<double>(first, first + alpha.numel)});
+  }
+  return {std::move(dwa)};
+}
+
 namespace {
 
 template <class Real>
@@ -121,6 +137,31 @@ class SingleStreamTrunk final : public Trunk<Real> {
 
   const Real* forward(const Pass<Real>& pass) override;
   void backward(const Pass<Real>& pass) override;
+
+  // The depth view: every attention sublayer's read, with its routes (RD: Q/K and V), and
+  // DenseFormer's DWA weights.
+  std::vector<RoutedInput> routed_inputs() const override {
+    std::vector<RoutedInput> out;
+    for (int l = 0; l < p_.config.n_layers && topo_.has_reads(); ++l) {
+      const ReadPlan& plan = topo_.read(2 * l);
+      out.push_back({l, static_cast<int>(plan.sources.size()), plan.n_routes});
+    }
+    return out;
+  }
+  void route_distributions(int index, std::int64_t token, std::span<double> p) const override {
+    const auto n = topo_.read(2 * index).sources.size();
+    Real alpha[k::kMaxSources];
+    for (int route = 0; route < topo_.read(2 * index).n_routes; ++route) {
+      read_weights(2 * index, route, token, std::span<Real>(alpha, n));
+      std::copy(alpha, alpha + n, p.begin() + static_cast<std::ptrdiff_t>(route * n));
+    }
+  }
+  std::unique_ptr<MixingSum> mixing_sum() const override {
+    if (topo_.dwas().empty()) return nullptr;
+    const std::vector<double> params(p_.params.begin(), p_.params.end());
+    return std::make_unique<StaticMixing>(single_stream_static_connections(p_.config, p_.layout, params));
+  }
+  std::int64_t tokens() const override { return n_tok_; }
 
   // Model::read_weights.
   void read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const;

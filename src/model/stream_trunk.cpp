@@ -21,6 +21,7 @@
 #include "kernels/streams.hpp"
 #include "model/arms.hpp"
 #include "model/model.hpp"
+#include "model/stream_mixing.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
 
@@ -86,6 +87,31 @@ void add_stream_params(ParamLayout& layout, const ModelConfig& c, ParamPlace pla
     if (c.residual == ResidualMode::hc) add_hyper_connection(layout, c, j);
     if (c.residual == ResidualMode::mhc) add_mhc(layout, c, j);
   }
+}
+
+namespace {
+
+// The exit's weight per stream: 1 for the sum of the streams, 1/n for their mean.
+double readout_weight(const ModelConfig& c) {
+  return c.stream_readout() == StreamReadout::mean ? 1.0 / c.n_streams() : 1.0;
+}
+
+}  // namespace
+
+// Static HC's unfolded dense connections (HC-P eq. 27) from its coefficients A and B, exactly:
+// they are every token's, so one token's unfolding is their mean.
+std::vector<Connections> stream_static_connections(const ModelConfig& c, const ParamLayout& layout,
+                                                   std::span<const double> params) {
+  if (c.residual != ResidualMode::hc || c.hc_dynamic) return {};
+  std::vector<double> coefficients;  // per sublayer A [n, n+1], then B: the model's layout
+  for (int j = 0; j < c.n_sublayers(); ++j)
+    for (const char* tensor : {".A", ".B"}) {
+      const ParamInfo& p = layout.at("hc." + std::to_string(j) + tensor);
+      coefficients.insert(coefficients.end(), params.begin() + p.offset, params.begin() + p.offset + p.numel);
+    }
+  UnfoldedConnections unfolded(c.hc_n, c.n_sublayers(), readout_weight(c));
+  unfolded.add(coefficients);
+  return {unfolded.mean("hc")};
 }
 
 namespace {
@@ -207,6 +233,11 @@ class StreamTrunk final : public Trunk<Real> {
   const Real* forward(const Pass<Real>& pass) override;
   void backward(const Pass<Real>& pass) override;
 
+  // The depth view: the unfolded connections (averaged over tokens; static HC's from its weights)
+  // and the Amax gains of every token's coefficients.
+  std::unique_ptr<MixingSum> mixing_sum() const override;
+  std::int64_t tokens() const override { return n_tok_; }
+
   // Model::stream_weights.
   void stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const;
 
@@ -236,6 +267,56 @@ class StreamTrunk final : public Trunk<Real> {
   Real *dbeta_ = nullptr, *dy_ = nullptr;
   std::int64_t n_tok_ = 0;  // of the last forward pass
 };
+
+// The sums over the tokens of passes of one model's connections and gains, from every token's
+// coefficients (model/stream_mixing.hpp); they allocate when made, not per token.
+template <class Real>
+class StreamMixingSum final : public MixingSum {
+ public:
+  StreamMixingSum(const StreamTrunk<Real>& trunk, const ModelConfig& c, std::vector<Connections> static_connections)
+      : trunk_(trunk),
+        n_(c.n_streams()),
+        sublayers_(c.n_sublayers()),
+        name_(c.residual == ResidualMode::mhc ? "mhc" : "hc"),
+        static_(std::move(static_connections)),
+        unfolded_(n_, sublayers_, readout_weight(c)),
+        gain_(n_, sublayers_),
+        coef_(static_cast<std::size_t>(k::stream_coefficient_count(n_))),
+        token_(coef_.size() * static_cast<std::size_t>(sublayers_)) {}
+
+  void add_pass() override {
+    const std::size_t m = coef_.size();
+    for (std::int64_t t = 0; t < trunk_.tokens(); ++t) {
+      for (int j = 0; j < sublayers_; ++j) {
+        trunk_.stream_weights(j, t, coef_);
+        std::copy(coef_.begin(), coef_.end(), token_.begin() + static_cast<std::ptrdiff_t>(m * j));
+      }
+      if (static_.empty()) unfolded_.add(token_);
+      gain_.add(token_);
+    }
+  }
+  std::vector<Connections> connections() const override {
+    return static_.empty() ? std::vector<Connections>{unfolded_.mean(name_)} : static_;
+  }
+  std::optional<AmaxGain> amax_gain() const override { return gain_.result(); }
+
+ private:
+  const StreamTrunk<Real>& trunk_;
+  int n_, sublayers_;
+  std::string name_;
+  std::vector<Connections> static_;  // static HC's, exactly (every token has them)
+  UnfoldedConnections unfolded_;
+  AmaxGainSum gain_;
+  std::vector<Real> coef_;      // one sublayer's of one token
+  std::vector<double> token_;   // one token's, every sublayer's
+};
+
+template <class Real>
+std::unique_ptr<MixingSum> StreamTrunk<Real>::mixing_sum() const {
+  const std::vector<double> params(p_.params.begin(), p_.params.end());
+  return std::make_unique<StreamMixingSum<Real>>(*this, p_.config,
+                                                 stream_static_connections(p_.config, p_.layout, params));
+}
 
 template <class Real>
 k::StreamCoefficients<Real> StreamTrunk<Real>::stream_coefficients(int j) const {

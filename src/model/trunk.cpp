@@ -1,5 +1,6 @@
-// The one place a trunk family is plugged in: its trunk and its parameters, by the mode's family
-// (model/arms.hpp). A new mode of an existing family changes nothing here.
+// The one place a trunk family is plugged in: its trunk, its parameters and its static
+// connections, by the mode's family (model/arms.hpp). A new mode of an existing family changes
+// nothing here.
 #include "model/trunk.hpp"
 
 #include "model/arms.hpp"
@@ -22,6 +23,16 @@ void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace
     case TrunkFamily::streams: return add_stream_params(layout, config, place, layer);
     case TrunkFamily::mudd: return add_mudd_params(layout, config, place, layer);
   }
+}
+
+std::vector<Connections> trunk_static_connections(const ModelConfig& config, const ParamLayout& layout,
+                                                  std::span<const double> params) {
+  switch (trunk_family(config)) {
+    case TrunkFamily::single_stream: return single_stream_static_connections(config, layout, params);
+    case TrunkFamily::streams: return stream_static_connections(config, layout, params);
+    case TrunkFamily::mudd: return {};  // per token only
+  }
+  return {};
 }
 
 template std::unique_ptr<Trunk<float>> make_trunk(const ModelParts<float>&);

@@ -12,9 +12,12 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "model/arena.hpp"
 #include "model/config.hpp"
+#include "model/diagnostics.hpp"
 #include "model/param_layout.hpp"
 #include "model/sublayers.hpp"
 #include "model/topology.hpp"
@@ -49,9 +52,8 @@ struct ModelParts {
 };
 
 template <class Real>
-class Trunk {
+class Trunk : public DepthView {
  public:
-  virtual ~Trunk() = default;
 
   // Lays the trunk's own activations out for up to bt tokens (or only counts them: ArenaCarver).
   virtual void carve(ArenaCarver<Real>& arena, std::int64_t bt) = 0;
@@ -75,6 +77,11 @@ std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts);
 enum class ParamPlace { attention_norm, layer_end, after_layers };
 void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 
+// The connections a config's weights determine (model/diagnostics.hpp's static_connections), from
+// the parameters laid out by `layout`.
+std::vector<Connections> trunk_static_connections(const ModelConfig& config, const ParamLayout& layout,
+                                                  std::span<const double> params);
+
 // Each family's own (the switch in trunk.cpp picks them).
 template <class Real>
 std::unique_ptr<Trunk<Real>> make_single_stream_trunk(const ModelParts<Real>& parts);
@@ -85,5 +92,21 @@ std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>& parts);
 void add_single_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_mudd_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
+std::vector<Connections> single_stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
+                                                          std::span<const double> params);
+std::vector<Connections> stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
+                                                   std::span<const double> params);
+
+// Connections fixed by the weights (DenseFormer's): a sum that needs no pass.
+class StaticMixing final : public MixingSum {
+ public:
+  explicit StaticMixing(std::vector<Connections> connections) : connections_(std::move(connections)) {}
+  bool needs_passes() const override { return false; }
+  void add_pass() override {}
+  std::vector<Connections> connections() const override { return connections_; }
+
+ private:
+  std::vector<Connections> connections_;
+};
 
 }  // namespace attnres
