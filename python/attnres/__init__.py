@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ModelConfig": "config", "ConfigError": "config",
     "AttnResModel": "model", "ReadWeights": "model", "KVCache": "model", "ResidualMode": "model",
-    "MODES": "model", "param_layout": "model", "EMBEDDING": "model",
+    "MODES": "model", "param_layout": "model", "EMBEDDING": "model", "NULL_SOURCE": "model",
+    "routing_max_weight": "model",
     "load": "checkpoint", "save": "checkpoint", "read_config": "checkpoint", "CheckpointError": "checkpoint",
     "generate": "sampling", "generate_ids": "sampling", "score": "sampling", "sample_token": "sampling",
     "Rng": "sampling",

@@ -12,7 +12,16 @@ import json
 import math
 from typing import Any, Mapping, Union
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd", "delta", "delta_block", "gr")
+DELTA_MODES = ("delta", "delta_block")  # Delta AttnRes (docs/delta-gated-spec.md §1)
+DELTA_GATES = ("none", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha")
+DELTA_VALUE_ROUTES = ("none", "decoupled")
+# Keys of the modes the C++ does not implement yet (docs/delta-gated-spec.md §4): the modes they apply to.
+# to_json writes them only for those modes, so every config attnres writes round-trips unchanged; a
+# non-default value with another mode is refused, naming the key and the mode.
+PENDING_KEYS = {"delta_null_source": DELTA_MODES, "delta_gate": DELTA_MODES, "delta_value_route": DELTA_MODES,
+                "delta_block_partial": ("delta_block",), "delta_decay_all": DELTA_MODES,
+                "gr_n": ("gr",), "gr_rank": ("gr",), "gr_decay_norm": ("gr",)}
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
@@ -79,6 +88,15 @@ class ModelConfig:
     mudd_sep_qkv_norm: bool = True
     mudd_prepost_norm: bool = False
     mudd_decay_all: bool = True
+    # Delta AttnRes (residual "delta" / "delta_block") and the Gated Residual ("gr"), docs/delta-gated-spec.md.
+    delta_null_source: bool = False
+    delta_gate: str = "none"
+    delta_value_route: str = "none"
+    delta_block_partial: bool = True
+    delta_decay_all: bool = True
+    gr_n: int = 4
+    gr_rank: int = 0  # 0: d_model / 8
+    gr_decay_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -93,7 +111,7 @@ class ModelConfig:
         """Blocks the depth reads use: one per sublayer for `full`, one for `prenorm`."""
         if self.residual in ("prenorm", "denseformer"):
             return 1
-        if self.residual == "full":
+        if self.residual in ("full", "delta"):
             return self.n_sublayers
         return self.n_blocks
 
@@ -104,6 +122,16 @@ class ModelConfig:
     @property
     def uses_depth_reads(self) -> bool:
         return self.residual in ("full", "block", "rd")
+
+    @property
+    def has_prenorm(self) -> bool:
+        """Whether sublayers have their own pre-norm and the model a final norm (GR's reads replace them)."""
+        return self.residual != "gr"
+
+    @property
+    def gr_bottleneck(self) -> int:
+        """The GR read gate's rank: gr_rank, or d_model / 8 (at least 1) when 0."""
+        return self.gr_rank if self.gr_rank > 0 else max(1, self.d_model // 8)
 
     @property
     def has_value_query(self) -> bool:
@@ -152,6 +180,17 @@ class ModelConfig:
         require(self.mhc_sinkhorn_iters >= 1, f"mhc_sinkhorn_iters must be at least 1 (got {self.mhc_sinkhorn_iters})")
         require(self.mhc_phi_std >= 0, f"mhc_phi_std must be at least 0 (got {self.mhc_phi_std})")
         require(self.mhc_pre_eps >= 0, f"mhc_pre_eps must be at least 0 (got {self.mhc_pre_eps})")
+        for key, modes in PENDING_KEYS.items():
+            value, default = getattr(self, key), self.__dataclass_fields__[key].default
+            require(value == default or self.residual in modes,
+                    f"model config key '{key}' = {json.dumps(value)} applies to residual "
+                    f"{' or '.join(repr(m) for m in modes)}, not to residual mode '{self.residual}'")
+        require(self.delta_gate in DELTA_GATES,
+                f"unknown value '{self.delta_gate}' of delta_gate (expected {', '.join(DELTA_GATES)})")
+        require(self.delta_value_route in DELTA_VALUE_ROUTES, f"unknown value '{self.delta_value_route}' of "
+                f"delta_value_route (expected {', '.join(DELTA_VALUE_ROUTES)})")
+        require(2 <= self.gr_n <= MAX_STREAMS, f"gr_n must be 2 to {MAX_STREAMS} (got {self.gr_n})")
+        require(self.gr_rank >= 0, f"gr_rank must be at least 0 (got {self.gr_rank})")
         require(self.vocab_size >= 2, f"vocab_size must be at least 2 (got {self.vocab_size})")
         require(self.d_model >= 2, f"d_model must be at least 2 (got {self.d_model})")
         require(self.n_layers >= 1, f"n_layers must be at least 1 (got {self.n_layers})")
@@ -166,7 +205,7 @@ class ModelConfig:
         require(self.norm_eps >= 0, "norm_eps must be non-negative")
         require(self.rope_theta > 0, f"rope_theta must be positive (got {self.rope_theta})")
         require(self.max_seq_len >= 1, f"max_seq_len must be at least 1 (got {self.max_seq_len})")
-        if self.residual in ("block", "rd"):
+        if self.residual in ("block", "rd", "delta_block"):
             L, N = self.n_sublayers, self.n_blocks
             require(1 <= N <= L and L % N == 0,
                     f"n_blocks ({N}) must divide the number of sublayers 2*n_layers = {L}")
@@ -176,8 +215,10 @@ class ModelConfig:
         return self
 
     def to_json(self) -> dict:
-        """The JSON object attnres writes (same keys, same order)."""
-        return dataclasses.asdict(self)
+        """The JSON object attnres writes (same keys, same order). The keys of modes the C++ lacks yet
+        (PENDING_KEYS) only with those modes."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in PENDING_KEYS or self.residual in PENDING_KEYS[k]}
 
     @classmethod
     def from_json(cls, value: Union[str, bytes, Mapping[str, Any]], where: str = "model config") -> "ModelConfig":

@@ -20,7 +20,9 @@ the modules holding them, and the trunk that turns the embedding into the final 
 modes register themselves in MODES. The baselines of /work/shared/docs/baselines-spec.md:
 DenseFormer (§1) is the mode DenseFormer, MUDDFormer (§2) the mode Mudd, Hyper-Connections and mHC
 (§3-4) the mode StreamResiduals; ResFormer's value residual (§5) is an option of every mode, inside
-the attention sublayer (ValueResidual).
+the attention sublayer (ValueResidual). The modes of docs/delta-gated-spec.md, which the C++ does not
+implement yet: Delta AttnRes (`delta`, `delta_block`, §1) is DeltaAttnRes, the Gated Residual of
+Qwen3.8-Flash-Next (`gr`, §2) is GatedResidualMode.
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
+from .config import DELTA_MODES, ModelConfig
 
 EMBEDDING = -1  # the source id of the token embedding (kEmbedding, src/model/topology.hpp)
+NULL_SOURCE = -2  # the source id of Delta AttnRes's learned null source (docs/delta-gated-spec.md §1.3)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -140,12 +143,14 @@ class Layer(nn.Module):
 
     def __init__(self, c: ModelConfig, index: int, vres: Optional[ValueResidual]):
         super().__init__()
-        self.attn_norm = RMSNorm(c.d_model, c.norm_eps)  # MUDD qkvr: Q's
+        if c.has_prenorm:  # GR's reads replace the pre-norms
+            self.attn_norm = RMSNorm(c.d_model, c.norm_eps)  # MUDD qkvr: Q's
         if c.mudd_separate_kv_norms:
             self.attn_norm_k = RMSNorm(c.d_model, c.norm_eps)
             self.attn_norm_v = RMSNorm(c.d_model, c.norm_eps)
         self.attn = Attention(c.d_model, c.n_heads, vres, index)
-        self.mlp_norm = RMSNorm(c.d_model, c.norm_eps)
+        if c.has_prenorm:
+            self.mlp_norm = RMSNorm(c.d_model, c.norm_eps)
         self.mlp = SwiGLU(c.d_model, c.mlp_hidden)
 
 
@@ -178,7 +183,16 @@ class ReadWeights:
              after block i (1-based) is read 2i (its output feeds layer i, or the final norm when
              i = n_layers), sources are the block outputs X_j it averages (EMBEDDING for X_0, 2j - 1
              for X_j, the stream after sublayer 2j - 1: C++ DwaPlan::sources), and qk is its static
-             weights dwa.{i}.alpha broadcast to [B, T, n_sources] (any sign, not normalised).
+             weights dwa.{i}.alpha broadcast to [B, T, n_sources] (any sign, not normalised);
+             "delta" for a Delta AttnRes read (DeltaAttnRes.trunk; docs/delta-gated-spec.md §1): softmax
+             weights as AttnRes's, but the read adds g * sum_s w_s v_s to the running stream; sources are
+             EMBEDDING, NULL_SOURCE (-2) for the learned null source, or j: the sum of a block's sublayer
+             outputs up to sublayer j (for `delta`, whose blocks are single sublayers, f_j itself); reads
+             without sources (sublayer 0 without a null source) are not recorded;
+             "gr" for a Gated Residual module (GatedResidualMode.trunk; §2): sources are its branches
+             0 .. gr_n - 1, qk the read gates G (sigmoid, per channel) averaged over the channels
+             [B, T, gr_n], v the write gates 2 sigmoid(.) [B, T, gr_n] (None for the final mixer, read
+             2 * n_layers).
     """
 
     read: int
@@ -210,8 +224,12 @@ class ReadWeights:
         for a DWA 'emb' for X_0 and 'x{j}' for block j's output X_j."""
         S, out = self.sublayers_per_block, []
         for s in self.sources:
-            if s == EMBEDDING:
+            if self.mixer == "gr":
+                out.append(f"branch{s}")
+            elif s == EMBEDDING:
                 out.append("emb")
+            elif s == NULL_SOURCE:
+                out.append("null")
             elif self.mixer == "dwa":
                 out.append(f"x{(s + 1) // 2}")
             elif (s + 1) % S == 0:
@@ -765,8 +783,244 @@ class Mudd(ResidualMode):
         return x_r
 
 
+def delta_read_params(c: ModelConfig, read: str, value_route: bool = False) -> List[Tuple[str, Tuple[int, ...]]]:
+    """(name, shape) of one Delta AttnRes read (`attn_res` or `mlp_res`), in ParamLayout order
+    (docs/delta-gated-spec.md §1.7)."""
+    d = (c.d_model,)
+    out = [(read + ".query", d), (read + ".key_norm.weight", d)]
+    if value_route:
+        out += [(read + ".value_query", d), (read + ".value_key_norm.weight", d)]
+    if c.delta_null_source:
+        out += [(read + ".null_source", d)]
+    out += {"none": [], "sigmoid_scalar": [(read + ".gate_logit", (1,))],
+            "learnable_alpha": [(read + ".gate_alpha", (1,))],
+            "sigmoid_vector": [(read + ".gate.weight", (c.d_model, c.d_model)), (read + ".gate.bias", d)]}[c.delta_gate]
+    return out
+
+
+class DeltaRead(nn.Module):
+    """The parameters of one Delta AttnRes read (docs/delta-gated-spec.md §1): pseudo-query (init 0) and
+    key-norm weight (init 1) as an AttnRes read; the attention reads' V route (delta_value_route =
+    decoupled) has its own query and key norm; a learned null source (init 0); the gate of the correction
+    h = x + g c: a logit (sigmoid_scalar, init -2), a factor (learnable_alpha, init 0) or a per-channel
+    sigmoid(W x + b) (sigmoid_vector, W = 0, b = -2)."""
+
+    def __init__(self, c: ModelConfig, value_route: bool = False):
+        super().__init__()
+        d = c.d_model
+        self.query = nn.Parameter(torch.zeros(d))
+        self.key_norm = RMSNorm(d, c.norm_eps)
+        if value_route:
+            self.value_query = nn.Parameter(torch.zeros(d))
+            self.value_key_norm = RMSNorm(d, c.norm_eps)
+        if c.delta_null_source:
+            self.null_source = nn.Parameter(torch.zeros(d))
+        self.gate_kind = c.delta_gate
+        if c.delta_gate == "sigmoid_scalar":
+            self.gate_logit = nn.Parameter(torch.full((1,), -2.0))
+        elif c.delta_gate == "learnable_alpha":
+            self.gate_alpha = nn.Parameter(torch.zeros(1))
+        elif c.delta_gate == "sigmoid_vector":
+            self.gate = nn.Linear(d, d, bias=True)
+
+    def gate_value(self, x):
+        """g of h = x + g c (1 without a gate)."""
+        if self.gate_kind == "sigmoid_scalar":
+            return torch.sigmoid(self.gate_logit)
+        if self.gate_kind == "learnable_alpha":
+            return self.gate_alpha
+        if self.gate_kind == "sigmoid_vector":
+            return torch.sigmoid(F.linear(x, self.gate.weight, self.gate.bias))
+        return None
+
+
+class DeltaAttnRes(ResidualMode):
+    """`delta` and `delta_block` (Delta AttnRes, docs/delta-gated-spec.md §1): the pre-norm residual stream
+    x_{j+1} = x_j + f_j stays; sublayer j's input is RMSNorm_j(h_j), h_j = x_j + g_j sum_s alpha_s v_s, a
+    softmax over the deltas v_s (the embedding from sublayer 1 on, then every earlier sublayer output for
+    `delta`, or Block AttnRes's block sums with the current block's partial sum for `delta_block`; with
+    delta_block_partial = false the released code's schedule: completed blocks only, each from the sublayer
+    after the next block's first) with an optional learned null source first. No final read: the final norm
+    reads x_L. At zero queries every read adds the mean of its sources, x_j / n, so the model computes
+    pre-norm's function up to epsilon."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.decoupled = config.delta_value_route == "decoupled"
+
+    def layer_params(self, layer):
+        c = self.config
+        return delta_read_params(c, "attn_res", self.decoupled) + delta_read_params(c, "mlp_res")
+
+    def build(self, model):
+        for layer in model.layers:
+            layer.attn_res = DeltaRead(self.config, value_route=self.decoupled)
+            layer.mlp_res = DeltaRead(self.config)
+
+    def initial_values(self):
+        c, d, out = self.config, self.config.d_model, {}
+        for i in range(c.n_layers):
+            for read in ("attn_res", "mlp_res"):
+                p = f"layers.{i}.{read}."
+                if c.delta_null_source:
+                    out[p + "null_source"] = torch.zeros(d)
+                if c.delta_gate == "sigmoid_scalar":
+                    out[p + "gate_logit"] = torch.tensor([-2.0])
+                elif c.delta_gate == "learnable_alpha":
+                    out[p + "gate_alpha"] = torch.zeros(1)
+                elif c.delta_gate == "sigmoid_vector":
+                    out[p + "gate.weight"] = torch.zeros(d, d)
+                    out[p + "gate.bias"] = torch.full((d,), -2.0)
+        return out
+
+    def trunk(self, model, emb, ctx):
+        c = self.config
+        eps, S = c.norm_eps, c.sublayers_per_block
+        partial_mode = c.residual == "delta" or c.delta_block_partial
+        emb_rms = _rms(emb, eps)
+        done, done_rms, done_ids = [], [], []  # completed block sums (for `delta`: the sublayer outputs)
+        x, partial = emb, None
+        for j in range(c.n_sublayers):
+            i, is_mlp = divmod(j, 2)
+            layer = model.layers[i]
+            read = layer.mlp_res if is_mlp else layer.attn_res
+            sources, rms, ids = [], [], []
+            if j > 0:
+                n_done = len(done) if partial_mode else (j - 1) // S
+                sources, rms = [emb] + done[:n_done], [emb_rms] + done_rms[:n_done]
+                ids = [EMBEDDING] + done_ids[:n_done]
+                if partial_mode and partial is not None:
+                    sources, rms, ids = sources + [partial], rms + [_rms(partial, eps)], ids + [j - 1]
+            if c.delta_null_source:
+                null = read.null_source.expand_as(x)
+                sources, rms, ids = [null] + sources, [_rms(read.null_source, eps)] + rms, [NULL_SOURCE] + ids
+            h = h_v = x
+            if sources:
+                g = read.gate_value(x)
+                alpha = _alpha(sources, rms, read.query, read.key_norm.weight)
+                corr = _mix(alpha, sources)
+                h = x + (corr if g is None else g * corr)
+                alpha_v = None
+                if self.decoupled and not is_mlp:
+                    alpha_v = _alpha(sources, rms, read.value_query, read.value_key_norm.weight)
+                    corr_v = _mix(alpha_v, sources)
+                    h_v = x + (corr_v if g is None else g * corr_v)
+                else:
+                    h_v = h
+                if ctx.record is not None:
+                    ctx.record.append(ReadWeights(j, tuple(ids), alpha, alpha_v, c.n_sublayers, S, mixer="delta"))
+            if is_mlp:
+                out = layer.mlp(layer.mlp_norm(h))
+            else:
+                a = layer.attn_norm(h)
+                out = layer.attn(a, a if h_v is h else layer.attn_norm(h_v), ctx, i)
+            x = x + out
+            partial = out if partial is None else partial + out
+            if (j + 1) % S == 0:  # the block is complete
+                done.append(partial)
+                done_rms.append(_rms(partial, eps))
+                done_ids.append(j)
+                partial = None
+        return x
+
+
+class ZeroCentredNorm(nn.Module):
+    """The weight of a zero-centred (Gemma / Qwen3-Next style) RMSNorm, applied as 1 + weight; init 0."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+
+
+class GatedResidual(nn.Module):
+    """One Gated Residual module, `gr.{j}.*` or `gr_final.*` (docs/delta-gated-spec.md §2): norm.weight
+    [n d] (zero-centred), w_down [r, n d], w_up [n d, r], and for the sublayers' modules w_inject [n, n d]."""
+
+    def __init__(self, c: ModelConfig, write: bool = True):
+        super().__init__()
+        n, d, r = c.gr_n, c.d_model, c.gr_bottleneck
+        self.n, self.d, self.eps = n, d, c.norm_eps
+        self.norm = ZeroCentredNorm(n * d)
+        self.w_down = nn.Parameter(torch.empty(r, n * d))
+        self.w_up = nn.Parameter(torch.empty(n * d, r))
+        if write:
+            self.w_inject = nn.Parameter(torch.empty(n, n * d))
+
+    def read(self, H):
+        """H [B, T, n, d] -> (x = mean_i G_i * Hn_i [B, T, d], Hn, G): Hn_i = RMSNorm(H_i) (1 + w_i),
+        G = sigmoid(W_up silu(W_down vec(Hn) / n))."""
+        scale = 1.0 + self.norm.weight.view(self.n, self.d)
+        Hn = H * torch.rsqrt(H.pow(2).mean(-1, keepdim=True) + self.eps) * scale
+        flat = Hn.flatten(-2)
+        G = torch.sigmoid(F.linear(F.silu(F.linear(flat, self.w_down) / self.n), self.w_up))
+        G = G.unflatten(-1, (self.n, self.d))
+        return (G * Hn).mean(-2), Hn, G
+
+    def write(self, H, Hn, y):
+        """H_i + beta_i y with beta = 2 sigmoid(W_inject vec(Hn) / n): (H', beta [B, T, n])."""
+        beta = 2 * torch.sigmoid(F.linear(Hn.flatten(-2), self.w_inject) / self.n)
+        return H + beta[..., :, None] * y[..., None, :], beta
+
+
+class GatedResidualMode(ResidualMode):
+    """`gr` (the Gated Residual of Qwen3.8-Flash-Next, docs/delta-gated-spec.md §2): gr_n branches, n copies
+    of the embedding at the start; sublayer j's input is its module's read x = mean_i G_i * Hn_i (which
+    replaces its pre-norm), its output y is written to every branch with a per-branch gate,
+    H_i <- H_i + beta_i y; no mixing between branches. The final mixer's read feeds the LM head (no final
+    norm). With W_up = 0, W_inject = 0 and the norms at 0, pre-norm's function with every norm weight 1/2."""
+
+    def final_params(self):
+        c, n, d, r = self.config, self.config.gr_n, self.config.d_model, self.config.gr_bottleneck
+        out = []
+        for j in range(c.n_sublayers):
+            p = f"gr.{j}."
+            out += [(p + "norm.weight", (n * d,)), (p + "w_down", (r, n * d)), (p + "w_up", (n * d, r)),
+                    (p + "w_inject", (n, n * d))]
+        return out + [("gr_final.norm.weight", (n * d,)), ("gr_final.w_down", (r, n * d)),
+                      ("gr_final.w_up", (n * d, r))]
+
+    def build(self, model):
+        model.gr = nn.ModuleList(GatedResidual(self.config) for _ in range(self.config.n_sublayers))
+        model.gr_final = GatedResidual(self.config, write=False)
+
+    def initial_values(self):
+        c = self.config
+        size = (c.gr_n * c.d_model,)
+        out = {f"gr.{j}.norm.weight": torch.zeros(size) for j in range(c.n_sublayers)}
+        out["gr_final.norm.weight"] = torch.zeros(size)
+        return out
+
+    def trunk(self, model, emb, ctx):
+        c, n = self.config, self.config.gr_n
+        H = emb.unsqueeze(-2).expand(emb.shape[:-1] + (n, emb.shape[-1]))
+        branches = tuple(range(n))
+        for j in range(c.n_sublayers):
+            i, is_mlp = divmod(j, 2)
+            layer, module = model.layers[i], model.gr[j]
+            x, Hn, G = module.read(H)
+            y = layer.mlp(x) if is_mlp else layer.attn(x, x, ctx, i)
+            H, beta = module.write(H, Hn, y)
+            if ctx.record is not None:
+                ctx.record.append(ReadWeights(j, branches, G.mean(-1), beta, c.n_sublayers, 1, mixer="gr"))
+        x, _, G = model.gr_final.read(H)
+        if ctx.record is not None:
+            ctx.record.append(ReadWeights(c.n_sublayers, branches, G.mean(-1), None, c.n_sublayers, 1, mixer="gr"))
+        return x
+
+
+def routing_max_weight(reads: List[ReadWeights], single_source: bool = False) -> Tuple[Dict[int, float], float]:
+    """Delta AttnRes's routing-collapse statistic (docs/delta-gated-spec.md §1.8): for every softmax read
+    (AttnRes or Delta AttnRes; route 0), the mean over tokens of its largest weight, and the mean of those
+    over the reads. Reads with a single source (weight 1) count only with single_source. The paper reports
+    about 0.2 for AttnRes's cumulative sources in deep layers and about 0.6 for deltas."""
+    per_read = {r.read: r.qk.detach().max(-1).values.double().mean().item() for r in reads
+                if r.mixer in ("softmax", "delta") and (single_source or r.qk.shape[-1] > 1)}
+    return per_read, (sum(per_read.values()) / len(per_read) if per_read else float("nan"))
+
+
 MODES = {"prenorm": PreNorm, "full": BlockAttnRes, "block": BlockAttnRes, "rd": RdAttnRes,
-         "denseformer": DenseFormer, "hc": StreamResiduals, "mhc": StreamResiduals, "mudd": Mudd}
+         "denseformer": DenseFormer, "hc": StreamResiduals, "mhc": StreamResiduals, "mudd": Mudd,
+         "delta": DeltaAttnRes, "delta_block": DeltaAttnRes, "gr": GatedResidualMode}
 
 
 def residual_mode(config: ModelConfig) -> ResidualMode:
@@ -785,17 +1039,18 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
     out = [("tok_emb.weight", (V, d))]
     for i in range(c.n_layers):
         p = f"layers.{i}."
-        out += [(p + "attn_norm.weight", (d,))]
+        out += [(p + "attn_norm.weight", (d,))] * c.has_prenorm
         if c.mudd_separate_kv_norms:
             out += [(p + "attn_norm_k.weight", (d,)), (p + "attn_norm_v.weight", (d,))]
         out += [(p + f"attn.{w}.weight", (d, d)) for w in ("wq", "wk", "wv", "wo")]
         if i >= 1 and c.vres_parameters > 0:  # the first attention layer keeps its own values
             out += [(p + "attn.vres_lambda", (c.vres_parameters,))]
-        out += [(p + "mlp_norm.weight", (d,)), (p + "mlp.w_gate.weight", (h, d)), (p + "mlp.w_up.weight", (h, d)),
+        out += [(p + "mlp_norm.weight", (d,))] * c.has_prenorm
+        out += [(p + "mlp.w_gate.weight", (h, d)), (p + "mlp.w_up.weight", (h, d)),
                 (p + "mlp.w_down.weight", (d, h))]
         out += [(p + name, shape) for name, shape in mode.layer_params(i)]
     out += mode.final_params()
-    out += [("final_norm.weight", (d,))]
+    out += [("final_norm.weight", (d,))] * c.has_prenorm
     if not c.tie_embeddings:
         out += [("lm_head.weight", (V, d))]
     return out
@@ -804,7 +1059,13 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
 def weight_decayed(config: ModelConfig, name: str, shape: Tuple[int, ...]) -> bool:
     """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices, DenseFormer's DWA
     weights when dwa_weight_decay, HC's dynamic w_alpha and w_beta and mHC's phi (not HC's A);
-    never norm weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
+    Delta AttnRes's read parameters when delta_decay_all (the released code's policy; else only its
+    vector gates' matrices); GR's matrices (and its zero-centred norms when gr_decay_norm); never
+    other norm weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
+    if config.residual in DELTA_MODES and (".attn_res." in name or ".mlp_res." in name):
+        return config.delta_decay_all or len(shape) == 2
+    if name.startswith(("gr.", "gr_final.")):
+        return len(shape) == 2 or config.gr_decay_norm
     if name.startswith(("hc.", "mhc.")):
         return name.endswith((".w_alpha", ".w_beta", ".phi"))
     if name.startswith("mudd."):  # the generator's matrices; with mudd_decay_all (the official policy) all
@@ -828,7 +1089,8 @@ class AttnResModel(nn.Module):
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.layers = nn.ModuleList(Layer(c, i, vres) for i in range(c.n_layers))
         self.mode.build(self)
-        self.final_norm = RMSNorm(c.d_model, c.norm_eps)
+        if c.has_prenorm:  # GR's final mixer replaces the final norm
+            self.final_norm = RMSNorm(c.d_model, c.norm_eps)
         if not c.tie_embeddings:
             self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.tokenizer_spec: Optional[str] = None  # set by attnres.load from the checkpoint's metadata
@@ -843,7 +1105,8 @@ class AttnResModel(nn.Module):
         values): matrices N(0, 0.02), wo and w_down N(0, 0.02/sqrt(2 n_layers)), norm and key-norm
         weights 1, pseudo-queries 0, DWA weights the identity (1 on the block's own output, last),
         value-residual lambdas (vres_lambda1, vres_lambda2)[:n], the HC and mHC modules as
-        StreamResiduals.initial_values (mHC's phi N(0, mhc_phi_std))."""
+        StreamResiduals.initial_values (mHC's phi N(0, mhc_phi_std)), Delta AttnRes's null sources,
+        gates and GR's zero-centred norms as their modes' initial_values (GR's matrices N(0, 0.02))."""
         g = torch.Generator().manual_seed(seed)
         std_out = 0.02 / math.sqrt(2 * self.config.n_layers)
         fixed = self.mode.initial_values()
@@ -901,7 +1164,7 @@ class AttnResModel(nn.Module):
         x = self.mode.trunk(self, self.tok_emb(input_ids), ctx)
         if cache is not None:
             cache.length += T
-        return self.final_norm(x)
+        return self.final_norm(x) if self.config.has_prenorm else x
 
     def forward(self, input_ids, *, return_weights: bool = False, cache: Optional[KVCache] = None):
         """input_ids: int64 [B, T] -> logits [B, T, vocab]; with a cache, the positions continue at
@@ -925,10 +1188,12 @@ class AttnResModel(nn.Module):
     def extra_repr(self) -> str:
         c = self.config
         route = f", value_route={c.value_route}" if c.residual == "rd" else ""
-        blocks = f", n_blocks={c.n_blocks}" if c.residual in ("block", "rd") else ""
+        blocks = f", n_blocks={c.n_blocks}" if c.residual in ("block", "rd", "delta_block") else ""
         dwa = f", dwa={c.dwa_dilation}x{c.dwa_period}" if c.residual == "denseformer" else ""
         dwa += f", hc_n={c.hc_n}, dynamic={c.hc_dynamic}" if c.residual == "hc" else ""
         dwa += f", mhc_n={c.mhc_n}" if c.residual == "mhc" else ""
         dwa += f", mudd_ways={c.mudd_ways}, dynamic={c.mudd_dynamic}" if c.residual == "mudd" else ""
+        dwa += f", delta_gate={c.delta_gate}, null_source={c.delta_null_source}" if c.residual in DELTA_MODES else ""
+        dwa += f", gr_n={c.gr_n}, gr_rank={c.gr_bottleneck}" if c.residual == "gr" else ""
         vres = f", value_residual={c.vres_mode}" if c.value_residual else ""
         return f"residual={c.residual}{blocks}{route}{dwa}{vres}, params={self.num_params():,}"

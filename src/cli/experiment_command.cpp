@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -24,7 +25,25 @@ struct ExperimentArgs {
   std::string device = "cpu";
   std::string protocol;
   double effect = 0;  // 0: none (or the protocol's)
+  bool dry_run = false;
 };
+
+// --dry-run: the runs the command would train, in order, with the ones already finished marked,
+// and nothing written.
+void print_plan(const experiment::ExperimentPlan& plan, const std::string& out) {
+  std::size_t done = 0;
+  std::int64_t tokens_left = 0;
+  for (const experiment::PlannedRun& r : plan.runs) {
+    const bool finished = std::filesystem::exists(r.result_path);
+    done += finished ? 1 : 0;
+    if (!finished) tokens_left += r.config.total_steps() * r.config.tokens_per_step();
+    std::printf("%-40s %12lld tokens  %s\n", r.label.c_str(),
+                static_cast<long long>(r.config.total_steps() * r.config.tokens_per_step()),
+                finished ? "done" : "to train");
+  }
+  std::printf("%zu runs in '%s': %zu done, %zu to train (%lld tokens)\n", plan.runs.size(), out.c_str(), done,
+              plan.runs.size() - done, static_cast<long long>(tokens_left));
+}
 
 }  // namespace
 
@@ -53,6 +72,9 @@ void register_experiment_command(CLI::App& app) {
       ->check(CLI::Range(1e-6, 10.0));
   add_device_option(cmd, a->device);
   cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run starting at K (0-based)");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "list the runs (label, tokens, done or to train) and their count, check the design and the data, "
+                "and stop: nothing is trained or written");
   cmd->footer("Over MPI: 'mpirun -np K attnres experiment ...' runs every K-th run on each rank (no --worker);\n"
               "rank 0 prints the summary once all runs are done. See docs/distributed.md.");
   cmd->callback([a] { run_as_job([&](dist::Communicator& comm) {
@@ -63,7 +85,7 @@ void register_experiment_command(CLI::App& app) {
       o = p.options;
       summary_options.effect = p.effect;
       if (a->out.empty()) a->out = "runs/" + o.name;
-      if (comm.is_root()) experiment::prepare_protocol_data(p, true);
+      if (comm.is_root() && !a->dry_run) experiment::prepare_protocol_data(p, true);
       comm.barrier();
     } else {
       require(!a->data.empty(), "--data is required (or give --protocol FILE)");
@@ -106,6 +128,16 @@ void register_experiment_command(CLI::App& app) {
     o.device = a->device;
     parse_worker(a->worker, o.worker, o.workers);
     o.out_dir = a->out;
+    if (a->dry_run) {
+      if (!comm.is_root()) return;
+      require(std::filesystem::exists(std::filesystem::path(o.data_dir) / "manifest.json"), "--dry-run: the data '",
+              o.data_dir, "' is not prepared yet (no manifest.json), so the runs cannot be checked against it; ",
+              a->protocol.empty() ? std::string("prepare it with 'attnres prepare'")
+                                  : "run 'attnres prepare' or the experiment once (it prepares the data from "
+                                    "[experiment.prepare] first)");
+      print_plan(experiment::make_plan(o), a->out);
+      return;
+    }
     o.stop = install_stop_handlers();
     const bool complete = experiment::run_experiment(o);
     if (!comm.is_root()) return;

@@ -39,8 +39,7 @@ std::vector<ConfigDifference> dataset_identity_differences(const nlohmann::json&
   if (!recorded.is_object()) return {{"dataset", recorded.dump(), current.dump()}};
   for (const auto& [key, value] : recorded.items()) {
     const auto now = current.find(key);
-    if (now == current.end() || *now != value)
-      out.push_back({key, value.dump(), now == current.end() ? std::string("(absent)") : now->dump()});
+    if (now != current.end() && *now != value) out.push_back({key, value.dump(), now->dump()});
   }
   return out;
 }

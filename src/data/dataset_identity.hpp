@@ -18,8 +18,9 @@ namespace attnres::data {
 nlohmann::json dataset_identity(const std::string& dir);
 
 // The keys of an identity recorded earlier whose value `current` does not share, each with both
-// values (ConfigDifference: key, recorded, current). Keys the record lacks (it was written by an
-// attnres that did not record them yet) are not compared.
+// values (ConfigDifference: key, recorded, current). Keys either side lacks (it was written by an
+// attnres that did not record them yet) are not compared, so the check is symmetric: an experiment
+// recorded before content_hash existed is the same experiment whichever side is asked first.
 std::vector<ConfigDifference> dataset_identity_differences(const nlohmann::json& recorded,
                                                            const nlohmann::json& current);
 

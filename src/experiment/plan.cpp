@@ -59,6 +59,7 @@ TrainConfig run_config(const TrainConfig& base, const GroupOptions* group, const
   config.seed = seed;       // identical shared initial weights across arms
   config.data_seed = seed;  // identical data order across arms
   config.init_perturbation = is_twin(arm) ? twin_perturbation : 0.0;
+  if (is_bf16_arm(arm)) config.precision = kernels::MatmulPrecision::bf16;
   return config;
 }
 
@@ -136,7 +137,10 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     gs.settings = g.settings;
     gs.model = nlohmann::json(apply_arm(gc.model, gs.baseline));
     gs.train = {{"config_toml", to_toml(gc)}};
-    gs.baseline_from_main = gs.baseline == spec.baseline && same_run_prefix(base, gc);
+    // A group whose baseline is a main arm trained the same way up to the group's budget reads
+    // that arm's main runs instead of training them again.
+    gs.baseline_from_main = std::find(o.arms.begin(), o.arms.end(), gs.baseline) != o.arms.end() &&
+                            same_run_prefix(base, gc);
     if (gs.baseline_from_main) {
       // Compared where the main baseline was evaluated too (at least the group's last step).
       std::erase_if(gs.milestones, [&](std::int64_t m) {

@@ -308,7 +308,7 @@ std::string render_html(const ExperimentSummary& s) {
     h += table_titled("Amax gain");
   }
   if (!s.systems.empty()) {
-    h += "<h2>Systems</h2>\n" + table_titled("Systems");
+    h += "<h2>Systems</h2>\n" + table_titled("Systems") + table_titled("Throughput-adjusted");
   }
   if (const auto probes = probe_table(s)) h += "<h2>Probes</h2>\n" + html_table(s, *probes);
   for (const GroupResults& g : s.groups) {

@@ -33,6 +33,9 @@ std::vector<Table> summary_tables(const ExperimentSummary& summary, bool detaile
 // without a twin), and the runs' instability (every run, or only the unstable ones; none when there
 // is nothing to show).
 std::optional<Table> sequential_table(const ExperimentSummary& summary);
+// Each arm's ΔNLL beside its step-time ratio, its equal-compute multiplier (the baseline tokens
+// that reach the arm's NLL, over the arm's) and what that is worth at equal wall-clock time.
+std::optional<Table> throughput_table(const ExperimentSummary& summary);
 std::optional<Table> twin_table(const ExperimentSummary& summary);
 std::optional<Table> instability_table(const ExperimentSummary& summary, bool every_run);
 

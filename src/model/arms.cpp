@@ -89,6 +89,7 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   // "+vres" on any arm adds ResFormer's value residual (with the config's vres_* settings).
   constexpr std::string_view kVres = "+vres";
   std::string base = is_twin(arm) ? twin_original(arm) : arm;
+  if (is_bf16_arm(base)) base.resize(base.size() - kBf16Suffix.size());  // a training setting, not the model's
   if (base.size() > kVres.size() && base.ends_with(kVres)) {
     base.resize(base.size() - kVres.size());
     m.value_residual = true;
@@ -106,7 +107,8 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
 std::string arm_names_text() {
   std::string list;
   for (const auto& n : arm_names()) list += (list.empty() ? "" : ", ") + n;
-  return list + "; each optionally with the suffix +vres (value_residual); the baseline's twin with the suffix ~";
+  return list + "; each optionally with the suffix +vres (value_residual) and then @bf16 (bf16 matmuls); the "
+                "baseline's twin with the suffix ~";
 }
 
 }  // namespace attnres

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.hpp"
@@ -76,5 +77,14 @@ inline std::string twin_of(const std::string& arm) { return arm + kTwinSuffix; }
 inline std::string twin_original(const std::string& twin) { return twin.substr(0, twin.size() - 1); }
 // The perturbation of a twin's initial weights when the protocol names none ([experiment.noise]).
 inline constexpr double kDefaultTwinPerturbation = 1e-6;
+
+// An arm trained with bf16 matmuls (train.precision = bf16) whatever the base configuration's:
+// "<arm>@bf16" (before a twin's "~"), the same model. Its ΔNLL against the fp32 arm is the cost of
+// bf16 in nats (docs/performance.md, "bf16 or fp32 for studies").
+inline constexpr std::string_view kBf16Suffix = "@bf16";
+inline bool is_bf16_arm(const std::string& arm) {
+  const std::string a = is_twin(arm) ? twin_original(arm) : arm;
+  return a.size() > kBf16Suffix.size() && a.ends_with(kBf16Suffix);
+}
 
 }  // namespace attnres

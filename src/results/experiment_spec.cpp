@@ -199,10 +199,11 @@ void from_json(JsonObject& in, ExperimentSpec& s) {
     GroupSpec g = read_object<GroupSpec>(v);
     if (!names.insert(g.name).second) v.bad(concat("group name '", g.name, "' repeats a group or an arm name"));
     if (g.baseline_from_main) {
-      if (g.baseline != s.baseline) v.bad(concat("reuses the main baseline but names '", g.baseline, "'"));
+      if (std::find(s.arms.begin(), s.arms.end(), g.baseline) == s.arms.end())
+        v.bad(concat("reuses the main runs of its baseline '", g.baseline, "', which is not a main arm"));
       for (const auto m : g.milestones)
         if (std::find(s.milestones.begin(), s.milestones.end(), m) == s.milestones.end())
-          v.bad(concat("reuses the main baseline but its milestone ", m, " is not a main milestone"));
+          v.bad(concat("reuses the main runs of its baseline but its milestone ", m, " is not a main milestone"));
     }
     s.groups.push_back(std::move(g));
   }

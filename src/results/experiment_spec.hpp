@@ -34,9 +34,10 @@ struct GroupSpec {
   std::string kind;  // "controls" or "probe"
   std::vector<std::string> arms;  // in display order, no repeats; contains the baseline
   std::string baseline;
-  // The baseline is not trained in this group: its runs are the main group's, read at this group's
-  // milestones (which are main milestones). Only where such runs would equal the main baseline's
-  // first steps exactly (the same schedule up to this budget); then no test NLL is compared.
+  // The baseline is not trained in this group: its runs are those of the main arm of that name, read
+  // at this group's milestones (which are main milestones). Only where such runs would equal that
+  // arm's main runs' first steps exactly (the same schedule up to this budget); then no test NLL is
+  // compared.
   bool baseline_from_main = false;
   std::int64_t tokens = 0;               // training budget per run
   std::vector<std::int64_t> milestones;  // strictly increasing token counts

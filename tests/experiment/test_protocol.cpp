@@ -282,23 +282,53 @@ data = ")") + data() + R"("
 seeds = [1, 2]
 arms = ["block", "rd"]
 
-[controls]
+[[controls]]
 arms = ["rd-tied"]
+budget = 0.5
+
+[[controls]]
+name = "against-rd"
+baseline = "rd"
+arms = ["rd-average"]
 budget = 0.5
 )" + kModelTrain + "decay = \"constant\"\nwarmup_fraction = 0.0\n";
   const std::string path = write_protocol(runs, "reuse.toml", protocol);
   const std::string out = runs.str("exp");
+  // --dry-run lists the runs (the reused baselines are not among them) and writes nothing.
+  CliResult dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("8 runs in '" + out + "': 0 done, 8 to train"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("against-rd/rd-average seed 2"), std::string::npos) << dry.output;
+  EXPECT_EQ(dry.output.find("against-rd/rd seed"), std::string::npos) << dry.output;
+  EXPECT_FALSE(fs::exists(out));
   const CliResult r = run_cli("experiment --protocol " + path + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
+  EXPECT_NE(dry.output.find("8 runs in '" + out + "': 8 done, 0 to train (0 tokens)"), std::string::npos) << dry.output;
   const fs::path dir(out);
   const nlohmann::json spec = read_json(dir / "experiment.json");
   const auto& controls = group_named(spec.at("groups"), "controls");
   EXPECT_EQ(controls.at("baseline_from_main"), true);
   EXPECT_FALSE(fs::exists(dir / "runs/controls/block"));  // not trained again
   EXPECT_TRUE(fs::exists(dir / "runs/controls/rd-tied/seed-1/result.json"));
+  // A group whose baseline is another main arm reuses that arm's runs the same way.
+  EXPECT_EQ(group_named(spec.at("groups"), "against-rd").at("baseline_from_main"), true);
+  EXPECT_FALSE(fs::exists(dir / "runs/against-rd/rd"));
+  EXPECT_NE(r.output.find("run 8/8"), std::string::npos) << r.output;  // 2 seeds x block, rd, rd-tied, rd-average
 
   const experiment::ExperimentSummary s = experiment::compute_summary(out);
-  ASSERT_EQ(s.groups.size(), 1u);
+  ASSERT_EQ(s.groups.size(), 2u);
+  {
+    const experiment::ExperimentSummary& g = s.groups[1].summary;
+    ASSERT_FALSE(g.milestones.empty());
+    const experiment::Comparison* main_at = nullptr;
+    for (const auto& c : s.milestones)
+      if (c.tokens == g.milestones.back().tokens) main_at = &c;
+    ASSERT_NE(main_at, nullptr);
+    ASSERT_EQ(g.milestones.back().find("rd")->values.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i)
+      EXPECT_EQ(g.milestones.back().find("rd")->values[i].value, main_at->find("rd")->values[i].value);
+  }
   const experiment::ExperimentSummary& g = s.groups[0].summary;
   ASSERT_FALSE(g.milestones.empty());
   const auto& last = g.milestones.back();

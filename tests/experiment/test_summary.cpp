@@ -489,5 +489,30 @@ TEST(SummaryFormat, Numbers) {
   EXPECT_EQ(format_tokens(512), "512");
 }
 
+// The throughput-adjusted view: the equal-compute multiplier from the baseline's mean validation
+// NLL against log tokens, and its worth at equal wall-clock time, against hand computation.
+TEST(Summary, ThroughputAdjustedMultiplierAndEqualTime) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  const std::optional<Table> t = throughput_table(s);
+  ASSERT_TRUE(t.has_value());
+  const auto row = [&](const std::string& arm) {
+    for (const auto& r : t->rows)
+      if (r[0] == arm) return r;
+    ADD_FAILURE() << "no row " << arm;
+    return std::vector<std::string>(6);
+  };
+  // block's mean NLL over seeds 1-3 is 6.02 - 0.3 log2(T / 1000). prenorm's final mean is 0.07 above
+  // block's: block reaches it at 2^(-0.07 / 0.3) of the budget; equal step times.
+  EXPECT_EQ(row("prenorm")[3], format_number(std::pow(2.0, -0.07 / 0.3), 3));
+  EXPECT_EQ(row("prenorm")[4], format_number(std::pow(2.0, -0.07 / 0.3), 3));
+  EXPECT_NE(row("prenorm")[5].find("behind at equal time"), std::string::npos);
+  // rd (seeds 1, 2) is 0.03 below block's final mean: beyond the milestones, along the last segment,
+  // 2^(0.03 / 0.3); its steps take 1.1 times block's.
+  EXPECT_EQ(row("rd")[3], format_number(std::pow(2.0, 0.1), 3) + "*");
+  EXPECT_EQ(row("rd")[2], format_number(1.1, 3));
+  EXPECT_EQ(row("rd")[4], format_number(std::pow(2.0, 0.1) / 1.1, 3));
+}
+
 }  // namespace
 }  // namespace attnres::experiment

@@ -57,7 +57,22 @@ BASELINES = [("denseformer", dict(residual="denseformer")),
              ("mudd_one_norm", dict(residual="mudd", mudd_sep_qkv_norm=False, mudd_decay_all=False)),
              ("mudd_prepost", dict(residual="mudd", mudd_prepost_norm=True)),
              ("mudd_prepost_static", dict(residual="mudd", mudd_prepost_norm=True, mudd_dynamic=False)),
-             ("mudd_vres_pair", dict(residual="mudd", value_residual=True, vres_mode="learned_pair"))]
+             ("mudd_vres_pair", dict(residual="mudd", value_residual=True, vres_mode="learned_pair")),
+             # Delta AttnRes and the Gated Residual (docs/delta-gated-spec.md; the Python package and the oracle
+             # only: the C++ does not implement them yet, so none is in CLI_BASELINES): per-sublayer deltas plain,
+             # with the null source and the scalar gate, with the V route and the vector gate; Delta Block with the
+             # partial sum, with the released code's schedule (null source, learnable_alpha, decay of the matrices
+             # only), with the V route and the value residual; GR with 4 and 3 branches, with the value residual.
+             ("delta", dict(residual="delta")),
+             ("delta_null_scalar", dict(residual="delta", delta_null_source=True, delta_gate="sigmoid_scalar")),
+             ("delta_v_vector", dict(residual="delta", delta_value_route="decoupled", delta_gate="sigmoid_vector")),
+             ("delta_block", dict(residual="delta_block")),
+             ("delta_block_code", dict(residual="delta_block", delta_block_partial=False, delta_null_source=True,
+                                       delta_gate="learnable_alpha", delta_decay_all=False)),
+             ("delta_block_v_vres", dict(residual="delta_block", delta_value_route="decoupled", value_residual=True)),
+             ("gr", dict(residual="gr")),
+             ("gr_n3_rank5", dict(residual="gr", gr_n=3, gr_rank=5, gr_decay_norm=True)),
+             ("gr_vres_convex", dict(residual="gr", value_residual=True, vres_mode="learned_convex"))]
 # The ones tests/python/test_cli.py trains with the attnres binary: every vres_mode once.
 CLI_BASELINES = ["denseformer", "denseformer_4x5", "prenorm_vres_fixed", "block_vres_constant", "rd_vres_convex",
                  "denseformer_vres_pair", "hc", "mhc_row_col_mean", "mudd", "mudd_prepost"]

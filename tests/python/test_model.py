@@ -29,6 +29,12 @@ def config_dict(residual, route="decoupled", tie=False, **kw):
     return c
 
 
+def as_mode(c, residual):
+    """Config c with another residual mode, without the keys that only apply to c's (config.PENDING_KEYS)."""
+    from attnres.config import PENDING_KEYS
+    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS}, residual=residual)
+
+
 def all_configs(tie=True):
     """(name, config) of every AttnRes variant and every baseline (support.VARIANTS, support.BASELINES)."""
     return ([(name, config_dict(residual, route, tie)) for name, residual, route in support.VARIANTS] +
@@ -61,7 +67,7 @@ def oracle_read_keys(record):
     out, i = [], 0
     while i < len(record):
         v = None
-        if i + 1 < len(record) and record[i + 1][0].endswith(".value"):
+        if i + 1 < len(record) and record[i + 1][0].endswith((".value", ".write")):  # rd / delta V route, GR write
             v = f"rec.{i + 1}"
         out.append((f"rec.{i}", v))
         i += 2 if v else 1
@@ -70,6 +76,8 @@ def oracle_read_keys(record):
 
 # Modes without AttnRes reads (return_weights gives DenseFormer's DWAs, or nothing).
 NO_DEPTH_READS = ("prenorm", "denseformer", "hc", "mhc", "mudd")
+DELTA_MODES = ("delta", "delta_block")
+MIXER = {"delta": "delta", "delta_block": "delta", "gr": "gr"}  # ReadWeights.mixer of other modes' reads: softmax
 
 
 class OracleTest(unittest.TestCase):
@@ -104,7 +112,7 @@ class OracleTest(unittest.TestCase):
             ref_loss.backward()
             out = {"logits": ref_logits, "loss": ref_loss.reshape(1)}
             out.update({f"rec.{i}": alpha for i, (_, alpha) in enumerate(rec)})
-            out.update({"grad." + n: t.grad for n, t in Pg.items()})
+            out.update({"grad." + n: R.zero_if_none(t) for n, t in Pg.items()})
             return out, rec
 
         ref, rec = oracle()
@@ -140,7 +148,7 @@ class OracleTest(unittest.TestCase):
         else:
             expected = oracle_read_keys(rec)
             self.assertEqual(len(reads), len(expected), f"{name}: number of reads")
-        if c["residual"] not in NO_DEPTH_READS:
+        if c["residual"] not in NO_DEPTH_READS + DELTA_MODES:  # Delta AttnRes records only reads with sources
             self.assertEqual(len(reads), 2 * c["n_layers"] + 1)
         for r, (qk, v) in zip(reads, expected):
             self.assertEqual(r.qk.shape, ref[qk].permute(1, 2, 0).shape, f"{name}: read {r.read}")
@@ -148,8 +156,9 @@ class OracleTest(unittest.TestCase):
             self.assertEqual(r.v is None, v is None, f"{name}: read {r.read} routes")
             if v is not None:
                 check(r.v.detach().permute(2, 0, 1), v, f"read {r.read} V weights")
-            self.assertEqual(r.mixer, "softmax")
-            self.assertLess((r.qk.sum(-1) - 1).abs().max().item(), 1e-5)
+            self.assertEqual(r.mixer, MIXER.get(c["residual"], "softmax"))
+            if r.mixer != "gr":  # GR's are gates: each in (0, 1), written in (0, 2)
+                self.assertLess((r.qk.sum(-1) - 1).abs().max().item(), 1e-5)
 
         loss.backward()
         params = dict(m.named_parameters())
@@ -183,7 +192,7 @@ class OracleTest(unittest.TestCase):
     def test_the_float32_tolerance_catches_a_small_error(self):
         """The rounding-derived tolerance (tests/reference/rounding.py) is not vacuous: a 1% error in one sublayer's
         output matrix, far smaller than a missing term, exceeds it in every mode family."""
-        for name in ("block", "rd", "mudd", "hc", "mhc", "denseformer"):
+        for name in ("block", "rd", "mudd", "hc", "mhc", "denseformer", "delta", "delta_block", "gr"):
             c = config_dict(name)
             cfg = R.parse_config(c)
             P = {n: t.float().double() for n, t in R.random_params(cfg, seed=3, std=0.3, query_std=1.0).items()}
@@ -311,12 +320,87 @@ class OracleTest(unittest.TestCase):
                 self.assertTrue(torch.equal(identity(toks), without(toks)), f"{name}: constant (0, 1)")
                 self.assertGreater(rel(model_with(c, P)(toks), without(toks)), 1e-3, f"{name}: V' changes the model")
 
+    def test_delta_and_gr_invariants(self):
+        """docs/delta-gated-spec.md §1.5, §2.5: the initial values are the spec's (zero queries and null sources,
+        gates at their starts, GR's zero-centred norms); at its initialisation Delta AttnRes computes pre-norm's
+        function up to epsilon (h = (1 + 1/n) x: the sources of a read sum to the stream), learnable_alpha
+        bit for bit; GR with W_up = 0, W_inject = 0 and zero norms is pre-norm with every norm weight 1/2."""
+        toks = tokens(11)
+        with torch.no_grad():
+            for name, c in all_configs(tie=False):
+                if c["residual"] not in DELTA_MODES:
+                    continue
+                c = dict(c, norm_eps=1e-12)
+                m = attnres.AttnResModel(ModelConfig.from_json(c), dtype=torch.float64, seed=7)
+                for i, layer in enumerate(m.layers):
+                    for read in (layer.attn_res, layer.mlp_res):
+                        self.assertEqual((read.query.abs().max().item(), read.key_norm.weight.tolist()), (0, [1.0] * 16))
+                        if c.get("delta_null_source"):
+                            self.assertEqual(read.null_source.abs().max().item(), 0)
+                        gate = c.get("delta_gate", "none")
+                        if gate == "sigmoid_scalar":
+                            self.assertEqual(read.gate_logit.tolist(), [-2.0])
+                        elif gate == "learnable_alpha":
+                            self.assertEqual(read.gate_alpha.tolist(), [0.0])
+                        elif gate == "sigmoid_vector":
+                            self.assertEqual((read.gate.weight.abs().max().item(), read.gate.bias.tolist()), (0, [-2.0] * 16))
+                pre = model_with(as_mode(c, "prenorm"), {k: t for k, t in m.state_dict().items() if "_res." not in k})
+                if c.get("delta_block_partial", True):
+                    self.assertLess(rel(m(toks), pre(toks)), 1e-9, f"{name} at init")
+                if c.get("delta_gate") == "learnable_alpha":
+                    self.assertTrue(torch.equal(m(toks), pre(toks)), f"{name}: learnable_alpha 0")
+                moved = model_with(c, R.random_params(R.parse_config(c), seed=5, std=0.3, query_std=1.0))
+                self.assertGreater(rel(moved(toks), model_with(
+                    as_mode(c, "prenorm"), {k: t for k, t in moved.state_dict().items() if "_res." not in k})(toks)),
+                    1e-3, f"{name}: the reads change the model")
+            for name, c in all_configs(tie=True):
+                if c["residual"] != "gr":
+                    continue
+                m = attnres.AttnResModel(ModelConfig.from_json(c), dtype=torch.float64, seed=8)
+                n = c.get("gr_n", 4)
+                for mod in list(m.gr) + [m.gr_final]:
+                    self.assertEqual(mod.norm.weight.abs().max().item(), 0)
+                    self.assertLess(abs(mod.w_down.std().item() - 0.02), 0.004, name)
+                self.assertEqual(tuple(m.gr[0].w_down.shape), (c.get("gr_rank", 0) or 2, n * 16))
+                state = m.state_dict()
+                for k in state:
+                    if k.endswith(("w_up", "w_inject")):
+                        state[k].zero_()
+                plain = as_mode(c, "prenorm")
+                half = {k: t for k, t in state.items() if not k.startswith("gr")}
+                half.update({k: torch.full(s, 0.5) for k, s in attnres.param_layout(ModelConfig.from_json(plain))
+                             if k.endswith("norm.weight")})
+                self.assertLess(rel(model_with(c, state)(toks), model_with(plain, half)(toks)), 1e-12, name)
+
+    def test_routing_max_weight(self):
+        """The routing-collapse statistic (spec §1.8): the mean over tokens of each read's largest weight."""
+        c = config_dict("delta_block", delta_null_source=True)
+        m = model_with(c, R.random_params(R.parse_config(c), seed=3, std=0.3, query_std=1.0))
+        with torch.no_grad():
+            _, reads = m(tokens()[:, :-1], return_weights=True)
+        per_read, mean = attnres.routing_max_weight(reads)
+        self.assertEqual(sorted(per_read), [r.read for r in reads if r.qk.shape[-1] > 1])
+        r = reads[3]
+        self.assertAlmostEqual(per_read[r.read], r.qk.max(-1).values.mean().item(), places=12)
+        self.assertAlmostEqual(mean, sum(per_read.values()) / len(per_read), places=12)
+        self.assertTrue(all(1 / 6 < v <= 1 for v in per_read.values()))
+        self.assertEqual(reads[0].source_labels(), ["null"])  # sublayer 0 reads the null source alone
+        self.assertEqual(reads[5].source_labels(), ["null", "emb", "b1", "b2^1"])  # blocks of 4 sublayers
+        self.assertEqual(len(attnres.routing_max_weight(reads, single_source=True)[0]), len(reads))
+        # uniform reads (zero queries): the largest weight is 1/n
+        m0 = attnres.AttnResModel(ModelConfig.from_json(config_dict("delta")), dtype=torch.float64)
+        with torch.no_grad():
+            _, reads0 = m0(tokens()[:, :-1], return_weights=True)
+        for j, v in attnres.routing_max_weight(reads0)[0].items():
+            self.assertAlmostEqual(v, 1 / (j + 1), places=12)
+        self.assertEqual([r.source_labels() for r in reads0[:2]], [["emb", "b1"], ["emb", "b1", "b2"]])
+
     def test_unknown_residual_modes_are_refused(self):
         """A mode the package lacks (a newer attnres's) is an error naming it and the known ones, also with keys
         of its own; the config's list of modes is the one the model implements."""
         from attnres.config import RESIDUALS
         self.assertEqual(tuple(attnres.model.MODES), RESIDUALS)
-        known = "prenorm, full, block, rd, denseformer, hc, mhc, mudd"
+        known = "prenorm, full, block, rd, denseformer, hc, mhc, mudd, delta, delta_block, gr"
         for residual in ("mudd2", "moe"):
             with self.assertRaisesRegex(ConfigError, f"x.safetensors: unknown residual mode '{residual}' "
                                                      f"\\(expected {known}\\)"):
@@ -642,7 +726,25 @@ class FilesTest(unittest.TestCase):
                              (dict(c, vres_lambda1="0.5"), "'vres_lambda1' must be a finite number"),
                              (dict(c, vres_lambda2=float("nan")), "'vres_lambda2' must be a finite number"),
                              (dict(c, d_model=1024, n_heads=2), "head_dim = d_model / n_heads must be at most 256"),
-                             (dict(c, n_layers=128, n_blocks=1), "n_layers is too large for depth reads")):
+                             (dict(c, n_layers=128, n_blocks=1), "n_layers is too large for depth reads"),
+                             # the keys of Delta AttnRes and GR (docs/delta-gated-spec.md §4): values, and a key
+                             # set for another mode, named with the mode
+                             (dict(c, residual="delta", delta_gate="tanh"), "unknown value 'tanh' of delta_gate"),
+                             (dict(c, residual="delta", delta_value_route="tied"),
+                              "unknown value 'tied' of delta_value_route"),
+                             (dict(c, residual="delta", delta_null_source=1), "'delta_null_source' must be true or false"),
+                             (dict(c, residual="gr", gr_n=1), "gr_n must be 2 to 8 \\(got 1\\)"),
+                             (dict(c, residual="gr", gr_rank=-2), "gr_rank must be at least 0"),
+                             (dict(c, residual="delta_block", n_blocks=3), "n_blocks \\(3\\) must divide"),
+                             (dict(c, delta_null_source=True), "model config key 'delta_null_source' = true applies "
+                              "to residual 'delta' or 'delta_block', not to residual mode 'block'"),
+                             (dict(c, residual="delta", delta_block_partial=False),
+                              "'delta_block_partial' = false applies to residual 'delta_block', not to residual mode 'delta'"),
+                             (dict(c, residual="rd", gr_rank=8), "'gr_rank' = 8 applies to residual 'gr', not to "
+                              "residual mode 'rd'"),
+                             (dict(c, residual="gr", delta_gate="sigmoid_scalar"),
+                              "'delta_gate' = \"sigmoid_scalar\" applies to residual 'delta' or 'delta_block', not "
+                              "to residual mode 'gr'")):
             with self.assertRaisesRegex(ConfigError, message):
                 ModelConfig.from_json(bad, where="x.safetensors")
         # full ignores n_blocks; rd with n_blocks = 2 * n_layers is allowed (one sublayer per block)
@@ -658,6 +760,17 @@ class FilesTest(unittest.TestCase):
         self.assertEqual(list(ModelConfig.from_json(every).to_json()), list(ModelConfig().to_json()))
         self.assertEqual(ModelConfig.from_json(every).vres_parameters, 2)
         self.assertEqual(ModelConfig.from_json(dict(every, value_residual=False)).vres_parameters, 0)
+        # The keys of the modes the C++ lacks yet are written only with those modes (so every config attnres writes
+        # reads back unchanged), and their defaults load with any mode.
+        self.assertNotIn("delta_gate", ModelConfig().to_json())
+        delta = dict(c, residual="delta_block", delta_null_source=True, delta_gate="sigmoid_vector",
+                     delta_value_route="decoupled", delta_block_partial=False, delta_decay_all=False)
+        self.assertEqual(ModelConfig.from_json(json.dumps(delta)).to_json(), dict(ModelConfig().to_json(), **delta))
+        gr = ModelConfig.from_json(dict(c, residual="gr", gr_n=3, gr_rank=7, gr_decay_norm=True, delta_gate="none"))
+        self.assertEqual({k: v for k, v in gr.to_json().items() if k.startswith(("gr_", "delta_"))},
+                         dict(gr_n=3, gr_rank=7, gr_decay_norm=True))
+        self.assertEqual((gr.gr_bottleneck, gr.has_prenorm, ModelConfig.from_json(dict(c, residual="gr")).gr_bottleneck),
+                         (7, False, 2))
 
 
 class BenchWorkerTest(unittest.TestCase):
@@ -701,11 +814,17 @@ class BenchWorkerTest(unittest.TestCase):
         """ParamInfo::decay, as the oracle's trainer has it: matrices, DWA weights when dwa_weight_decay, HC's
         w_alpha and w_beta and mHC's phi (not HC's A)."""
         for name, c in all_configs():
-            if c["residual"] in ("hc", "mhc", "mudd"):
+            if c["residual"] in ("hc", "mhc", "mudd", "delta", "delta_block", "gr"):
                 cfg, config = R.parse_config(c), ModelConfig.from_json(c)
                 got = {n for n, s in attnres.param_layout(config) if attnres.model.weight_decayed(config, n, s)}
                 self.assertEqual(got, {n for n, t in R.random_params(cfg).items() if R.decayed(cfg, n, t)}, name)
-                if c["residual"] != "mudd":
+                if c["residual"] in DELTA_MODES:  # the read parameters with delta_decay_all (the released code's)
+                    self.assertEqual("layers.1.attn_res.query" in got, c.get("delta_decay_all", True), name)
+                    self.assertNotIn("layers.1.attn_norm.weight", got)
+                elif c["residual"] == "gr":  # the matrices; the zero-centred norms with gr_decay_norm
+                    self.assertTrue({"gr.0.w_down", "gr.0.w_up", "gr.0.w_inject", "gr_final.w_up"} <= got, name)
+                    self.assertEqual("gr.3.norm.weight" in got, c.get("gr_decay_norm", False), name)
+                elif c["residual"] != "mudd":
                     self.assertEqual(any(n.endswith((".w_beta", ".phi")) for n in got), name != "hc_static", name)
                     self.assertFalse(any(n.endswith(".A") for n in got), name)
                 else:  # a: decayed with mudd_decay_all (the default) only

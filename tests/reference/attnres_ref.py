@@ -10,6 +10,9 @@ dwa_dilation-th block output), "hc" (Hyper-Connections, baselines-spec §3: hc_n
 tanh on or off) and "mhc" (mHC, §4: mhc_n streams, Sinkhorn of mhc_sinkhorn_iters in either order); both
 enter with the embedding copied to every stream and leave with the sum (or mean) of the streams. Option value_residual (ResFormer, baselines-spec §5, any mode): attention layers
 after the first use V' = lambda1 V_1 + lambda2 V_n; vres_mode = fixed | learned_convex | learned_pair | constant.
+"delta" and "delta_block" (Delta AttnRes, docs/delta-gated-spec.md §1: the pre-norm
+stream plus a softmax-weighted correction over earlier sublayer outputs or block sums) and "gr" (the Gated Residual
+of Qwen3.8-Flash-Next, §2: n branches, a gated mean as each sublayer's input, per-branch gated writes).
 "mudd" (MUDDFormer, baselines-spec §2): after every block a DA module mixes the block outputs X_0..X_{i+1} into
 the next block's Q, K, V and residual inputs (mudd_ways = qkvr) or its single input (r), with per-token weights
 from a generator (mudd_dynamic) or static ones; mudd_prepost_norm: PrePostDANorm (§2.2).
@@ -44,7 +47,11 @@ Optimiser (one update s = 0..N-1; lr_max = --lr):
                                    policy), HC's hc.*.w_alpha and hc.*.w_beta and mHC's mhc.*.phi (but
                                    not hc.*.A, the HC and mHC scalars and biases), MUDD's mudd.*.w1 and
                                    mudd.*.w2 and, when mudd_decay_all (the official code's policy), every
-                                   other mudd.* parameter (a, the PrePostDANorm norms); never for the other
+                                   other mudd.* parameter (a, the PrePostDANorm norms); Delta AttnRes's
+                                   read parameters (attn_res.*, mlp_res.*: queries, key norms, null sources,
+                                   gates) when delta_decay_all (the released code's policy), else only its
+                                   vector gates' matrices; GR's gr.*.w_down, w_up, w_inject (and its
+                                   zero-centred norm weights when gr_decay_norm); never for the other
                                    norm weights (MUDD's attention K/V norms included), key-norm weights,
                                    pseudo-queries or the value-residual lambdas
     m = beta1 * m + (1 - beta1) * g
@@ -67,7 +74,10 @@ torch.use_deterministic_algorithms(True)
 torch.backends.cuda.matmul.allow_tf32 = False  # irrelevant on CPU; keep the reference exact anywhere
 torch.backends.cudnn.allow_tf32 = False
 
-RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd")
+RESIDUALS = ("prenorm", "full", "block", "rd", "denseformer", "hc", "mhc", "mudd", "delta", "delta_block", "gr")
+DELTA_MODES = ("delta", "delta_block")
+DELTA_GATES = ("none", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha")
+DELTA_VALUE_ROUTES = ("none", "decoupled")
 STREAM_READOUTS = ("sum", "mean")
 SINKHORN_ORDERS = ("col_row", "row_col")
 MHC_BIAS_INITS = ("home_pm3", "zero")
@@ -167,7 +177,20 @@ def parse_config(c):
         "mudd_sep_qkv_norm": _as_bool(c.get("mudd_sep_qkv_norm", True)),
         "mudd_prepost_norm": _as_bool(c.get("mudd_prepost_norm", False)),
         "mudd_decay_all": _as_bool(c.get("mudd_decay_all", True)),
+        "delta_null_source": _as_bool(c.get("delta_null_source", False)),
+        "delta_gate": str(c.get("delta_gate", "none")),
+        "delta_value_route": str(c.get("delta_value_route", "none")),
+        "delta_block_partial": _as_bool(c.get("delta_block_partial", True)),
+        "delta_decay_all": _as_bool(c.get("delta_decay_all", True)),
+        "gr_n": int(c.get("gr_n", 4)), "gr_rank": int(c.get("gr_rank", 0)),
+        "gr_decay_norm": _as_bool(c.get("gr_decay_norm", False)),
     }
+    if cfg["delta_gate"] not in DELTA_GATES:
+        raise ValueError(f"unknown delta_gate {cfg['delta_gate']!r}; expected one of {DELTA_GATES}")
+    if cfg["delta_value_route"] not in DELTA_VALUE_ROUTES:
+        raise ValueError(f"unknown delta_value_route {cfg['delta_value_route']!r}; expected one of {DELTA_VALUE_ROUTES}")
+    if not 2 <= cfg["gr_n"] <= 8 or cfg["gr_rank"] < 0:
+        raise ValueError("gr_n must be 2 to 8 and gr_rank >= 0")
     if not (1 <= cfg["hc_n"] <= 8 and 1 <= cfg["mhc_n"] <= 8):
         raise ValueError("hc_n and mhc_n must be 1 to 8")
     if cfg["mhc_sinkhorn_iters"] < 1:
@@ -193,9 +216,9 @@ def parse_config(c):
     d, H, L = cfg["d_model"], cfg["n_heads"], 2 * cfg["n_layers"]
     if d % H != 0 or (d // H) % 2 != 0:
         raise ValueError(f"d_model {d} must split into {H} heads of even size")
-    if cfg["residual"] == "full":
+    if cfg["residual"] in ("full", "delta"):
         cfg["n_blocks"] = L
-    elif cfg["residual"] in ("block", "rd"):
+    elif cfg["residual"] in ("block", "rd", "delta_block"):
         N = int(c["n_blocks"])
         if N <= 0 or L % N != 0 or ((L // N) % 2 != 0 and N != L):
             raise ValueError(f"n_blocks {N} must divide {L} sublayers into blocks of an even size (or equal {L})")
@@ -203,6 +226,32 @@ def parse_config(c):
     else:
         cfg["n_blocks"] = int(c.get("n_blocks", 0))
     return cfg
+
+
+def gr_rank(cfg):
+    """The Gated Residual read gate's bottleneck width: gr_rank, or d / 8 (at least 1) when 0."""
+    return cfg["gr_rank"] if cfg["gr_rank"] > 0 else max(1, cfg["d_model"] // 8)
+
+
+def delta_read_params(cfg, read, value_route=False):
+    """{suffix: shape} of one Delta AttnRes read (attn_res or mlp_res), in ParamLayout order
+    (docs/delta-gated-spec.md §1.7)."""
+    d = cfg["d_model"]
+    s = {read + ".query": (d,), read + ".key_norm.weight": (d,)}
+    if value_route:
+        s[read + ".value_query"] = (d,)
+        s[read + ".value_key_norm.weight"] = (d,)
+    if cfg["delta_null_source"]:
+        s[read + ".null_source"] = (d,)
+    gate = cfg["delta_gate"]
+    if gate == "sigmoid_scalar":
+        s[read + ".gate_logit"] = (1,)
+    elif gate == "learnable_alpha":
+        s[read + ".gate_alpha"] = (1,)
+    elif gate == "sigmoid_vector":
+        s[read + ".gate.weight"] = (d, d)
+        s[read + ".gate.bias"] = (d,)
+    return s
 
 
 def mudd_da_shape(cfg, i):
@@ -225,7 +274,8 @@ def param_shapes(cfg):
     s = {"tok_emb.weight": (V, d)}
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
-        s[p + "attn_norm.weight"] = (d,)
+        if cfg["residual"] != "gr":  # GR's read replaces the pre-norms
+            s[p + "attn_norm.weight"] = (d,)
         if mudd_multiway(cfg) and cfg["mudd_sep_qkv_norm"]:
             s[p + "attn_norm_k.weight"] = (d,)
             s[p + "attn_norm_v.weight"] = (d,)
@@ -233,7 +283,8 @@ def param_shapes(cfg):
             s[p + f"attn.{w}.weight"] = (d, d)
         if i >= 1 and n_vres > 0:
             s[p + "attn.vres_lambda"] = (n_vres,)
-        s[p + "mlp_norm.weight"] = (d,)
+        if cfg["residual"] != "gr":
+            s[p + "mlp_norm.weight"] = (d,)
         s[p + "mlp.w_gate.weight"] = (F, d)
         s[p + "mlp.w_up.weight"] = (F, d)
         s[p + "mlp.w_down.weight"] = (d, F)
@@ -244,6 +295,10 @@ def param_shapes(cfg):
                 s[p + "attn_res.value_query"] = (d,)
             s[p + "mlp_res.query"] = (d,)
             s[p + "mlp_res.key_norm.weight"] = (d,)
+        if cfg["residual"] in DELTA_MODES:
+            decoupled = cfg["delta_value_route"] == "decoupled"
+            s.update({p + n: shape for n, shape in delta_read_params(cfg, "attn_res", decoupled).items()})
+            s.update({p + n: shape for n, shape in delta_read_params(cfg, "mlp_res").items()})
     if cfg["residual"] == "denseformer":
         for i in range(1, cfg["n_layers"] + 1):
             n = len(dwa_sources(i, cfg["dwa_dilation"], cfg["dwa_period"]))
@@ -280,10 +335,21 @@ def param_shapes(cfg):
         if prepost:
             for j in range(cfg["n_layers"] + 1):
                 s[f"mudd.src_norm.{j}.weight"] = (d,)
+    if cfg["residual"] == "gr":  # one module per sublayer, then the final mixer (no final norm)
+        n, r = cfg["gr_n"], gr_rank(cfg)
+        for j in range(2 * cfg["n_layers"]):
+            s[f"gr.{j}.norm.weight"] = (n * d,)
+            s[f"gr.{j}.w_down"] = (r, n * d)
+            s[f"gr.{j}.w_up"] = (n * d, r)
+            s[f"gr.{j}.w_inject"] = (n, n * d)
+        s["gr_final.norm.weight"] = (n * d,)
+        s["gr_final.w_down"] = (r, n * d)
+        s["gr_final.w_up"] = (n * d, r)
     if depth:
         s["final_res.query"] = (d,)
         s["final_res.key_norm.weight"] = (d,)
-    s["final_norm.weight"] = (d,)
+    if cfg["residual"] != "gr":
+        s["final_norm.weight"] = (d,)
     if not cfg["tie_embeddings"]:
         s["lm_head.weight"] = (V, d)
     return s
@@ -493,6 +559,129 @@ def value_residual(v1, vn, lambda1, lambda2):
     return lambda1 * v1 + lambda2 * vn
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Delta AttnRes and the Gated Residual (docs/delta-gated-spec.md)
+# ----------------------------------------------------------------------------------------------------------
+def delta_read(sources, w, gamma, eps):
+    """The correction of one Delta AttnRes read (spec §1.2): keys r_s v_s * gamma as an AttnRes read, but
+    the output c = sum_s alpha_s v_s is added to the running stream by the caller (h = x + g c), not used in
+    its place. sources: list of [..., d]. Returns (c, alpha [n, ...])."""
+    return depth_read(sources, w, gamma, eps)
+
+
+def delta_gate(cfg, P, read, x):
+    """g of h = x + g c (spec §1.3): 1 (none), sigmoid(logit), alpha, or sigmoid(W x + b) per channel."""
+    kind = cfg["delta_gate"]
+    if kind == "none":
+        return 1.0
+    if kind == "sigmoid_scalar":
+        return torch.sigmoid(P[read + ".gate_logit"])
+    if kind == "learnable_alpha":
+        return P[read + ".gate_alpha"]
+    return torch.sigmoid(x @ P[read + ".gate.weight"].T + P[read + ".gate.bias"])
+
+
+def delta_sources(cfg, j, emb, outputs):
+    """The sources of sublayer j's read (spec §1.1), as (tensors, ids): ids EMBEDDING-like -1 for the embedding,
+    k for the sum of the outputs of a block up to sublayer k (per-sublayer deltas: k = the sublayer itself).
+    outputs: the sublayer outputs f_0 .. f_{j-1}. The embedding is a source from sublayer 1 on."""
+    if j == 0:
+        return [], []
+    L = 2 * cfg["n_layers"]
+    S = L // cfg["n_blocks"]
+    partial_mode = cfg["residual"] == "delta" or cfg["delta_block_partial"]
+    tensors, ids = [emb], [-1]
+    if partial_mode:  # completed blocks, then the current block's partial sum (Block AttnRes's source set)
+        ends = [k for k in range(j) if (k + 1) % S == 0] + ([j - 1] if j % S != 0 else [])
+    else:  # the released code: a block becomes a source one sublayer after the block that follows it starts
+        ends = [m * S - 1 for m in range(1, L // S + 1) if m * S + 1 <= j]
+    for k in ends:  # the block holding sublayer k: the sum of its outputs up to f_k, left to right
+        block = outputs[(k // S) * S]
+        for f in outputs[(k // S) * S + 1:k + 1]:
+            block = block + f
+        tensors.append(block)
+        ids.append(k)
+    return tensors, ids
+
+
+def delta_trunk(cfg, P, emb, values, record=None):
+    """delta / delta_block (spec §1): the pre-norm residual stream x_{j+1} = x_j + f_j, where sublayer j's input
+    is RMSNorm_j(h_j), h_j = x_j + g_j sum_s alpha_s v_s over the deltas v_s (the embedding, then every earlier
+    sublayer output, or block sums) with an optional learned null source first; no final read."""
+    eps = cfg["norm_eps"]
+    x, outputs = emb, []
+    decoupled = cfg["delta_value_route"] == "decoupled"
+    for j in range(2 * cfg["n_layers"]):
+        k, is_mlp = divmod(j, 2)
+        p = f"layers.{k}."
+        read = p + ("mlp_res" if is_mlp else "attn_res")
+        sources, _ = delta_sources(cfg, j, emb, outputs)
+        if cfg["delta_null_source"]:
+            sources = [P[read + ".null_source"].expand_as(x)] + sources
+        h = h_v = x
+        if sources:
+            g = delta_gate(cfg, P, read, x)
+            c, al = delta_read(sources, P[read + ".query"], P[read + ".key_norm.weight"], eps)
+            h = x + g * c
+            if record is not None:
+                record.append((read, al))
+            if decoupled and not is_mlp:  # the V route: own query and key norm, same sources and gate
+                c_v, al_v = delta_read(sources, P[read + ".value_query"], P[read + ".value_key_norm.weight"], eps)
+                h_v = x + g * c_v
+                if record is not None:
+                    record.append((read + ".value", al_v))
+            else:
+                h_v = h
+        if is_mlp:
+            out = mlp(P, p, rms_norm(h, P[p + "mlp_norm.weight"], eps))
+        else:
+            nw = P[p + "attn_norm.weight"]
+            x_qk = rms_norm(h, nw, eps)
+            out = attention(P, p, cfg, x_qk, x_qk if h_v is h else rms_norm(h_v, nw, eps), values)
+        outputs.append(out)
+        x = x + out
+    return x
+
+
+def gr_read(H, norm_w, w_down, w_up, eps):
+    """Gated Residual read (spec §2.1). H [..., n, d]; norm_w [n d] (zero-centred: applied as 1 + w); w_down
+    [r, n d]; w_up [n d, r]. Hn_i = RMSNorm(H_i) (1 + w_i); G = sigmoid(W_up silu(W_down vec(Hn) / n));
+    x = mean_i G_i * Hn_i. Returns (x, Hn, G)."""
+    n, d = H.shape[-2:]
+    Hn = H * ((H * H).mean(-1, keepdim=True) + eps) ** -0.5 * (1.0 + norm_w.view(n, d))
+    a = torch.nn.functional.silu((Hn.flatten(-2) @ w_down.T) / n)
+    G = torch.sigmoid(a @ w_up.T).unflatten(-1, (n, d))
+    return (G * Hn).mean(-2), Hn, G
+
+
+def gr_write(H, Hn, w_inject, y):
+    """Gated Residual write (spec §2.1): beta = 2 sigmoid(W_inject vec(Hn) / n) [..., n]; H'_i = H_i + beta_i y.
+    Returns (H', beta)."""
+    n = H.shape[-2]
+    beta = 2 * torch.sigmoid((Hn.flatten(-2) @ w_inject.T) / n)
+    return H + beta[..., :, None] * y[..., None, :], beta
+
+
+def gr_trunk(cfg, P, emb, values, record=None):
+    """gr (spec §2): n copies of the embedding; sublayer j reads x = GR_j(H) (its own pre-norm replaced), writes
+    H_i += beta_i f_j(x); the final mixer's read feeds the LM head (no final norm)."""
+    eps, n = cfg["norm_eps"], cfg["gr_n"]
+    H = emb.unsqueeze(-2).expand(emb.shape[:-1] + (n, emb.shape[-1]))
+    for j in range(2 * cfg["n_layers"]):
+        k, is_mlp = divmod(j, 2)
+        p, q = f"layers.{k}.", f"gr.{j}."
+        x, Hn, G = gr_read(H, P[q + "norm.weight"], P[q + "w_down"], P[q + "w_up"], eps)
+        y = mlp(P, p, x) if is_mlp else attention(P, p, cfg, x, x, values)
+        H, beta = gr_write(H, Hn, P[q + "w_inject"], y)
+        if record is not None:  # per branch: the read gate's mean over channels, the write gate
+            record.append((q + "read", G.mean(-1).movedim(-1, 0)))
+            record.append((q + "write", beta.movedim(-1, 0)))
+    x, _, G = gr_read(H, P["gr_final.norm.weight"], P["gr_final.w_down"], P["gr_final.w_up"], eps)
+    if record is not None:
+        record.append(("gr_final.read", G.mean(-1).movedim(-1, 0)))
+    return x
+
+
 def forward(cfg, P, inputs, record=None):
     """inputs: int64 [B, T] -> logits [B, T, V]. record: optional list receiving (name, alpha) per read."""
     eps = cfg["norm_eps"]
@@ -520,6 +709,12 @@ def forward(cfg, P, inputs, record=None):
                     x = dwa([outputs[j] for j in src], P[f"dwa.{k + 1}.alpha"])
     elif cfg["residual"] == "mudd":
         x = mudd_trunk(cfg, P, emb, values)
+    elif cfg["residual"] in DELTA_MODES:
+        x = delta_trunk(cfg, P, emb, values, record)
+    elif cfg["residual"] == "gr":  # the final mixer is the final norm: straight to the head
+        x = gr_trunk(cfg, P, emb, values, record)
+        head = P["tok_emb.weight"] if cfg["tie_embeddings"] else P["lm_head.weight"]
+        return x @ head.T
     else:  # full / block / rd
         S = L // cfg["n_blocks"]  # sublayers per block (1 for full)
         blocks, partial = [emb], None  # blocks = [b_0, ..., b_{n-1}]; partial = b_n^{i-1} (None when i = 1)
@@ -669,7 +864,17 @@ def decayed(cfg, name, p):
         return name.endswith(".phi")
     if name.startswith("mudd."):  # W1, W2; the rest when mudd_decay_all
         return name.endswith(".w1") or name.endswith(".w2") or cfg["mudd_decay_all"]
+    if cfg["residual"] in DELTA_MODES and ("attn_res." in name or "mlp_res." in name):
+        return cfg["delta_decay_all"] or p.dim() == 2  # the released code decays everything (spec §1.6)
+    if name.startswith(("gr.", "gr_final.")):  # the matrices; the zero-centred norms when gr_decay_norm
+        return p.dim() == 2 or cfg["gr_decay_norm"]
     return p.dim() == 2 or (name.startswith("dwa.") and cfg["dwa_weight_decay"])
+
+
+def zero_if_none(t):
+    """A parameter's gradient, zeros where the loss does not use it (Delta AttnRes's first attention read has no
+    sources: its query and key norm take no part in the computation)."""
+    return t.grad if t.grad is not None else torch.zeros_like(t)
 
 
 def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0, min_lr_ratio=0.0,
@@ -686,7 +891,7 @@ def train_adamw(cfg, P, tokens, steps, lr, weight_decay=0.0, clip=0.0, warmup=0,
         loss, _ = loss_and_logits(cfg, P, tokens)
         loss.backward()
         losses.append(loss.item())
-        grads = {n: t.grad for n, t in P.items()}
+        grads = {n: zero_if_none(t) for n, t in P.items()}
         if clip > 0:
             total = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
             coef = clip / (total + 1e-6)
@@ -775,7 +980,7 @@ def main(argv=None):
         loss.backward()
         out = {"logits": logits.detach(), "loss": loss.detach().reshape(())}
         for n, t in Pg.items():
-            out["grad." + n] = t.grad
+            out["grad." + n] = zero_if_none(t)
         if a.adamw_steps > 0:
             losses, newP = train_adamw(cfg, P, tokens, a.adamw_steps, a.lr, a.weight_decay, a.clip, a.warmup,
                                        a.min_lr_ratio, a.schedule, a.decay_fraction, a.total_steps)
