@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 #include "model/arms.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"

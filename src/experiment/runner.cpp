@@ -14,7 +14,7 @@
 #include "experiment/directory.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/diagnostics.hpp"
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 #include "results/experiment_spec.hpp"
 #include "results/run_result.hpp"
 #include "results/train_result.hpp"
@@ -27,7 +27,7 @@
 #include "util/process.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 
 namespace attnres::experiment {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/diagnostics.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {
