@@ -16,7 +16,7 @@
 #include "data/prepare.hpp"
 #include "data/shard.hpp"
 #include "data/tokenizer.hpp"
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 #include "results/experiment_spec.hpp"
 #include "results/run_result.hpp"
 #include "results/summary.hpp"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/arms.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 
 namespace attnres::bench {
 

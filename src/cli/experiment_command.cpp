@@ -10,8 +10,8 @@
 #include "experiment/plan.hpp"
 #include "experiment/protocol.hpp"
 #include "experiment/runner.hpp"
-#include "experiment/summary.hpp"
-#include "experiment/tables.hpp"
+#include "analysis/summary.hpp"
+#include "analysis/tables.hpp"
 #include "util/error.hpp"
 
 namespace attnres::cli {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "cli/commands.hpp"
-#include "experiment/report.hpp"
-#include "experiment/summary.hpp"
-#include "experiment/tables.hpp"
+#include "analysis/report.hpp"
+#include "analysis/summary.hpp"
+#include "analysis/tables.hpp"
 #include "results/summary.hpp"
 
 namespace attnres::cli {

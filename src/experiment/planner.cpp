@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/runner.hpp"
-#include "experiment/stats.hpp"
-#include "experiment/summary.hpp"
+#include "analysis/stats.hpp"
+#include "analysis/summary.hpp"
 #include "model/arms.hpp"
 #include "results/instability.hpp"
 #include "results/run_result.hpp"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "experiment/protocol.hpp"
-#include "experiment/sequential.hpp"
+#include "analysis/sequential.hpp"
 
 namespace attnres::experiment {
 

@@ -13,8 +13,8 @@
 #include "data/loader.hpp"
 #include "experiment/directory.hpp"
 #include "experiment/plan.hpp"
-#include "experiment/routing.hpp"
-#include "experiment/summary.hpp"
+#include "experiment/diagnostics.hpp"
+#include "analysis/summary.hpp"
 #include "results/experiment_spec.hpp"
 #include "results/run_result.hpp"
 #include "results/train_result.hpp"
@@ -27,7 +27,7 @@
 #include "util/process.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 
 namespace attnres::experiment {
 
@@ -200,8 +200,7 @@ void record_run(const ExperimentOptions& o, const PlannedRun& run, const fs::pat
   const std::unique_ptr<InferenceBackend> model =
       make_inference_backend("cpu", config.model, config.batch_size, config.seq_len);
   const std::string weights_path = (run_dir / "model.safetensors").string();
-  const SafetensorsFile weights = read_safetensors(weights_path);
-  model->load_weights(weights, weights_path);
+  model->load_weights(weights_path);
   const data::TokenDataset test = data::TokenDataset::open(o.data_dir, "test", {false, nullptr});
   const data::TokenDataset val = data::TokenDataset::open(o.data_dir, "val", {false, nullptr});
   const EvalResult test_eval = evaluate_split(*model, test, config.batch_size, config.seq_len, config.eval_tokens);
@@ -216,16 +215,11 @@ void record_run(const ExperimentOptions& o, const PlannedRun& run, const fs::pat
   result.peak_rss_bytes = tr.peak_rss_bytes;
   result.curve = tr.curve;
   result.instability = tr.instability;
-  // (Empty for modes without depth routing; MUDD's is made of its Q, K and V mixing weights.)
-  result.routing = routing_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
-  result.connections = static_connections(config.model, weights, weights_path);
-  if (config.model.residual == ResidualMode::mudd)
-    result.connections = mudd_connections(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
-  if (const auto streams = stream_diagnostics(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens)) {
-    // Static HC's connections came exactly from its weights (they are every token's).
-    if (config.model.residual != ResidualMode::hc || config.model.hc_dynamic) result.connections = {streams->connections};
-    result.amax_gain = streams->gain;
-  }
+  // What the mode offers (model/arms.hpp): routing, connections, Amax gains, or nothing.
+  DepthDiagnostics depth = diagnose(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
+  result.routing = std::move(depth.routing);
+  result.connections = std::move(depth.connections);
+  result.amax_gain = depth.amax_gain;
   results::write_run_result(run.result_path, result);
   status.message(concat(run.label, ": done, test NLL ", test_eval.nll,
                         tr.instability && tr.instability->unstable ? " (unstable: a sustained loss spike)" : ""));

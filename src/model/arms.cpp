@@ -7,11 +7,81 @@
 
 namespace attnres {
 
+const std::vector<ResidualModeInfo>& residual_modes() {
+  // routing, connections, amax_gain
+  static const std::vector<ResidualModeInfo> modes = {
+      {ResidualMode::prenorm, "prenorm", TrunkFamily::single_stream, true, {}},
+      {ResidualMode::full, "full", TrunkFamily::single_stream, true, {.routing = true}},
+      {ResidualMode::block, "block", TrunkFamily::single_stream, true, {.routing = true}},
+      {ResidualMode::rd, "rd", TrunkFamily::single_stream, true, {.routing = true}},
+      // DenseFormer's connections are its DWA weights.
+      {ResidualMode::denseformer, "denseformer", TrunkFamily::single_stream, false, {.connections = true}},
+      {ResidualMode::hc, "hc", TrunkFamily::streams, false, {.connections = true, .amax_gain = true}},
+      {ResidualMode::mhc, "mhc", TrunkFamily::streams, false, {.connections = true, .amax_gain = true}},
+      // MUDD's routing: its Q, K and V ways (mudd_ways = qkvr); its connections: the ways' weights.
+      {ResidualMode::mudd, "mudd", TrunkFamily::mudd, false, {.routing = true, .connections = true}},
+  };
+  return modes;
+}
+
+const ResidualModeInfo& residual_mode_info(ResidualMode mode) {
+  for (const ResidualModeInfo& m : residual_modes())
+    if (m.mode == mode) return m;
+  fail("internal error: residual mode ", static_cast<int>(mode), " has no record in model/arms.cpp");
+}
+
+const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
+  static const TrunkFamilyInfo families[] = {
+      {TrunkFamily::single_stream, "single-stream", single_stream_residual_flops},
+      {TrunkFamily::streams, "n-stream", stream_residual_flops},
+      {TrunkFamily::mudd, "MUDD", mudd_residual_flops},
+  };
+  for (const TrunkFamilyInfo& f : families)
+    if (f.family == family) return f;
+  fail("internal error: trunk family ", static_cast<int>(family), " has no record in model/arms.cpp");
+}
+
+namespace {
+
+// An arm: a mode with its settings (the config's other keys stay as the base has them).
+struct Arm {
+  const char* name;
+  void (*apply)(ModelConfig&);
+};
+
+const std::vector<Arm>& arms() {
+  using M = ModelConfig;
+  static const std::vector<Arm> arms = {
+      {"prenorm", [](M& m) { m.residual = ResidualMode::prenorm; }},
+      {"full", [](M& m) { m.residual = ResidualMode::full; }},
+      {"block", [](M& m) { m.residual = ResidualMode::block; }},
+      {"rd", [](M& m) { m.residual = ResidualMode::rd, m.value_route = ValueRoute::decoupled; }},
+      {"rd-tied", [](M& m) { m.residual = ResidualMode::rd, m.value_route = ValueRoute::tied; }},
+      {"rd-average", [](M& m) { m.residual = ResidualMode::rd, m.value_route = ValueRoute::average; }},
+      {"rd-frozen", [](M& m) { m.residual = ResidualMode::rd, m.value_route = ValueRoute::frozen; }},
+      {"denseformer", [](M& m) { m.residual = ResidualMode::denseformer, m.dwa_dilation = 1, m.dwa_period = 1; }},
+      {"denseformer-4x5",
+       [](M& m) { m.residual = ResidualMode::denseformer, m.dwa_dilation = 4, m.dwa_period = 5; }},
+      {"hc", [](M& m) { m.residual = ResidualMode::hc, m.hc_dynamic = true; }},  // hc_n etc. from the config
+      {"hc-static", [](M& m) { m.residual = ResidualMode::hc, m.hc_dynamic = false; }},
+      {"mhc", [](M& m) { m.residual = ResidualMode::mhc; }},
+      {"mudd",
+       [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = true; }},
+      {"mudd-static",
+       [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false; }},
+      {"mudd-r", [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true; }},
+  };
+  return arms;
+}
+
+}  // namespace
+
 const std::vector<std::string>& arm_names() {
-  static const std::vector<std::string> names = {"prenorm",   "full",       "block",     "rd",
-                                                 "rd-tied",   "rd-average", "rd-frozen", "denseformer",
-                                                 "denseformer-4x5", "hc", "hc-static", "mhc", "mudd",
-                                                 "mudd-static", "mudd-r"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Arm& a : arms()) out.emplace_back(a.name);
+    return out;
+  }();
   return names;
 }
 
@@ -24,27 +94,14 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
     base.resize(base.size() - kVres.size());
     m.value_residual = true;
   }
-  if (base == "prenorm") m.residual = ResidualMode::prenorm;
-  else if (base == "full") m.residual = ResidualMode::full;
-  else if (base == "block") m.residual = ResidualMode::block;
-  else if (base == "rd") m.residual = ResidualMode::rd, m.value_route = ValueRoute::decoupled;
-  else if (base == "rd-tied") m.residual = ResidualMode::rd, m.value_route = ValueRoute::tied;
-  else if (base == "rd-average") m.residual = ResidualMode::rd, m.value_route = ValueRoute::average;
-  else if (base == "rd-frozen") m.residual = ResidualMode::rd, m.value_route = ValueRoute::frozen;
-  else if (base == "denseformer") m.residual = ResidualMode::denseformer, m.dwa_dilation = 1, m.dwa_period = 1;
-  else if (base == "denseformer-4x5") m.residual = ResidualMode::denseformer, m.dwa_dilation = 4, m.dwa_period = 5;
-  else if (base == "hc") m.residual = ResidualMode::hc, m.hc_dynamic = true;  // hc_n etc. from the config
-  else if (base == "hc-static") m.residual = ResidualMode::hc, m.hc_dynamic = false;
-  else if (base == "mhc") m.residual = ResidualMode::mhc;
-  else if (base == "mudd") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = true;
-  else if (base == "mudd-static") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false;
-  else if (base == "mudd-r") m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true;
-  else {
-    std::vector<std::string> names = arm_names();
-    for (const auto& n : arm_names()) names.push_back(n + std::string(kVres));
-    fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")", did_you_mean(arm, names));
-  }
-  return m;
+  for (const Arm& a : arms())
+    if (base == a.name) {
+      a.apply(m);
+      return m;
+    }
+  std::vector<std::string> names = arm_names();
+  for (const auto& n : arm_names()) names.push_back(n + std::string(kVres));
+  fail("unknown arm '", arm, "' (expected ", arm_names_text(), ")", did_you_mean(arm, names));
 }
 
 std::string arm_names_text() {

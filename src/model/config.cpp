@@ -4,23 +4,12 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/depth_read.hpp"
+#include "model/arms.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
 
-std::string to_string(ResidualMode mode) {
-  switch (mode) {
-    case ResidualMode::prenorm: return "prenorm";
-    case ResidualMode::full: return "full";
-    case ResidualMode::block: return "block";
-    case ResidualMode::rd: return "rd";
-    case ResidualMode::denseformer: return "denseformer";
-    case ResidualMode::hc: return "hc";
-    case ResidualMode::mhc: return "mhc";
-    case ResidualMode::mudd: return "mudd";
-  }
-  return "?";
-}
+std::string to_string(ResidualMode mode) { return residual_mode_info(mode).name; }
 
 std::string to_string(ValueRoute route) {
   switch (route) {

@@ -1,18 +1,13 @@
 #include "model/model.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 
 #include "kernels/cross_entropy.hpp"
-#include "kernels/depth_read.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
-#include "kernels/hyper_connection.hpp"
-#include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "kernels/rope.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
@@ -30,7 +25,8 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
       max_batch_(max_batch),
       max_seq_(max_seq),
       with_grad_(with_grad),
-      topo_(config) {
+      topo_(config),
+      bodies_(config_, w_, g_, with_grad) {
   require(max_batch >= 1, "batch size must be at least 1");
   require(max_seq >= 1 && max_seq <= config.max_seq_len, "sequence length ", max_seq,
           " must be between 1 and model.max_seq_len = ", config.max_seq_len);
@@ -40,13 +36,12 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
     grads_.assign(static_cast<std::size_t>(layout_.total()), Real(0));
     g_ = bind_weights<Real>(config_, layout_, grads_);
   }
-  buf_.sub.resize(static_cast<std::size_t>(config_.n_sublayers()));
+  trunk_ = make_trunk<Real>({config_, layout_, topo_, params_, grads_, w_, g_, bodies_, trunk_buffers_});
   ArenaCarver<Real> count{nullptr};
   carve(count);
   arena_.assign(static_cast<std::size_t>(count.used), Real(0));
   ArenaCarver<Real> lay_out{arena_.data()};
   carve(lay_out);
-  k::rope_tables(buf_.rope_cos, buf_.rope_sin, config_.max_seq_len, config_.head_dim(), config_.rope_theta);
   const std::int64_t bt = max_batch_ * max_seq_;
   inputs_.assign(static_cast<std::size_t>(bt), 0);
   targets_.assign(static_cast<std::size_t>(bt), 0);
@@ -58,97 +53,31 @@ void Model<Real>::set_matmul_precision(k::MatmulPrecision precision) {
   require(precision == k::MatmulPrecision::fp32 || std::is_same_v<Real, float>,
           "bf16 matmuls are only available for float models (this model computes in double)");
   precision_ = precision;
+  bodies_.set_precision(precision);
 }
 
-// Lays every buffer out in the arena (or only counts: ArenaCarver).
+// Lays every buffer out in the arena (or only counts: ArenaCarver): the model's, the bodies', the
+// trunk's; the shared reduction scratch fits every user.
 template <class Real>
 void Model<Real>::carve(ArenaCarver<Real>& arena) {
-  auto take = [&](std::int64_t n) { return arena.take(n); };
-  const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model, H = config_.mlp_hidden;
-  const bool reads = topo_.has_reads();
-  const bool streams = config_.uses_streams();
-  const std::int64_t ns = config_.n_streams(), m = k::stream_coefficient_count(config_.n_streams());
-  const bool hc = config_.residual == ResidualMode::hc;
-  Buffers& b = buf_;
-  b.emb = take(bt * d);
-  for (int j = 0; j < config_.n_sublayers(); ++j) {
-    Sublayer& s = b.sub[static_cast<std::size_t>(j)];
-    if (streams) {
-      s.streams = take(bt * ns * d);
-      s.h = take(bt * d);
-      if (!hc || config_.hc_dynamic) {
-        s.coef = take(bt * m);
-        s.stream_act = take(bt * m);
-        s.stream_rms = take(hc ? bt * ns : bt);
-      }
-    }
-    if (reads) {
-      const ReadPlan& p = topo_.read(j);
-      const auto n_src = static_cast<std::int64_t>(p.sources.size());
-      s.h = take(bt * d);
-      s.rms = take(bt * n_src);
-      s.read_logits = take(p.n_routes * bt * n_src);
-    }
-    s.x = take(bt * d);
-    s.rstd = take(bt);
-    if (is_attention(j)) {
-      s.q = take(bt * d);
-      s.k = take(bt * d);
-      s.v = take(bt * d);
-      s.att = take(bt * d);
-      s.lse = take(bt * config_.n_heads);
-    } else {
-      s.gate = take(bt * H);
-      s.up = take(bt * H);
-      s.act = take(bt * H);
-    }
-    s.out = take(bt * d);
-    if (with_grad_ && !streams) s.dout = take(bt * d);
-  }
-  if (streams) {
-    b.streams_final = take(bt * ns * d);
-    b.h_final = take(bt * d);
-    b.stream_scratch = take(hc ? k::hc_scratch_size(bt, config_.hc_n, config_.d_model)
-                               : k::mhc_scratch_size(bt, config_.mhc_n, config_.mhc_sinkhorn_iters));
-    if (with_grad_) {
-      for (Real*& g : b.dstreams) g = take(bt * ns * d);
-      b.dbeta = take(bt * ns);
-      b.dy = take(bt * d);
-    }
-  }
-  if (reads) {
-    const auto n_src = static_cast<std::int64_t>(topo_.read(topo_.final_read()).sources.size());
-    b.h_final = take(bt * d);
-    b.rms_final = take(bt * n_src);
-    b.logits_final = take(bt * n_src);
-  }
-  b.x_final = take(bt * d);
-  b.rstd_final = take(bt);
-  if (topo_.any_separate_value()) b.xv = take(bt * d);
-  b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
-  b.ddwa_out.assign(b.dwa_out.size(), nullptr);
-  int dwa_sources = 1;
-  for (const DwaPlan& p : topo_.dwas()) {
-    b.dwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
-    if (with_grad_) b.ddwa_out[static_cast<std::size_t>(p.block)] = take(bt * d);
-    dwa_sources = std::max(dwa_sources, static_cast<int>(p.sources.size()));
-  }
-  if (config_.residual == ResidualMode::mudd) carve_mudd(arena);
-  const bool vres = config_.value_residual && config_.n_layers > 1;
-  if (vres) b.vmix = take(bt * d);
-  if (vres && with_grad_) b.dv1 = take(bt * d);
-  const int half = config_.head_dim() / 2;
-  b.rope_cos = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
-  b.rope_sin = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
-  b.ce_logits = take(kCrossEntropyRows * config_.vocab_size);
+  const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
+  emb_ = arena.take(bt * d);
+  trunk_->carve(arena, bt);
+  x_final_ = arena.take(bt * d);
+  rstd_final_ = arena.take(bt);
+  bodies_.carve(arena, bt);
+  ce_logits_ = arena.take(kCrossEntropyRows * config_.vocab_size);
+  TrunkBuffers<Real>& b = trunk_buffers_;
+  b.emb = emb_;
   if (with_grad_) {
-    b.demb = take(bt * d);
-    for (Real** p : {&b.dx_final, &b.dh, &b.dx, &b.dxv, &b.dq, &b.dk, &b.dv, &b.datt}) *p = take(bt * d);
-    for (Real** p : {&b.dgate, &b.dup, &b.dact}) *p = take(bt * H);
-    b.reduce = take(std::max({k::rmsnorm_scratch_size(bt, config_.d_model),
-                              k::depth_read_scratch_size(bt, config_.d_model), k::dwa_scratch_size(bt, dwa_sources),
-                              k::value_residual_scratch_size(bt)}));
+    b.demb = arena.take(bt * d);
+    dx_final_ = arena.take(bt * d);
+    b.dh = arena.take(bt * d);
+    b.dx = arena.take(bt * d);
+    b.reduce = arena.take(std::max(
+        {k::rmsnorm_scratch_size(bt, config_.d_model), bodies_.reduce_scratch(bt), trunk_->reduce_scratch(bt)}));
   }
+  bodies_.set_reduce(b.reduce);
 }
 
 template <class Real>
@@ -175,51 +104,28 @@ void Model<Real>::set_inputs(std::span<const std::int32_t> tokens, std::int64_t 
 }
 
 template <class Real>
-const Real* Model<Real>::residual(int index) const {
-  if (index == kNoStream) return nullptr;
-  if (topo_.is_dwa_stream(index)) return buf_.dwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
-  return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
-}
-
-template <class Real>
-Real* Model<Real>::dresidual(int index) {
-  if (index == kNoStream) return nullptr;
-  if (topo_.is_dwa_stream(index)) return buf_.ddwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
-  return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
-}
-
-template <class Real>
-void Model<Real>::forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache) {
-  k::embedding_forward(buf_.emb, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
-  buf_.final_input = config_.uses_streams()                   ? forward_streams(batch, seq, cache)
-                     : config_.residual == ResidualMode::mudd ? forward_mudd(batch, seq, cache)
-                                                              : forward_single_stream(batch, seq, cache);
-  k::rmsnorm_forward(buf_.x_final, buf_.rstd_final, buf_.final_input, w_.final_norm, n_tok_, config_.d_model,
+void Model<Real>::forward_trunk(const Pass<Real>& pass) {
+  k::embedding_forward(emb_, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
+  final_input_ = trunk_->forward(pass);
+  k::rmsnorm_forward(x_final_, rstd_final_, final_input_, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
 }
 
 template <class Real>
-void Model<Real>::backward_trunk(std::int64_t batch, int seq) {
-  Buffers& b = buf_;
-  k::rmsnorm_backward(b.dh, g_.final_norm, b.dx_final, b.final_input, w_.final_norm, b.rstd_final, n_tok_,
+void Model<Real>::backward_trunk(const Pass<Real>& pass) {
+  const TrunkBuffers<Real>& b = trunk_buffers_;
+  k::rmsnorm_backward(b.dh, g_.final_norm, dx_final_, final_input_, w_.final_norm, rstd_final_, n_tok_,
                       config_.d_model, b.reduce);
-  // from dh, the final norm's input gradient
-  if (config_.uses_streams()) {
-    backward_streams(batch, seq);
-  } else if (config_.residual == ResidualMode::mudd) {
-    backward_mudd(batch, seq);
-  } else {
-    backward_single_stream(batch, seq);
-  }
+  trunk_->backward(pass);  // from dh, the final norm's input gradient
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
 
 template <class Real>
 double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
   set_inputs(tokens, batch, seq, true);
-  forward_trunk(batch, seq);
-  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n_tok_,
+  forward_trunk({batch, seq});
+  const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n_tok_,
                                                       config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
                                                       nullptr, precision_);
   return total / static_cast<double>(n_tok_);
@@ -229,21 +135,16 @@ template <class Real>
 double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::int64_t batch, int seq) {
   require(with_grad_, "this model was built without gradient buffers");
   set_inputs(tokens, batch, seq, true);
-  forward_trunk(batch, seq);
+  forward_trunk({batch, seq});
   const std::int64_t n = n_tok_, d = config_.d_model;
   std::fill(grads_.begin(), grads_.end(), Real(0));
-  k::zero(buf_.demb, n * d);
-  for (Sublayer& s : buf_.sub)
-    if (s.dout != nullptr) k::zero(s.dout, n * d);
-  for (Real* g : buf_.ddwa_out)
-    if (g != nullptr) k::zero(g, n * d);
-  if (buf_.dv1 != nullptr) k::zero(buf_.dv1, n * d);
-  for (Real* g : buf_.dmudd_src) k::zero(g, n * d);
-  const k::CrossEntropyScratch<Real> ce{buf_.ce_logits, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(buf_.x_final, w_.lm_head, targets_.data(), n, config_.d_model,
+  k::zero(trunk_buffers_.demb, n * d);
+  bodies_.begin_backward(n);
+  const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
+  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
-                                                      buf_.dx_final, g_.lm_head, precision_);
-  backward_trunk(batch, seq);
+                                                      dx_final_, g_.lm_head, precision_);
+  backward_trunk({batch, seq});
   return total / static_cast<double>(n);
 }
 
@@ -251,8 +152,8 @@ template <class Real>
 void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, std::span<Real> out) {
   set_inputs(inputs, batch, seq, false);
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
-  forward_trunk(batch, seq);
-  k::linear_forward(out.data(), buf_.x_final, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
+  forward_trunk({batch, seq});
+  k::linear_forward(out.data(), x_final_, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
                     precision_);
 }
 
@@ -264,26 +165,11 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
           "the context is full (", cache.max_seq, " tokens)");
   require(static_cast<std::int64_t>(out.size()) == batch * config_.vocab_size, "logits buffer has the wrong size");
   set_inputs(inputs, batch, seq, false);
-  forward_trunk(batch, seq, &cache);
+  forward_trunk({batch, seq, &cache});
   cache.length += seq;
   for (std::int64_t b = 0; b < batch; ++b)
-    k::linear_forward(out.data() + b * config_.vocab_size, buf_.x_final + ((b + 1) * seq - 1) * config_.d_model,
+    k::linear_forward(out.data() + b * config_.vocab_size, x_final_ + ((b + 1) * seq - 1) * config_.d_model,
                       w_.lm_head, 1, config_.d_model, config_.vocab_size, false, precision_);
-}
-
-template <class Real>
-void Model<Real>::read_weights(int read, int route, std::int64_t token, std::span<Real> alpha) const {
-  require(read >= 0 && read <= topo_.final_read() && topo_.has_reads(), "the model has no depth read ", read);
-  const ReadPlan& plan = topo_.read(read);
-  const int n = static_cast<int>(plan.sources.size());
-  require(route >= 0 && route < plan.n_routes, "read ", read, " has no route ", route);
-  require(token >= 0 && token < n_tok_, "token index out of range");
-  require(static_cast<int>(alpha.size()) == n, "alpha buffer has the wrong size");
-  const Real* logits = read == topo_.final_read()
-                           ? buf_.logits_final
-                           : buf_.sub[static_cast<std::size_t>(read)].read_logits;
-  const bool uniform = route == 1 && plan.uniform_value;
-  k::depth_weights(logits + (route * n_tok_ + token) * n, n, uniform, alpha.data());
 }
 
 template class Model<float>;

@@ -1,64 +1,28 @@
 // The decoder-only Transformer in every residual mode of the spec, with an explicit
 // forward and hand-written backward. Real is float for training, double for exact checks.
+// The model owns the token embedding, the sublayer bodies (sublayers.hpp), the final norm and the
+// LM head; its residual family's trunk (trunk.hpp) owns everything in between.
 //
 // Parameters and gradients live in flat buffers (ParamLayout); every activation lives in
 // one arena sized up front for (max_batch, max_seq), so a step allocates nothing.
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "kernels/dwa.hpp"
-#include "kernels/mudd.hpp"
 #include "kernels/precision.hpp"
-#include "kernels/streams.hpp"
-#include "kernels/value_residual.hpp"
+#include "model/arena.hpp"
 #include "model/config.hpp"
+#include "model/kv_cache.hpp"
 #include "model/param_layout.hpp"
+#include "model/sublayers.hpp"
 #include "model/topology.hpp"
+#include "model/trunk.hpp"
 #include "model/weights.hpp"
 
 namespace attnres {
-
-namespace kernels {
-template <class Real>
-struct DepthRead;
-}
-
-// Keys and values of every attention layer for incremental decoding, so each new token costs
-// one step of work: [n_layers][batch][max_seq][d] for K and for V.
-template <class Real>
-struct KvCache {
-  KvCache(const ModelConfig& config, std::int64_t batch, int max_seq)
-      : batch(batch),
-        max_seq(max_seq),
-        d(config.d_model),
-        k(static_cast<std::size_t>(config.n_layers * batch * max_seq * config.d_model)),
-        v(k.size()) {}
-  Real* keys(int layer) { return k.data() + std::int64_t(layer) * batch * max_seq * d; }
-  Real* values(int layer) { return v.data() + std::int64_t(layer) * batch * max_seq * d; }
-
-  std::int64_t batch;
-  int max_seq;
-  int d;
-  int length = 0;  // positions filled
-  std::vector<Real> k, v;
-};
-
-// Hands out consecutive slices of the activation arena; with base == nullptr it only counts, so one
-// pass sizes the arena and a second lays it out.
-template <class Real>
-struct ArenaCarver {
-  Real* base = nullptr;
-  std::int64_t used = 0;
-  Real* take(std::int64_t n) {
-    Real* p = base != nullptr ? base + used : nullptr;
-    used += n;
-    return p;
-  }
-};
 
 template <class Real>
 class Model {
@@ -95,6 +59,8 @@ class Model {
   void decode(std::span<const std::int32_t> inputs, std::int64_t batch, int seq, KvCache<Real>& cache,
               std::span<Real> out);
 
+  // What the last forward pass mixed across depth, for a run's diagnostics (model/diagnostics.hpp).
+  const DepthView& depth_view() const { return *trunk_; }
   // The residual wiring: which buffers each sublayer and depth read uses (model/topology.hpp).
   const Topology& topology() const { return topo_; }
   // Depth routing of the last forward pass, for diagnostics: alpha [n_sources] of read `read`
@@ -115,124 +81,12 @@ class Model {
   void stream_weights(int sublayer, std::int64_t token, std::span<Real> coef) const;
 
  private:
-  struct Sublayer {
-    Real* h = nullptr;   // read output (null in prenorm: the input is the previous output)
-    Real* rms = nullptr;
-    Real* read_logits = nullptr;
-    Real* x = nullptr;  // normalised input
-    Real* rstd = nullptr;
-    Real *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *lse = nullptr;  // attention
-    Real *gate = nullptr, *up = nullptr, *act = nullptr;                             // MLP
-    Real* out = nullptr;   // partial sum after this sublayer's write-back (hc, mhc: the body's output y)
-    Real* dout = nullptr;  // its gradient (single-stream modes)
-    // hc, mhc: the n-stream state entering this sublayer [bt, n, d] (h above is the module's read,
-    // the sublayer input) and the module's per-token coefficients for the backward: coef [bt,
-    // n(n+2)], HC's tanh values or mHC's z (stream_act, same size), and the RMS factors (HC: [bt, n],
-    // mHC: [bt]); static HC keeps none of them.
-    Real* streams = nullptr;
-    Real *coef = nullptr, *stream_act = nullptr, *stream_rms = nullptr;
-  };
-  struct Buffers {
-    Real* emb = nullptr;
-    Real* demb = nullptr;
-    std::vector<Sublayer> sub;
-    Real* h_final = nullptr;  // the final read's output, or (hc, mhc) the streams' readout
-    Real* rms_final = nullptr;
-    Real* logits_final = nullptr;
-    Real* x_final = nullptr;
-    Real* rstd_final = nullptr;
-    const Real* final_input = nullptr;  // the final norm's input in the last forward (a trunk buffer)
-    // RD's value route (decoupled, frozen): the read emits its normalised input directly (the
-    // norm is fused into the read), and the backward recomputes it, so it is not kept per layer
-    // and RD needs no more activation memory than Block.
-    Real* xv = nullptr;
-    // DenseFormer: each DWA's output Y_i and its gradient, by block (null where none).
-    std::vector<Real*> dwa_out, ddwa_out;
-    // Value residual: the mixed values V' of the current attention layer (recomputed in the
-    // backward from V_1 and the layer's raw V, which are kept), and dL/dV_1 summed over layers.
-    Real* vmix = nullptr;
-    Real* dv1 = nullptr;
-    // hc, mhc: the state after the last sublayer, the modules' scratch; in the backward the state
-    // gradients of two consecutive sublayers (ping-pong), the output weights' per-token gradient
-    // and the body output's gradient.
-    Real* streams_final = nullptr;
-    Real* stream_scratch = nullptr;
-    Real* dstreams[2] = {nullptr, nullptr};
-    Real* dbeta = nullptr;
-    Real* dy = nullptr;
-    // MUDD (mudd_trunk.cpp), by block b: the raw inputs of its attention's Q, K and V norms (block
-    // 0 reads the embedding; mudd_ways = r has one input, in[0]; the R stream is written straight
-    // into the attention sublayer's out, which attention then adds to), the normalised K and V
-    // inputs (Q's is sub.x) and their RMS factors, and what the DA after the block saves: dw,
-    // the generator's pre-GELU hidden and its input's RMS factor (dynamic only).
-    struct MuddBlock {
-      Real* in[3] = {nullptr, nullptr, nullptr};
-      Real *xk = nullptr, *xv = nullptr, *rstd_k = nullptr, *rstd_v = nullptr;
-      Real *dw = nullptr, *hidden = nullptr, *rms = nullptr;
-    };
-    std::vector<MuddBlock> mudd;
-    // PrePostDANorm: the normalised sources X^_0..X^_L, their RMS factors and their gradients.
-    std::vector<Real*> mudd_src, mudd_src_rstd, dmudd_src;
-    Real* mudd_out = nullptr;                          // the last DA's R stream: the final norm's input
-    Real* dmudd_in[3] = {nullptr, nullptr, nullptr};  // gradients of a block's Q, K, V inputs
-    Real* dxk = nullptr;                               // attention's K input gradient (qkvr)
-    Real* mudd_scratch = nullptr;                      // the DA kernels' (forward and backward)
-    // Gradient scratch shared by all sublayers.
-    Real *dx_final = nullptr, *dh = nullptr, *dx = nullptr, *dxv = nullptr;
-    Real *dq = nullptr, *dk = nullptr, *dv = nullptr, *datt = nullptr;
-    Real *dgate = nullptr, *dup = nullptr, *dact = nullptr;
-    Real* reduce = nullptr;
-    Real* ce_logits = nullptr;
-    Real *rope_cos = nullptr, *rope_sin = nullptr;
-  };
-
   void carve(ArenaCarver<Real>& arena);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
-  // Embedding, the mode's trunk, final norm; and back. The trunk of a residual family returns the
-  // final norm's input; its backward starts from that input's gradient in buf_.dh.
-  void forward_trunk(std::int64_t batch, int seq, KvCache<Real>* cache = nullptr);
-  void backward_trunk(std::int64_t batch, int seq);
-  const Real* forward_single_stream(std::int64_t batch, int seq, KvCache<Real>* cache);  // single_stream.cpp
-  void backward_single_stream(std::int64_t batch, int seq);
-  const Real* forward_streams(std::int64_t batch, int seq, KvCache<Real>* cache);  // stream_trunk.cpp
-  void backward_streams(std::int64_t batch, int seq);
-  // The write coefficients of sublayer j's stream module (hc, mhc): the ones its forward saved in
-  // sub[j] (static HC: A and B).
-  kernels::StreamCoefficients<Real> stream_coefficients(int j) const;
-  const Real* forward_mudd(std::int64_t batch, int seq, KvCache<Real>* cache);  // mudd_trunk.cpp
-  void backward_mudd(std::int64_t batch, int seq);
-  void carve_mudd(ArenaCarver<Real>& arena);
-  // MUDD: the block output X_j (X_0: the embedding) and its gradient; DA module i's view for the
-  // kernels (`sources` receives its source pointers).
-  const Real* mudd_block_output(int j) const;
-  Real* dmudd_block_output(int j);
-  kernels::MuddDa<Real> mudd_da(int i, const Real** sources) const;
-
-  // The sublayer bodies (sublayers.cpp), from normalised inputs to the output (out = f, or
-  // out += f with accumulate), saving their activations in sub[j]. Attention takes Q, K and V
-  // from xq, xk and xv (one buffer in most modes). Their backward overwrites dxq and accumulates
-  // into dxk and dxv where they alias an earlier one; the weight gradients accumulate. xv ==
-  // nullptr: Wv's gradient is left to the caller (RD recomputes its value input later).
-  void attention_forward(int j, const Real* xq, const Real* xk, const Real* xv, Real* out, bool accumulate,
-                         std::int64_t batch, int seq, KvCache<Real>* cache);
-  void attention_backward(int j, const Real* dout, const Real* xq, const Real* xk, const Real* xv, Real* dxq,
-                          Real* dxk, Real* dxv, std::int64_t batch, int seq);
-  void mlp_forward(int j, const Real* x, Real* out, bool accumulate);
-  void mlp_backward(int j, const Real* dout, const Real* x, Real* dx);
-  // The buffer of a residual-stream index of the topology (kNoStream: null), and its gradient.
-  const Real* residual(int index) const;
-  Real* dresidual(int index);
-  // One planned read's view for the kernels: the read of sublayer j (j == n_sublayers: the final
-  // read) with its weights from w; `sources` receives the source pointers.
-  kernels::DepthRead<Real> depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const;
-  // out: the read's output (the QK route); xv: RD's normalised value-route input.
-  void run_read(int j, Real* out, Real* xv, Real* rms, Real* logits);
-  // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
-  // value-route input again (for Wv's gradient).
-  void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
-  // Value residual of attention layer `layer` (null when it has none): V' from V_1 and its raw V.
-  std::optional<kernels::ValueResidual<Real>> value_residual(int layer) const;
-  kernels::Dwa<Real> dwa(const DwaPlan& plan, const Real** sources) const;
+  // Embedding, the trunk, final norm (into x_final_); and back from the final norm's output
+  // gradient (dx_final_) to the embedding's.
+  void forward_trunk(const Pass<Real>& pass);
+  void backward_trunk(const Pass<Real>& pass);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -245,7 +99,14 @@ class Model {
   ModelWeights<Real> w_;
   ModelWeights<Real> g_;
   std::vector<Real> arena_;
-  Buffers buf_;
+  SublayerBodies<Real> bodies_;
+  TrunkBuffers<Real> trunk_buffers_;  // the embedding and the gradient scratch the trunk shares
+  std::unique_ptr<Trunk<Real>> trunk_;
+  // The model's own activations: the embedding (trunk_buffers_), the final norm's output and RMS
+  // factors, its input in the last forward (a buffer of the trunk's), the LM head's chunk of
+  // logits; with gradients the final norm's output gradient.
+  Real *emb_ = nullptr, *x_final_ = nullptr, *rstd_final_ = nullptr, *ce_logits_ = nullptr, *dx_final_ = nullptr;
+  const Real* final_input_ = nullptr;
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;
   std::vector<double> ce_row_loss_;

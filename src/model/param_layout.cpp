@@ -2,8 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/dwa.hpp"
-#include "kernels/streams.hpp"
+#include "model/trunk.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -14,15 +13,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   const std::int64_t d = c.d_model, h = c.mlp_hidden, V = c.vocab_size;
   const double std_matrix = 0.02;
   const double std_out = 0.02 / std::sqrt(2.0 * c.n_layers);  // residual-writing projections
-  const bool reads = c.uses_depth_reads();
   add("tok_emb.weight", {V, d}, ParamKind::matrix, std_matrix);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
-    if (c.mudd_multiway() && c.mudd_sep_qkv_norm) {
-      add(p + "attn_norm_k.weight", {d}, ParamKind::norm_weight);
-      add(p + "attn_norm_v.weight", {d}, ParamKind::norm_weight);
-    }
+    add_trunk_params(*this, c, ParamPlace::attention_norm, i);
     add(p + "attn.wq.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wv.weight", {d, d}, ParamKind::matrix, std_matrix);
@@ -36,72 +31,14 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     add(p + "mlp.w_gate.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_up.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_down.weight", {d, h}, ParamKind::matrix, std_out);
-    if (reads) {
-      add(p + "attn_res.query", {d}, ParamKind::query);
-      add(p + "attn_res.key_norm.weight", {d}, ParamKind::norm_weight);
-      if (c.has_value_query()) add(p + "attn_res.value_query", {d}, ParamKind::query);
-      add(p + "mlp_res.query", {d}, ParamKind::query);
-      add(p + "mlp_res.key_norm.weight", {d}, ParamKind::norm_weight);
-    }
+    add_trunk_params(*this, c, ParamPlace::layer_end, i);
   }
-  if (c.residual == ResidualMode::denseformer) {
-    for (int i = 1; i <= c.n_layers; ++i) {
-      const auto n = kernels::dwa_sources(i, c.dwa_dilation, c.dwa_period).size();
-      if (n == 0) continue;
-      std::vector<double> identity(n, 0.0);  // the block's own output, last: plain pre-norm at init
-      identity.back() = 1.0;
-      add_fixed("dwa." + std::to_string(i) + ".alpha", std::move(identity), c.dwa_weight_decay);
-    }
-  }
-  for (int j = 0; j < c.n_sublayers() && c.uses_streams(); ++j) {
-    if (c.residual == ResidualMode::hc) add_hyper_connection(c, j);
-    if (c.residual == ResidualMode::mhc) add_mhc(c, j);
-  }
-  if (c.residual == ResidualMode::mudd) add_mudd(c);
-  if (reads) {
-    add("final_res.query", {d}, ParamKind::query);
-    add("final_res.key_norm.weight", {d}, ParamKind::norm_weight);
-  }
+  add_trunk_params(*this, c, ParamPlace::after_layers, -1);
   add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
 }
 
-// MUDD's DA modules (baselines-spec §2.1-2.2, names §6.6): at initialisation every stream is the
-// block output, so the model computes prenorm's function bit for bit. Only W1 draws from the RNG
-// (its own stream, by name); W2, a and the norms are fixed values.
-void ParamLayout::add_mudd(const ModelConfig& c) {
-  const std::int64_t d = c.d_model;
-  const bool decay = c.mudd_decay_all;
-  auto set_decay = [&](bool on) { params_.back().decay = on; };
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = "mudd." + std::to_string(i) + ".";
-    const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i), K = c.mudd_da_hidden(i);
-    if (c.mudd_dynamic) {
-      add(p + "w1", {K, d}, ParamKind::matrix, 1.0 / std::sqrt(static_cast<double>(d)));  // N(0, 1/d)
-      add_fixed(p + "w2", std::vector<double>(static_cast<std::size_t>(C * S * K), 0.0), true, {C * S, K});
-    }
-    // a: the block output (the last source) in every way (base); zero with PrePostDANorm, whose
-    // streams are x + the mix.
-    std::vector<double> a(static_cast<std::size_t>(C * S), 0.0);
-    if (!c.mudd_prepost_norm)
-      for (int w = 0; w < C; ++w) a[static_cast<std::size_t>(w * S + S - 1)] = 1.0;
-    add_fixed(p + "a", std::move(a), decay, {C, S});
-    if (c.mudd_prepost_norm) {
-      if (c.mudd_dynamic) {
-        add(p + "gen_norm.weight", {d}, ParamKind::norm_weight);
-        set_decay(decay);
-      }
-      add_fixed(p + "post_norm.weight", std::vector<double>(static_cast<std::size_t>(d), 1e-3), decay);
-    }
-  }
-  if (c.mudd_prepost_norm)
-    for (int s = 0; s <= c.n_layers; ++s) {
-      add("mudd.src_norm." + std::to_string(s) + ".weight", {d}, ParamKind::norm_weight);
-      set_decay(decay);
-    }
-}
-
-void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {
+ParamInfo& ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std) {
   ParamInfo info;
   info.name = std::move(name);
   info.numel = 1;
@@ -113,52 +50,17 @@ void ParamLayout::add(std::string name, std::vector<std::int64_t> shape, ParamKi
   info.decay = kind == ParamKind::matrix;
   total_ += info.numel;
   params_.push_back(std::move(info));
+  return params_.back();
 }
 
-// HC module of sublayer j (baselines-spec §3.1, §6.2): the init that equals pre-norm, A_m = e_{j mod n},
-// A_r = I, B = 1, W = 0, s = hc_scale_init; no decay on A, B and s, decay on the dynamic W.
-void ParamLayout::add_hyper_connection(const ModelConfig& c, int j) {
-  const int n = c.hc_n, home = j % n;
-  const std::int64_t d = c.d_model;
-  const std::string p = "hc." + std::to_string(j) + ".";
-  std::vector<double> A(static_cast<std::size_t>(n * (n + 1)), 0.0);
-  for (int i = 0; i < n; ++i) {
-    A[static_cast<std::size_t>(i * (n + 1))] = i == home ? 1.0 : 0.0;  // column 0: A_m
-    A[static_cast<std::size_t>(i * (n + 1) + 1 + i)] = 1.0;           // columns 1..n: A_r = I
-  }
-  add_fixed(p + "A", std::move(A), false, {n, n + 1});
-  add_fixed(p + "B", std::vector<double>(static_cast<std::size_t>(n), 1.0), false);
-  if (!c.hc_dynamic) return;
-  add_fixed(p + "w_alpha", std::vector<double>(static_cast<std::size_t>((n + 1) * d), 0.0), true, {n + 1, d});
-  add_fixed(p + "w_beta", std::vector<double>(static_cast<std::size_t>(d), 0.0), true);
-  add_fixed(p + "s_alpha", {c.hc_scale_init}, false);
-  add_fixed(p + "s_beta", {c.hc_scale_init}, false);
-  add(p + "norm.weight", {d}, ParamKind::norm_weight);
-}
-
-// mHC module of sublayer j (baselines-spec §4.1, §6.2): phi [n(n+2), n d] ~ N(0, mhc_phi_std) from
-// its own named stream, alpha = mhc_alpha_init, the bias by mhc_bias_init; decay on phi only.
-void ParamLayout::add_mhc(const ModelConfig& c, int j) {
-  const int n = c.mhc_n, home = j % n, m = kernels::stream_coefficient_count(n);
-  const std::string p = "mhc." + std::to_string(j) + ".";
-  add(p + "phi", {m, static_cast<std::int64_t>(n) * c.d_model}, ParamKind::matrix, c.mhc_phi_std);
-  add_fixed(p + "alpha", std::vector<double>(3, c.mhc_alpha_init), false);
-  std::vector<double> b(static_cast<std::size_t>(m), 0.0);
-  if (c.mhc_bias_init == MhcBiasInit::home_pm3) {
-    for (int i = 0; i < n; ++i) b[static_cast<std::size_t>(i)] = i == home ? 3.0 : -3.0;  // pre; post stays 0
-    for (int i = 0; i < n; ++i)
-      for (int k = 0; k < n; ++k) b[static_cast<std::size_t>(2 * n + i * n + k)] = i == k ? 3.0 : -3.0;  // 6I - 3
-  }
-  add_fixed(p + "b", std::move(b), false);
-}
-
-void ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,
-                            std::vector<std::int64_t> shape) {
+ParamInfo& ParamLayout::add_fixed(std::string name, std::vector<double> values, bool decay,
+                                  std::vector<std::int64_t> shape) {
   if (shape.empty()) shape = {static_cast<std::int64_t>(values.size())};
   add(std::move(name), std::move(shape), ParamKind::fixed);
   require(params_.back().numel == static_cast<std::int64_t>(values.size()), "add_fixed: shape mismatch");
   params_.back().init_values = std::move(values);
   params_.back().decay = decay;
+  return params_.back();
 }
 
 const ParamInfo* ParamLayout::find(const std::string& name) const {

@@ -43,13 +43,13 @@ class ParamLayout {
   const ParamInfo* find(const std::string& name) const;
   const ParamInfo& at(const std::string& name) const;  // throws Error when absent
 
+  // While the layout is built: the next parameter (the model's, then its trunk family's at their
+  // places: model/trunk.hpp's add_trunk_params), returned so a family can set its decay policy.
+  // add_fixed: shape empty is one dimension of values.size().
+  ParamInfo& add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
+  ParamInfo& add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
+
  private:
-  void add(std::string name, std::vector<std::int64_t> shape, ParamKind kind, double init_std = 0);
-  // shape empty: one dimension of values.size().
-  void add_fixed(std::string name, std::vector<double> values, bool decay, std::vector<std::int64_t> shape = {});
-  void add_hyper_connection(const ModelConfig& c, int j);
-  void add_mhc(const ModelConfig& c, int j);
-  void add_mudd(const ModelConfig& config);
 
   std::vector<ParamInfo> params_;
   std::int64_t total_ = 0;

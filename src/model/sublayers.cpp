@@ -1,7 +1,7 @@
-// The two sublayer bodies every residual mode shares: attention and the SwiGLU MLP, from their
-// normalised inputs to their output, and back. How a mode forms those inputs (a running sum, depth
-// reads, DWAs, MUDD's four streams, hyper-connection streams) and where it writes the output is
-// the trunk's business (trunk.cpp and the mode's own trunk file).
+// The sublayer bodies (sublayers.hpp): attention with the value residual, and the SwiGLU MLP.
+#include "model/sublayers.hpp"
+
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/attention.hpp"
@@ -9,7 +9,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
-#include "model/model.hpp"
+#include "model/topology.hpp"
 
 namespace attnres {
 
@@ -39,15 +39,64 @@ void attention_kernel_backward(k::MatmulPrecision precision, Real* dq, Real* dk,
 }  // namespace
 
 template <class Real>
-std::optional<k::ValueResidual<Real>> Model<Real>::value_residual(int layer) const {
+SublayerBodies<Real>::SublayerBodies(const ModelConfig& config, const ModelWeights<Real>& w, ModelWeights<Real>& g,
+                                     bool with_grad)
+    : config_(config), w_(w), g_(g), with_grad_(with_grad), act_(static_cast<std::size_t>(config.n_sublayers())) {}
+
+template <class Real>
+void SublayerBodies<Real>::carve(ArenaCarver<Real>& arena, std::int64_t bt) {
+  auto take = [&](std::int64_t n) { return arena.take(n); };
+  const std::int64_t d = config_.d_model, H = config_.mlp_hidden;
+  for (int j = 0; j < config_.n_sublayers(); ++j) {
+    SublayerActivations<Real>& s = at(j);
+    s.x = take(bt * d);
+    s.rstd = take(bt);
+    if (is_attention(j)) {
+      s.q = take(bt * d);
+      s.k = take(bt * d);
+      s.v = take(bt * d);
+      s.att = take(bt * d);
+      s.lse = take(bt * config_.n_heads);
+    } else {
+      s.gate = take(bt * H);
+      s.up = take(bt * H);
+      s.act = take(bt * H);
+    }
+  }
+  const bool vres = config_.value_residual && config_.n_layers > 1;
+  if (vres) vmix_ = take(bt * d);
+  if (vres && with_grad_) dv1_ = take(bt * d);
+  const int half = config_.head_dim() / 2;
+  rope_cos_ = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
+  rope_sin_ = take(static_cast<std::int64_t>(config_.max_seq_len) * half);
+  if (with_grad_) {
+    for (Real** p : {&dq_, &dk_, &dv_, &datt_}) *p = take(bt * d);
+    for (Real** p : {&dgate_, &dup_, &dact_}) *p = take(bt * H);
+  }
+  if (arena.base != nullptr)
+    k::rope_tables(rope_cos_, rope_sin_, config_.max_seq_len, config_.head_dim(), config_.rope_theta);
+}
+
+template <class Real>
+std::int64_t SublayerBodies<Real>::reduce_scratch(std::int64_t bt) const {
+  return config_.value_residual ? k::value_residual_scratch_size(bt) : 0;
+}
+
+template <class Real>
+void SublayerBodies<Real>::begin_backward(std::int64_t n_tok) {
+  if (dv1_ != nullptr) k::zero(dv1_, n_tok * config_.d_model);
+}
+
+template <class Real>
+std::optional<k::ValueResidual<Real>> SublayerBodies<Real>::value_residual(int layer, std::int64_t n_tok) const {
   if (!config_.value_residual || layer == 0) return std::nullopt;
   const auto lambdas =
       k::vres_lambdas<Real>(config_.vres_mode, w_.layers[static_cast<std::size_t>(layer)].vres_lambda,
                             static_cast<Real>(config_.vres_lambda1), static_cast<Real>(config_.vres_lambda2));
   k::ValueResidual<Real> vr;
-  vr.v1 = buf_.sub[0].v;
-  vr.vn = buf_.sub[static_cast<std::size_t>(2 * layer)].v;
-  vr.n_tok = n_tok_;
+  vr.v1 = at(0).v;
+  vr.vn = at(2 * layer).v;
+  vr.n_tok = n_tok;
   vr.d = config_.d_model;
   vr.lambda1 = lambdas[0];
   vr.lambda2 = lambdas[1];
@@ -55,11 +104,13 @@ std::optional<k::ValueResidual<Real>> Model<Real>::value_residual(int layer) con
 }
 
 template <class Real>
-void Model<Real>::attention_forward(int j, const Real* xq, const Real* xk, const Real* xv, Real* out,
-                                    bool accumulate, std::int64_t batch, int seq, KvCache<Real>* cache) {
-  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+void SublayerBodies<Real>::attention_forward(int j, const Real* xq, const Real* xk, const Real* xv, Real* out,
+                                             bool accumulate, const Pass<Real>& pass) {
+  SublayerActivations<Real>& s = at(j);
   const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
-  const std::int64_t n = n_tok_;
+  const std::int64_t n = pass.n_tok(), batch = pass.batch;
+  const int seq = pass.seq;
+  KvCache<Real>* cache = pass.cache;
   const int d = config_.d_model;
   const int pos0 = cache != nullptr ? cache->length : 0;
   const k::AttentionShape shape{batch, seq, cache != nullptr ? cache->max_seq : seq, config_.n_heads,
@@ -67,12 +118,12 @@ void Model<Real>::attention_forward(int j, const Real* xq, const Real* xk, const
   k::linear_forward(s.q, xq, lw.wq, n, d, d, false, precision_);
   k::linear_forward(s.k, xk, lw.wk, n, d, d, false, precision_);
   k::linear_forward(s.v, xv, lw.wv, n, d, d, false, precision_);
-  k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
-  k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin);
+  k::rope_forward(s.q, n, seq, pos0, config_.n_heads, config_.head_dim(), rope_cos_, rope_sin_);
+  k::rope_forward(s.k, n, seq, pos0, config_.n_heads, config_.head_dim(), rope_cos_, rope_sin_);
   const Real* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
-  if (const auto vr = value_residual(layer_of(j))) {
-    k::value_residual_forward(*vr, buf_.vmix);
-    v = buf_.vmix;
+  if (const auto vr = value_residual(layer_of(j), n)) {
+    k::value_residual_forward(*vr, vmix_);
+    v = vmix_;
   }
   if (cache != nullptr) {
     Real* kc = cache->keys(layer_of(j));
@@ -90,44 +141,51 @@ void Model<Real>::attention_forward(int j, const Real* xq, const Real* xk, const
 }
 
 template <class Real>
-void Model<Real>::attention_backward(int j, const Real* dout, const Real* xq, const Real* xk, const Real* xv,
-                                     Real* dxq, Real* dxk, Real* dxv, std::int64_t batch, int seq) {
-  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+void SublayerBodies<Real>::attention_backward(int j, const Real* dout, const Real* xq, const Real* xk, const Real* xv,
+                                              Real* dxq, Real* dxk, Real* dxv, const Pass<Real>& pass) {
+  const SublayerActivations<Real>& s = at(j);
   const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
   LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
-  Buffers& b = buf_;
-  const std::int64_t n = n_tok_;
+  const std::int64_t n = pass.n_tok(), batch = pass.batch;
+  const int seq = pass.seq;
   const int d = config_.d_model;
   const k::AttentionShape shape{batch, seq, seq, config_.n_heads, config_.head_dim(), 0};
   k::linear_backward_weight(lg.wo, dout, s.att, n, d, d, precision_);
-  k::linear_backward_input(b.datt, dout, lw.wo, n, d, d, false, precision_);
-  const auto vr = value_residual(layer_of(j));
-  if (vr) k::value_residual_forward(*vr, b.vmix);  // V' again, bit for bit
-  attention_kernel_backward(precision_, b.dq, b.dk, b.dv, b.datt, s.q, s.k, vr ? b.vmix : s.v, s.att, s.lse, shape);
+  k::linear_backward_input(datt_, dout, lw.wo, n, d, d, false, precision_);
+  const auto vr = value_residual(layer_of(j), n);
+  if (vr) k::value_residual_forward(*vr, vmix_);  // V' again, bit for bit
+  attention_kernel_backward(precision_, dq_, dk_, dv_, datt_, s.q, s.k, vr ? vmix_ : s.v, s.att, s.lse, shape);
   if (vr) {
     // dv becomes the raw V's gradient; V_1's share waits in dv1 for the first layer.
     Real dlambda[2] = {0, 0};
     const bool learned = config_.vres_parameters() > 0;
-    k::value_residual_backward(*vr, b.dv, b.dv, b.dv1, learned ? dlambda : nullptr, b.reduce);
+    k::value_residual_backward(*vr, dv_, dv_, dv1_, learned ? dlambda : nullptr, reduce_);
     if (learned) k::vres_parameter_gradients(config_.vres_mode, dlambda[0], dlambda[1], lg.vres_lambda);
-  } else if (j == 0 && b.dv1 != nullptr) {
-    k::add_into(b.dv, b.dv1, n * d);
+  } else if (j == 0 && dv1_ != nullptr) {
+    k::add_into(dv_, dv1_, n * d);
   }
-  k::rope_backward(b.dq, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
-  k::rope_backward(b.dk, n, seq, 0, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin);
-  k::linear_backward_weight(lg.wq, b.dq, xq, n, d, d, precision_);
-  k::linear_backward_weight(lg.wk, b.dk, xk, n, d, d, precision_);
-  if (xv != nullptr) k::linear_backward_weight(lg.wv, b.dv, xv, n, d, d, precision_);
-  k::linear_backward_input(dxq, b.dq, lw.wq, n, d, d, false, precision_);
-  k::linear_backward_input(dxk, b.dk, lw.wk, n, d, d, dxk == dxq, precision_);
-  k::linear_backward_input(dxv, b.dv, lw.wv, n, d, d, dxv == dxq || dxv == dxk, precision_);
+  k::rope_backward(dq_, n, seq, 0, config_.n_heads, config_.head_dim(), rope_cos_, rope_sin_);
+  k::rope_backward(dk_, n, seq, 0, config_.n_heads, config_.head_dim(), rope_cos_, rope_sin_);
+  k::linear_backward_weight(lg.wq, dq_, xq, n, d, d, precision_);
+  k::linear_backward_weight(lg.wk, dk_, xk, n, d, d, precision_);
+  if (xv != nullptr) k::linear_backward_weight(lg.wv, dv_, xv, n, d, d, precision_);
+  k::linear_backward_input(dxq, dq_, lw.wq, n, d, d, false, precision_);
+  k::linear_backward_input(dxk, dk_, lw.wk, n, d, d, dxk == dxq, precision_);
+  k::linear_backward_input(dxv, dv_, lw.wv, n, d, d, dxv == dxq || dxv == dxk, precision_);
 }
 
 template <class Real>
-void Model<Real>::mlp_forward(int j, const Real* x, Real* out, bool accumulate) {
-  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+void SublayerBodies<Real>::attention_value_weight_backward(int j, const Real* xv, const Pass<Real>& pass) {
+  const int d = config_.d_model;
+  k::linear_backward_weight(g_.layers[static_cast<std::size_t>(layer_of(j))].wv, dv_, xv, pass.n_tok(), d, d,
+                            precision_);
+}
+
+template <class Real>
+void SublayerBodies<Real>::mlp_forward(int j, const Real* x, Real* out, bool accumulate, const Pass<Real>& pass) {
+  SublayerActivations<Real>& s = at(j);
   const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
-  const std::int64_t n = n_tok_;
+  const std::int64_t n = pass.n_tok();
   const int d = config_.d_model, H = config_.mlp_hidden;
   k::linear_forward(s.gate, x, lw.w_gate, n, d, H, false, precision_);
   k::linear_forward(s.up, x, lw.w_up, n, d, H, false, precision_);
@@ -136,33 +194,22 @@ void Model<Real>::mlp_forward(int j, const Real* x, Real* out, bool accumulate) 
 }
 
 template <class Real>
-void Model<Real>::mlp_backward(int j, const Real* dout, const Real* x, Real* dx) {
-  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+void SublayerBodies<Real>::mlp_backward(int j, const Real* dout, const Real* x, Real* dx, const Pass<Real>& pass) {
+  const SublayerActivations<Real>& s = at(j);
   const LayerWeights<Real>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
   LayerWeights<Real>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
-  Buffers& b = buf_;
-  const std::int64_t n = n_tok_;
+  const std::int64_t n = pass.n_tok();
   const int d = config_.d_model, H = config_.mlp_hidden;
   k::linear_backward_weight(lg.w_down, dout, s.act, n, H, d, precision_);
-  k::linear_backward_input(b.dact, dout, lw.w_down, n, H, d, false, precision_);
-  k::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, n * H);
-  k::linear_backward_weight(lg.w_gate, b.dgate, x, n, d, H, precision_);
-  k::linear_backward_weight(lg.w_up, b.dup, x, n, d, H, precision_);
-  k::linear_backward_input(dx, b.dgate, lw.w_gate, n, d, H, false, precision_);
-  k::linear_backward_input(dx, b.dup, lw.w_up, n, d, H, true, precision_);
+  k::linear_backward_input(dact_, dout, lw.w_down, n, H, d, false, precision_);
+  k::swiglu_backward(dgate_, dup_, dact_, s.gate, s.up, n * H);
+  k::linear_backward_weight(lg.w_gate, dgate_, x, n, d, H, precision_);
+  k::linear_backward_weight(lg.w_up, dup_, x, n, d, H, precision_);
+  k::linear_backward_input(dx, dgate_, lw.w_gate, n, d, H, false, precision_);
+  k::linear_backward_input(dx, dup_, lw.w_up, n, d, H, true, precision_);
 }
 
-// Explicit instantiations of the members defined here (model.cpp instantiates the class).
-#define ATTNRES_SUBLAYER_INSTANTIATIONS(Real)                                                                    \
-  template std::optional<k::ValueResidual<Real>> Model<Real>::value_residual(int) const;                       \
-  template void Model<Real>::attention_forward(int, const Real*, const Real*, const Real*, Real*, bool,          \
-                                               std::int64_t, int, KvCache<Real>*);                              \
-  template void Model<Real>::attention_backward(int, const Real*, const Real*, const Real*, const Real*, Real*,  \
-                                                Real*, Real*, std::int64_t, int);                               \
-  template void Model<Real>::mlp_forward(int, const Real*, Real*, bool);                                        \
-  template void Model<Real>::mlp_backward(int, const Real*, const Real*, Real*);
-ATTNRES_SUBLAYER_INSTANTIATIONS(float)
-ATTNRES_SUBLAYER_INSTANTIATIONS(double)
-#undef ATTNRES_SUBLAYER_INSTANTIATIONS
+template class SublayerBodies<float>;
+template class SublayerBodies<double>;
 
 }  // namespace attnres

@@ -1,5 +1,6 @@
-// Named views into a flat buffer laid out by ParamLayout (parameters or their gradients).
-// Tensors a mode does not have are null.
+// Named views into a flat buffer laid out by ParamLayout (parameters or their gradients): the
+// model's own tensors and the depth reads' (which the CUDA backend shares); the other families bind
+// theirs in their trunks (model/trunk.hpp). Tensors a mode does not have are null.
 #pragma once
 
 #include <span>
@@ -12,9 +13,7 @@ namespace attnres {
 
 template <class Real>
 struct LayerWeights {
-  Real* attn_norm = nullptr;    // MUDD qkvr: the Q input's norm
-  Real* attn_norm_k = nullptr;  // MUDD qkvr with mudd_sep_qkv_norm: the K and V inputs' norms
-  Real* attn_norm_v = nullptr;
+  Real* attn_norm = nullptr;  // MUDD qkvr: the Q input's norm (the K and V inputs': mudd_trunk.cpp)
   Real* wq = nullptr;
   Real* wk = nullptr;
   Real* wv = nullptr;
@@ -31,31 +30,6 @@ struct LayerWeights {
   Real* vres_lambda = nullptr;  // value_residual with learned lambdas, layers >= 1
 };
 
-// The stream module in front of sublayer j (hc, mhc): HC's A .. norm, or mHC's phi, alpha, bias.
-template <class Real>
-struct StreamModuleWeights {
-  Real* A = nullptr;  // hc.{j}.A [n, n+1]
-  Real* B = nullptr;
-  Real* w_alpha = nullptr;  // dynamic HC: [n+1, d]
-  Real* w_beta = nullptr;
-  Real* s_alpha = nullptr;
-  Real* s_beta = nullptr;
-  Real* norm = nullptr;
-  Real* phi = nullptr;  // mhc.{j}.phi [n(n+2), n d]
-  Real* alpha = nullptr;
-  Real* bias = nullptr;
-};
-
-// One MUDD DA module (baselines-spec §2): null where the variant has none.
-template <class Real>
-struct MuddDaWeights {
-  Real* w1 = nullptr;         // [K, d]; null: static
-  Real* w2 = nullptr;         // [C*S, K]
-  Real* a = nullptr;          // [C, S]
-  Real* gen_norm = nullptr;   // PrePostDANorm (dynamic)
-  Real* post_norm = nullptr;  // PrePostDANorm
-};
-
 template <class Real>
 struct ModelWeights {
   Real* tok_emb = nullptr;
@@ -64,11 +38,15 @@ struct ModelWeights {
   Real* final_key_norm = nullptr;
   Real* final_norm = nullptr;
   Real* lm_head = nullptr;  // tok_emb when the embeddings are tied
-  std::vector<Real*> dwa_alpha;  // denseformer: one per Topology::dwas() entry
-  std::vector<StreamModuleWeights<Real>> stream_modules;  // hc, mhc: one per sublayer
-  std::vector<MuddDaWeights<Real>> mudd;  // mudd: one per block (the DA after it)
-  std::vector<Real*> mudd_src_norm;       // mudd with PrePostDANorm: X_0..X_{n_layers}'s norms
 };
+
+// The tensor `name` in a flat buffer laid out by `layout` (parameters or their gradients); null when
+// the layout has no such tensor or the buffer is empty (a model without gradients).
+template <class Real>
+Real* param_view(const ParamLayout& layout, std::span<Real> flat, const std::string& name) {
+  const ParamInfo* p = layout.find(name);
+  return p == nullptr || flat.empty() ? nullptr : flat.data() + p->offset;
+}
 
 template <class Real>
 ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& layout, std::span<Real> flat) {
@@ -82,8 +60,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
     const std::string p = "layers." + std::to_string(i) + ".";
     LayerWeights<Real> l;
     l.attn_norm = get(p + "attn_norm.weight");
-    l.attn_norm_k = get(p + "attn_norm_k.weight");
-    l.attn_norm_v = get(p + "attn_norm_v.weight");
     l.wq = get(p + "attn.wq.weight");
     l.wk = get(p + "attn.wk.weight");
     l.wv = get(p + "attn.wv.weight");
@@ -104,32 +80,6 @@ ModelWeights<Real> bind_weights(const ModelConfig& config, const ParamLayout& la
   w.final_key_norm = get("final_res.key_norm.weight");
   w.final_norm = get("final_norm.weight");
   w.lm_head = config.tie_embeddings ? w.tok_emb : get("lm_head.weight");
-  for (int i = 1; i <= config.n_layers; ++i)
-    if (Real* alpha = get("dwa." + std::to_string(i) + ".alpha")) w.dwa_alpha.push_back(alpha);
-  for (int j = 0; j < config.n_sublayers() && config.uses_streams(); ++j) {
-    const std::string hc = "hc." + std::to_string(j) + ".", mhc = "mhc." + std::to_string(j) + ".";
-    StreamModuleWeights<Real> m;
-    m.A = get(hc + "A");
-    m.B = get(hc + "B");
-    m.w_alpha = get(hc + "w_alpha");
-    m.w_beta = get(hc + "w_beta");
-    m.s_alpha = get(hc + "s_alpha");
-    m.s_beta = get(hc + "s_beta");
-    m.norm = get(hc + "norm.weight");
-    m.phi = get(mhc + "phi");
-    m.alpha = get(mhc + "alpha");
-    m.bias = get(mhc + "b");
-    w.stream_modules.push_back(m);
-  }
-  if (config.residual == ResidualMode::mudd) {
-    for (int i = 0; i < config.n_layers; ++i) {
-      const std::string p = "mudd." + std::to_string(i) + ".";
-      w.mudd.push_back({get(p + "w1"), get(p + "w2"), get(p + "a"), get(p + "gen_norm.weight"),
-                        get(p + "post_norm.weight")});
-    }
-    for (int s = 0; s <= config.n_layers; ++s)
-      if (Real* g = get("mudd.src_norm." + std::to_string(s) + ".weight")) w.mudd_src_norm.push_back(g);
-  }
   return w;
 }
 

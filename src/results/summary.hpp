@@ -1,5 +1,5 @@
 // summary.json: every number of a paired experiment's summary, DIR/summary.json. `attnres report`
-// (experiment/summary.hpp computes it) writes it; nothing in attnres reads it back, it is for
+// (analysis/summary.hpp computes it) writes it; nothing in attnres reads it back, it is for
 // people and scripts, and from_json is the exact statement of its format (tested by a round trip).
 // Values that are not available are null. Format: docs/experiments.md.
 #pragma once
@@ -23,7 +23,7 @@ struct SeedValue {
 };
 
 // summary.json's "paired": the paired statistics of one arm against the baseline, as
-// experiment::paired_stats computes them (see experiment/stats.hpp for the definitions).
+// experiment::paired_stats computes them (see analysis/stats.hpp for the definitions).
 struct PairedSummary {
   int n = 0;
   double mean = kNotAvailable, sd = kNotAvailable, ci_low = kNotAvailable, ci_high = kNotAvailable;
@@ -191,7 +191,7 @@ struct GroupSummary : ArmsResults {
   std::vector<std::string> settings;
 };
 
-// Sequential seeds (experiment/sequential.hpp): every look analysed, and the decision.
+// Sequential seeds (analysis/sequential.hpp): every look analysed, and the decision.
 struct SequentialLook {
   int n = 0;  // seeds
   double mean = kNotAvailable, sd = kNotAvailable;
@@ -216,7 +216,7 @@ struct SequentialSummary {
 
 struct Summary : ArmsResults {
   Protocol experiment;
-  // The power analysis' settings (experiment/stats.hpp): level, target power, the paper's effect.
+  // The power analysis' settings (analysis/stats.hpp): level, target power, the paper's effect.
   double power_alpha = 0, power_target = 0;
   double paper_effect = 0;
   double user_effect = kNotAvailable;   // `--effect`; NaN: none

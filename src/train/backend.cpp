@@ -8,18 +8,6 @@
 
 namespace attnres {
 
-void DepthRouting::mudd_weights(int, int, std::int64_t, std::span<float>) const {
-  fail("this backend keeps no MUDD mixing weights");
-}
-
-void DepthRouting::mudd_source_norms(int, std::int64_t, std::span<float>) const {
-  fail("this backend keeps no MUDD sources");
-}
-
-void DepthRouting::stream_weights(int, std::int64_t, std::span<float>) const {
-  fail("this backend keeps no stream coefficients");
-}
-
 namespace {
 
 // "cpu": nullopt; "cuda": default_gpu; "cuda:N": N.

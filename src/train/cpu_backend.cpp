@@ -15,26 +15,6 @@ namespace attnres::detail {
 
 namespace {
 
-class ModelRouting final : public DepthRouting {
- public:
-  explicit ModelRouting(const Model<float>& model) : model_(model) {}
-  void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const override {
-    model_.read_weights(read, route, token, alpha);
-  }
-  void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const override {
-    model_.mudd_weights(da, way, token, dw);
-  }
-  void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const override {
-    model_.mudd_source_norms(da, token, norms);
-  }
-  void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const override {
-    model_.stream_weights(sublayer, token, coef);
-  }
-
- private:
-  const Model<float>& model_;
-};
-
 class ModelDecoder final : public Decoder {
  public:
   ModelDecoder(Model<float>& model, int batch)
@@ -71,7 +51,7 @@ class CpuModelBackend : public Interface {
   void logits(std::span<const std::int32_t> inputs, int batch, int seq, std::span<float> out) override {
     model_.logits(inputs, batch, seq, out);
   }
-  const DepthRouting* routing() const override { return &routing_; }
+  const Model<float>* host_model() const override { return &model_; }
   std::unique_ptr<Decoder> decoder(int batch) override { return std::make_unique<ModelDecoder>(model_, batch); }
 
  protected:
@@ -82,7 +62,6 @@ class CpuModelBackend : public Interface {
   }
 
   Model<float> model_;
-  ModelRouting routing_{model_};
 };
 
 class CpuInferenceBackend final : public CpuModelBackend<InferenceBackend> {

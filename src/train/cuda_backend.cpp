@@ -10,6 +10,7 @@
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
 #include "cuda/kernels.hpp"
+#include "model/arms.hpp"
 #include "model/safetensors.hpp"
 #include "train/device_backends.hpp"
 #include "util/error.hpp"
@@ -176,12 +177,10 @@ void check_cuda_device(int device) {
 
 namespace {
 
-// The CUDA kernels cover prenorm, full, block and rd; the baseline modes run on the CPU only.
+// The CUDA kernels cover the modes whose record says so (model/arms.hpp); the others run on the CPU only.
 void require_cuda_support(const ModelConfig& config) {
-  const bool cpu_only = config.residual == ResidualMode::denseformer || config.residual == ResidualMode::mudd ||
-                        config.uses_streams();
-  require(!cpu_only, "--device cuda: residual mode '",
-          to_string(config.residual), "' has no CUDA implementation; use --device cpu");
+  require(residual_mode_info(config.residual).cuda, "--device cuda: residual mode '", to_string(config.residual),
+          "' has no CUDA implementation; use --device cpu");
   require(!config.value_residual,
           "--device cuda: model.value_residual has no CUDA implementation; use --device cpu");
 }

@@ -1,5 +1,5 @@
 // Where a trained model computes without training: weights loaded from a file, the mean loss of
-// a batch, logits, and (on the CPU) KV-cache decoding and the depth routing of the last pass.
+// a batch, logits, and (on the CPU) KV-cache decoding and the model behind the last pass.
 // `attnres eval` and `sample` and an experiment's test NLL and routing diagnostics talk to a
 // device only through this interface; TrainBackend (train/backend.hpp) extends it with the
 // optimizer and the training step, so the training loop evaluates through the same calls.
@@ -17,23 +17,8 @@
 
 namespace attnres {
 
-// The depth-routing weights of the last loss() pass (read and route numbered as in
-// model/topology.hpp): what the routing diagnostics need of a model, and nothing more.
-class DepthRouting {
- public:
-  virtual ~DepthRouting() = default;
-  // alpha [n_sources of the read] of one token (row-major index into the pass's batch*seq).
-  virtual void read_weights(int read, int route, std::int64_t token, std::span<float> alpha) const = 0;
-  // MUDD: dw[way, 0..S-1] of DA module `da` for one token (Model::mudd_weights). Backends
-  // without MUDD refuse.
-  virtual void mudd_weights(int da, int way, std::int64_t token, std::span<float> dw) const;
-  // MUDD: the norms of the S sources DA module `da` mixes, for one token
-  // (Model::mudd_source_norms). Backends without MUDD refuse.
-  virtual void mudd_source_norms(int da, std::int64_t token, std::span<float> norms) const;
-  // hc, mhc: the stream coefficients of sublayer `sublayer`'s module for one token, alpha [n, n+1]
-  // then beta [n] (Model::stream_weights). Backends without streams refuse.
-  virtual void stream_weights(int sublayer, std::int64_t token, std::span<float> coef) const;
-};
+template <class Real>
+class Model;  // model/model.hpp
 
 // Incremental decoding with a KV cache: each appended token costs one step of work. Holds a
 // reference to its backend's model, so it must not outlive the backend.
@@ -63,8 +48,10 @@ class InferenceBackend {
   // Logits [batch, seq, vocab] (host, fp32) for inputs [batch, seq].
   virtual void logits(std::span<const std::int32_t> inputs, int batch, int seq, std::span<float> out) = 0;
 
-  // The routing of the last loss() pass; null where the device does not keep it (CUDA).
-  virtual const DepthRouting* routing() const { return nullptr; }
+  // The model behind this backend when it computes on the host (the CPU), whose depth view and
+  // per-pass queries show what the last loss() pass mixed across depth (model/diagnostics.hpp);
+  // null where the device keeps nothing on the host (CUDA).
+  virtual const Model<float>* host_model() const { return nullptr; }
   // A decoder for `batch` rows with a context of the model's max_seq_len; an error where the
   // device has no KV-cache decoding (CUDA).
   virtual std::unique_ptr<Decoder> decoder(int batch);

@@ -508,7 +508,7 @@ TEST_F(CliTest, ExperimentRecordsDenseFormerConnections) {
   EXPECT_TRUE(contains(text, "Depth connections: denseformer 'dwa'")) << text;
 }
 
-// MUDD's connections: the token-mean mixing weights of every DA, per way (experiment/routing.hpp).
+// MUDD's connections: the token-mean mixing weights of every DA, per way (experiment/diagnostics.hpp).
 TEST_F(CliTest, ExperimentRecordsMuddConnections) {
   TempDir runs("attnres_cli_exp_mudd");
   const std::string out = runs.str("e");
@@ -551,7 +551,7 @@ TEST_F(CliTest, ExperimentRecordsMuddConnections) {
 }
 
 // HC's and mHC's diagnostics: the unfolded connections (per token for dynamic HC and mHC, from the
-// weights for static HC) and the Amax gains of the stream mixing (experiment/routing.hpp).
+// weights for static HC) and the Amax gains of the stream mixing (experiment/diagnostics.hpp).
 TEST_F(CliTest, ExperimentRecordsStreamDiagnostics) {
   TempDir runs("attnres_cli_exp_streams");
   const std::string out = runs.str("e");

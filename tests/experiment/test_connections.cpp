@@ -1,4 +1,4 @@
-// The static depth connections result.json records (experiment/routing.hpp): DenseFormer's DWA
+// The static depth connections result.json records (model/diagnostics.hpp): DenseFormer's DWA
 // weights and static HC's unfolded dense connections, read from a weights file.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -6,9 +6,10 @@
 #include <filesystem>
 #include <functional>
 
-#include "experiment/routing.hpp"
+#include "model/diagnostics.hpp"
 #include "model/param_layout.hpp"
 #include "model/safetensors.hpp"
+#include "results/run_result.hpp"
 
 namespace attnres::experiment {
 namespace {
@@ -58,7 +59,7 @@ TEST(Connections, HcAtInitIsThePreNormSum) {
     ASSERT_EQ(row.sources.size(), static_cast<std::size_t>(k + 1));  // emb, then sublayers 0 .. k-1
     for (double w : row.weights) EXPECT_DOUBLE_EQ(w, k == 4 ? 3.0 : 1.0);
   }
-  // Dynamic HC's connections vary by token: the evaluation pass gives them (stream_diagnostics).
+  // Dynamic HC's connections vary by token: the evaluation pass gives them (experiment::diagnose).
   EXPECT_TRUE(connections_of(hc_config(true), [](const ParamLayout&, std::vector<double>&) {}).empty());
 }
 

@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "experiment/fixture.hpp"
-#include "experiment/report.hpp"
-#include "experiment/summary.hpp"
+#include "analysis/report.hpp"
+#include "analysis/summary.hpp"
 #include "util/atomic_file.hpp"
 
 namespace attnres::experiment {

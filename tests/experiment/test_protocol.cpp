@@ -10,7 +10,7 @@
 #include "experiment/protocol.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/runner.hpp"
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 #include "util/error.hpp"
 
 using namespace attnres;

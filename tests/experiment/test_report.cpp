@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "experiment/fixture.hpp"
-#include "experiment/plots.hpp"
-#include "experiment/report.hpp"
-#include "experiment/svg.hpp"
+#include "analysis/plots.hpp"
+#include "analysis/report.hpp"
+#include "analysis/svg.hpp"
 #include "util/atomic_file.hpp"
 
 namespace attnres::experiment {

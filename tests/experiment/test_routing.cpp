@@ -1,12 +1,12 @@
-// MUDD's routing distributions (experiment/routing.hpp, baselines-spec §6.5) on a case small enough
+// MUDD's routing distributions (model/diagnostics.hpp, baselines-spec §6.5) on a case small enough
 // to compute by hand: two sources, norms ‖X_0‖ = 2, ‖X_1‖ = 1, and one token's dw per way.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "experiment/routing.hpp"
-#include "experiment/stats.hpp"
+#include "model/diagnostics.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -11,8 +11,8 @@
 #include <boost/math/distributions/normal.hpp>
 #include <boost/math/quadrature/gauss_kronrod.hpp>
 
-#include "experiment/sequential.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/sequential.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <vector>
 
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -1,4 +1,4 @@
-// The n-stream modes' depth diagnostics (experiment/stream_mixing.hpp) on small cases worked out
+// The n-stream modes' depth diagnostics (model/stream_mixing.hpp) on small cases worked out
 // by hand: the Amax gain of a matrix and of the composite H_res product, and the per-token
 // unfolded connections c_kj = B_j (prod R) A_m^k averaged over tokens. Coefficients are laid out
 // as the model saves them: per sublayer alpha [n, n+1] (column 0 the read A_m, alpha[i, k+1] =
@@ -7,7 +7,8 @@
 
 #include <vector>
 
-#include "experiment/stream_mixing.hpp"
+#include "model/stream_mixing.hpp"
+#include "results/run_result.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -6,10 +6,10 @@
 #include <numbers>
 
 #include "experiment/fixture.hpp"
-#include "experiment/format.hpp"
-#include "experiment/stats.hpp"
-#include "experiment/summary.hpp"
-#include "experiment/tables.hpp"
+#include "analysis/format.hpp"
+#include "analysis/stats.hpp"
+#include "analysis/summary.hpp"
+#include "analysis/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model_util.hpp"
+#include "kernels/dwa.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 

@@ -212,5 +212,21 @@ class CliTest(unittest.TestCase):
                 self.assertIn(message, str(caught.exception))
 
 
+class ConfigKeysTest(unittest.TestCase):
+    """python/attnres/config.py accepts exactly the model keys `attnres config --keys` lists, besides
+    the keys of the modes the C++ lacks yet (PENDING_KEYS, which only those modes write)."""
+
+    def test_the_package_accepts_exactly_the_listed_model_keys(self):
+        support.need_binary(self)
+        import dataclasses
+        from attnres import config
+        listed = {line.split()[0][len("model."):] for line in support.cli("config", "--keys").stdout.splitlines()
+                  if line.startswith("model.")}
+        accepted = {f.name for f in dataclasses.fields(config.ModelConfig)}
+        self.assertTrue(listed)
+        self.assertEqual(listed, accepted - set(config.PENDING_KEYS))
+        self.assertTrue(set(config.PENDING_KEYS) <= accepted)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,15 +6,17 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "common/cli_util.hpp"
 #include "common/model_util.hpp"
 #include "data/loader.hpp"
-#include "experiment/routing.hpp"
+#include "experiment/diagnostics.hpp"
 #include "model/model.hpp"
 #include "model/safetensors.hpp"
 #include "model/topology.hpp"
+#include "results/run_result.hpp"
 #include "train/backend.hpp"
 #include "train/evaluate.hpp"
 #include "train/inference.hpp"
@@ -58,7 +60,7 @@ TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
   const std::vector<std::int32_t> tokens = random_tokens(B, T, c.vocab_size, 11);
   EXPECT_EQ(backend->loss(tokens, B, T), model.forward(tokens, B, T));
   const Topology topology(c);
-  const DepthRouting* routing = backend->routing();
+  const Model<float>* routing = backend->host_model();
   ASSERT_NE(routing, nullptr);
   int compared = 0;
   for (int r = 0; topology.has_reads() && r <= topology.final_read(); ++r) {
@@ -132,9 +134,9 @@ TEST(InferenceBackend, TrainBackendAnswersTheSameCalls) {
   train->load_weights(path.string());
   const std::vector<std::int32_t> tokens = random_tokens(B, T, c.vocab_size, 3);
   EXPECT_EQ(train->loss(tokens, B, T), saved.model.forward(tokens, B, T));
-  ASSERT_NE(train->routing(), nullptr);
+  ASSERT_NE(train->host_model(), nullptr);
   std::vector<float> got(3), want(3);
-  train->routing()->read_weights(3, 0, 1, got);  // sublayer 3 reads [emb, b_1, partial]
+  train->host_model()->read_weights(3, 0, 1, got);  // sublayer 3 reads [emb, b_1, partial]
   saved.model.read_weights(3, 0, 1, want);
   EXPECT_EQ(got, want);
 }
@@ -184,7 +186,7 @@ TEST(InferenceBackend, EvaluationOfACheckpointIsUnchanged) {
   EXPECT_GT(got.tokens, 0);
 }
 
-// MUDD's connections for an experiment's result.json (experiment/routing.hpp): the token-mean of
+// MUDD's connections for an experiment's result.json (experiment/diagnostics.hpp): the token-mean of
 // each DA's mixing weights, read through the backend's routing.
 TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
   TempDir dir("attnres_inference_mudd");
@@ -200,7 +202,7 @@ TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
     SavedModel saved(c, B, T, path);  // random weights: dw varies by token when dynamic
     const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
     backend->load_weights(path.string());
-    const auto connections = experiment::mudd_connections(*backend, val, B, T, 64);
+    const auto connections = experiment::diagnose(*backend, val, B, T, 64).connections;
     ASSERT_EQ(connections.size(), 4u);
     const char* names[] = {"mudd.q", "mudd.k", "mudd.v", "mudd.r"};
     for (int w = 0; w < 4; ++w) {
@@ -232,7 +234,7 @@ TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
     init_params<float>(init.layout(), 3, init.params());
     save_weights<float>(path.string(), c, init.layout(), init.params());
     backend->load_weights(path.string());
-    for (const auto& way : experiment::mudd_connections(*backend, val, B, T, 64))
+    for (const auto& way : experiment::diagnose(*backend, val, B, T, 64).connections)
       for (const auto& row : way.rows)
         for (std::size_t j = 0; j < row.weights.size(); ++j)
           EXPECT_EQ(row.weights[j], j + 1 == row.weights.size() ? 1.0 : 0.0) << way.name << " " << row.target;
@@ -241,10 +243,10 @@ TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
   ModelConfig prenorm = c;
   prenorm.residual = ResidualMode::prenorm;
   const std::unique_ptr<InferenceBackend> pre = make_inference_backend("cpu", prenorm, B, T);
-  EXPECT_TRUE(experiment::mudd_connections(*pre, val, B, T, 64).empty());
+  EXPECT_TRUE(experiment::diagnose(*pre, val, B, T, 64).connections.empty());
 }
 
-// MUDD's routing diagnostic (experiment/routing.hpp, baselines-spec §6.5): per block, the token
+// MUDD's routing diagnostic (experiment/diagnostics.hpp, baselines-spec §6.5): per block, the token
 // means of p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖ of the Q, K and V ways of the DA feeding
 // it and the per-token JS(p_Q, p_V), JS(p_K, p_V), recomputed here from the routing of the pass
 // (one batch: the backend's routing afterwards is the pass the diagnostic read).
@@ -273,13 +275,13 @@ TEST(InferenceBackend, MuddRoutingIsThePerTokenJsOfTheWeighedWays) {
     SavedModel saved(c, B, T, path);
     const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
     backend->load_weights(path.string());
-    const auto layers = experiment::routing_diagnostics(*backend, val, B, T, B * T);
+    const auto layers = experiment::diagnose(*backend, val, B, T, B * T).routing;
     ASSERT_EQ(layers.size(), 3u) << variant;
     EXPECT_EQ(layers[0].sources, 1);  // block 0 reads the embedding alone
     EXPECT_EQ(layers[0].k_mean, std::vector<double>{1.0});
     EXPECT_EQ(layers[0].js_nats, 0.0);
     EXPECT_EQ(layers[0].js_k_nats, 0.0);
-    const DepthRouting& routing = *backend->routing();
+    const Model<float>& routing = *backend->host_model();
     for (int b = 1; b < 3; ++b) {
       const auto& l = layers[static_cast<std::size_t>(b)];
       SCOPED_TRACE(std::string(variant) + " block " + std::to_string(b));
@@ -320,12 +322,27 @@ TEST(InferenceBackend, MuddRoutingIsThePerTokenJsOfTheWeighedWays) {
   r.mudd_ways = MuddWays::r;
   r.vocab_size = val.vocab_size();
   r.max_seq_len = T;
-  EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
+  EXPECT_TRUE(experiment::diagnose(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).routing.empty());
   r.residual = ResidualMode::prenorm;
-  EXPECT_TRUE(experiment::routing_diagnostics(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).empty());
+  EXPECT_TRUE(experiment::diagnose(*make_inference_backend("cpu", r, B, T), val, B, T, B * T).routing.empty());
 }
 
 namespace {
+
+// HC's and mHC's part of a run's diagnostics (experiment::diagnose): the connections of the
+// stream mixing and its Amax gains; nullopt for modes without streams.
+struct StreamDiagnostics {
+  results::Connections connections;
+  results::AmaxGain gain;
+};
+std::optional<StreamDiagnostics> stream_diagnostics(InferenceBackend& backend, const data::TokenDataset& split,
+                                                    int batch, int seq, std::int64_t max_tokens) {
+  DepthDiagnostics d = experiment::diagnose(backend, split, batch, seq, max_tokens);
+  if (!d.amax_gain) return std::nullopt;
+  EXPECT_EQ(d.connections.size(), 1u);
+  if (d.connections.size() != 1) return std::nullopt;
+  return StreamDiagnostics{d.connections[0], *d.amax_gain};
+}
 
 void expect_same_connections(const results::Connections& got, const results::Connections& want, double tolerance) {
   EXPECT_EQ(got.name, want.name);
@@ -351,7 +368,7 @@ double largest_difference(const results::Connections& a, const results::Connecti
 
 }  // namespace
 
-// HC's and mHC's diagnostics for an experiment's result.json (experiment/routing.hpp): the token
+// HC's and mHC's diagnostics for an experiment's result.json (experiment/diagnostics.hpp): the token
 // mean of each token's unfolded connections and the Amax gains, through the backend's routing.
 TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   TempDir dir("attnres_inference_streams");
@@ -368,9 +385,9 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   const auto diagnostics = [&](const ModelConfig& c) {
     const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
     backend->load_weights(path.string());
-    std::optional<experiment::StreamDiagnostics> d = experiment::stream_diagnostics(*backend, val, B, T, 64);
+    std::optional<StreamDiagnostics> d = stream_diagnostics(*backend, val, B, T, 64);
     EXPECT_TRUE(d.has_value());
-    return d.value_or(experiment::StreamDiagnostics{});
+    return d.value_or(StreamDiagnostics{});
   };
   const auto save_initial = [&](const ModelConfig& c) {
     Model<float> init(c, 1, 1, false);
@@ -383,9 +400,9 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   const ModelConfig hc_static =
       config({.name = "hc_static", .residual = ResidualMode::hc, .n_streams = 3, .hc_dynamic = false});
   { SavedModel saved(hc_static, B, T, path); }  // random weights
-  const experiment::StreamDiagnostics st = diagnostics(hc_static);
+  const StreamDiagnostics st = diagnostics(hc_static);
   const std::vector<results::Connections> exact =
-      experiment::static_connections(hc_static, read_safetensors(path.string()), path.string());
+      static_connections(hc_static, read_safetensors(path.string()), path.string());
   ASSERT_EQ(exact.size(), 1u);
   expect_same_connections(st.connections, exact[0], 1e-12);
   EXPECT_GT(std::abs(exact[0].rows[2].weights[1] - 1.0), 1e-3);  // not the initial all-ones
@@ -399,19 +416,19 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   const ModelConfig hc = config({.name = "hc", .residual = ResidualMode::hc, .n_streams = 3});
   {
     SavedModel saved(hc, B, T, path);
-    const experiment::StreamDiagnostics dy = diagnostics(hc);
+    const StreamDiagnostics dy = diagnostics(hc);
     EXPECT_EQ(dy.connections.name, "hc");
     ASSERT_EQ(dy.connections.rows.size(), static_cast<std::size_t>(L + 1));
     ModelConfig static_part = hc;
     static_part.hc_dynamic = false;
     const std::vector<results::Connections> part =
-        experiment::static_connections(static_part, read_safetensors(path.string()), path.string());
+        static_connections(static_part, read_safetensors(path.string()), path.string());
     EXPECT_GT(largest_difference(dy.connections, part[0]), 1e-3);
     // Every token's own product: the forward gains recomputed here token by token from the model,
     // over the windows the diagnostics read (one pass of B windows).
     const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", hc, B, T);
     backend->load_weights(path.string());
-    const experiment::StreamDiagnostics one = *experiment::stream_diagnostics(*backend, val, B, T, B * T);
+    const StreamDiagnostics one = *stream_diagnostics(*backend, val, B, T, B * T);
     const data::BatchLoader order(val, 1, T, 0);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
     for (int w = 0; w < B; ++w)
@@ -442,7 +459,7 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
   // At initialisation (W_alpha = w_beta = 0) every token's coefficients are A = [e_home, I] and
   // B = 1: pre-norm's running sum (1 from every earlier output, n at the sum readout), gains 1.
   save_initial(hc);
-  const experiment::StreamDiagnostics init = diagnostics(hc);
+  const StreamDiagnostics init = diagnostics(hc);
   for (const auto& row : init.connections.rows)
     for (double w : row.weights) EXPECT_EQ(w, row.target == L ? 3.0 : 1.0) << "target " << row.target;
   for (double g : {init.gain.composite_forward_mean, init.gain.composite_forward_max, init.gain.composite_backward_mean,
@@ -455,7 +472,7 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
     const ModelConfig mhc =
         config({.name = "mhc", .residual = ResidualMode::mhc, .n_streams = 3, .sinkhorn_order = order});
     { SavedModel saved(mhc, B, T, path); }
-    const experiment::StreamDiagnostics m = diagnostics(mhc);
+    const StreamDiagnostics m = diagnostics(mhc);
     SCOPED_TRACE(kernels::to_string(order));
     EXPECT_EQ(m.connections.name, "mhc");
     ASSERT_EQ(m.connections.rows.size(), static_cast<std::size_t>(L + 1));
@@ -468,5 +485,5 @@ TEST(InferenceBackend, StreamDiagnosticsArePerTokenConnectionsAndGains) {
 
   // Other modes have no streams.
   const std::unique_ptr<InferenceBackend> block = make_inference_backend("cpu", config({"block", ResidualMode::block}), B, T);
-  EXPECT_FALSE(experiment::stream_diagnostics(*block, val, B, T, 64).has_value());
+  EXPECT_FALSE(stream_diagnostics(*block, val, B, T, 64).has_value());
 }

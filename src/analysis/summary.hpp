@@ -7,7 +7,7 @@
 //   DIR/runs/<arm>/seed-<seed>/result.json  one finished run (results/run_result.hpp); absent: missing
 //   DIR/summary.json                        written by summarize() (results/summary.hpp)
 //
-// Rendering: experiment/tables.hpp (terminal, Markdown and HTML tables), experiment/report.hpp.
+// Rendering: analysis/tables.hpp (terminal, Markdown and HTML tables), analysis/report.hpp.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +96,7 @@ results::Summary summary_file(const ExperimentSummary& summary);
 // The sequential analysis of an experiment with [experiment.sequential]: the primary arm's paired
 // ΔNLL against the baseline at the last validation milestone, over the seeds finished in both from
 // the first seed on (a gap ends the sequence), looked at with the design's boundaries at the
-// calibrated level (experiment/sequential.hpp). None without a sequential design.
+// calibrated level (analysis/sequential.hpp). None without a sequential design.
 std::optional<results::SequentialSummary> sequential_summary(const ExperimentSummary& summary);
 
 // One sentence a newcomer can read: the verdict of arm `a` of comparison `c` against the baseline,

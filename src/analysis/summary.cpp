@@ -1,15 +1,15 @@
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 #include "results/instability.hpp"
-#include "experiment/sequential.hpp"
+#include "analysis/sequential.hpp"
 #include "model/arms.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -1,4 +1,4 @@
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,9 +1,9 @@
-#include "experiment/svg.hpp"
+#include "analysis/svg.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 
 namespace attnres::experiment {
 

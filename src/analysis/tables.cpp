@@ -1,12 +1,12 @@
-#include "experiment/tables.hpp"
+#include "analysis/tables.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
 
-#include "experiment/format.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/format.hpp"
+#include "analysis/stats.hpp"
 #include "results/instability.hpp"
 #include "model/arms.hpp"
 #include "util/error.hpp"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "experiment/format.hpp"
-#include "experiment/plots.hpp"
-#include "experiment/svg.hpp"
+#include "analysis/format.hpp"
+#include "analysis/plots.hpp"
+#include "analysis/svg.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 
 namespace attnres::experiment {
 

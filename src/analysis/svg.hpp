@@ -1,5 +1,5 @@
 // A minimal SVG writer and the axis, tick and legend drawing the report's plots share
-// (experiment/plots.cpp). No xmlns attribute: inline SVG in HTML5 needs none, and the page must
+// (analysis/plots.cpp). No xmlns attribute: inline SVG in HTML5 needs none, and the page must
 // not reference any URL.
 #pragma once
 

@@ -1,13 +1,13 @@
 // The human-readable report of a paired experiment: DIR/report.md (the tables) and DIR/report.html,
 // one self-contained page (inline CSS and SVG, no scripts, no external resources) with plots of
 // validation NLL against tokens, paired ΔNLL per seed, depth-routing heatmaps, JS per layer,
-// training loss, and the tables. The page is assembled here from experiment/plots.hpp and
-// experiment/tables.hpp.
+// training loss, and the tables. The page is assembled here from analysis/plots.hpp and
+// analysis/tables.hpp.
 #pragma once
 
 #include <string>
 
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 
 namespace attnres::experiment {
 

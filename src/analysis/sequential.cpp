@@ -1,4 +1,4 @@
-#include "experiment/sequential.hpp"
+#include "analysis/sequential.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <boost/math/distributions/students_t.hpp>
 #include <boost/math/tools/roots.hpp>
 
-#include "experiment/stats.hpp"
+#include "analysis/stats.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

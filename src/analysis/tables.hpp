@@ -1,13 +1,13 @@
 // The summary as tables: validation and test NLL statistics, routing JS, systems. A Table is
 // rendering-neutral; format_summary_table renders the headline ones as aligned text for the
-// terminal, the report (experiment/report.hpp) renders them all as Markdown and HTML.
+// terminal, the report (analysis/report.hpp) renders them all as Markdown and HTML.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "experiment/summary.hpp"
+#include "analysis/summary.hpp"
 
 namespace attnres::experiment {
 

@@ -1,14 +1,14 @@
-#include "experiment/plots.hpp"
+#include "analysis/plots.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
 
-#include "experiment/format.hpp"
+#include "analysis/format.hpp"
 #include "model/arms.hpp"
-#include "experiment/stats.hpp"
-#include "experiment/svg.hpp"
+#include "analysis/stats.hpp"
+#include "analysis/svg.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {

@@ -1,11 +1,11 @@
-#include "experiment/stream_mixing.hpp"
+#include "model/stream_mixing.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres {
 
 namespace {
 
@@ -79,12 +79,12 @@ void UnfoldedConnections::add(std::span<const double> coefficients) {
   ++tokens_;
 }
 
-results::Connections UnfoldedConnections::mean(const std::string& name) const {
+Connections UnfoldedConnections::mean(const std::string& name) const {
   require(tokens_ > 0, "unfolded connections of no token");
-  results::Connections out;
+  Connections out;
   out.name = name;
   for (int k = 0; k <= sublayers_; ++k) {
-    results::ConnectionRow row;
+    ConnectionRow row;
     row.target = k;
     const double* sum = sum_.data() + static_cast<std::size_t>(k) * (k + 1) / 2;
     for (int s = 0; s <= k; ++s) {
@@ -134,9 +134,9 @@ void AmaxGainSum::add(std::span<const double> coefficients) {
   ++tokens_;
 }
 
-results::AmaxGain AmaxGainSum::result() const {
+AmaxGain AmaxGainSum::result() const {
   require(tokens_ > 0, "Amax gains of no token");
-  results::AmaxGain g = g_;
+  AmaxGain g = g_;
   // sum / count of equal values (static HC's) can round above their max: a mean never exceeds it.
   g.composite_forward_mean = std::min(g.composite_forward_mean / static_cast<double>(tokens_), g.composite_forward_max);
   g.composite_backward_mean =
@@ -144,4 +144,4 @@ results::AmaxGain AmaxGainSum::result() const {
   return g;
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "results/run_result.hpp"
+#include "model/diagnostics.hpp"
 
-namespace attnres::experiment {
+namespace attnres {
 
 // A matrix's gains (MHC-P §3.1): forward = the largest absolute row sum max_i |sum_j M_ij|,
 // backward = the largest absolute column sum max_j |sum_i M_ij|.
@@ -31,7 +31,7 @@ Gain amax_gain(std::span<const double> matrix, int n);  // row-major n x n
 // The unfolded dense connections (HC-P §4.5 eq. 27) averaged over tokens: how much of each
 // earlier output reaches each sublayer's input, per token c_kj = B_j (R_{k-1} ... R_{j+1}) A_m^k
 // with that token's coefficients in every sublayer (j: the source, k: the target). Rows as
-// result.json records them (results::Connections): targets the sublayers 0 .. n_sublayers - 1
+// result.json records them (Connections): targets the sublayers 0 .. n_sublayers - 1
 // and the exit n_sublayers; source 0 is the embedding (every stream's copy enters with weight 1),
 // source s > 0 the output of sublayer s - 1.
 class UnfoldedConnections {
@@ -39,7 +39,7 @@ class UnfoldedConnections {
   // readout_scale: the exit's weight per stream (1: the sum, 1/n: the mean).
   UnfoldedConnections(int n, int n_sublayers, double readout_scale);
   void add(std::span<const double> coefficients);  // one token: n_sublayers x n(n+2) values
-  results::Connections mean(const std::string& name) const;  // over the tokens added (at least one)
+  Connections mean(const std::string& name) const;  // over the tokens added (at least one)
 
  private:
   int n_, sublayers_;
@@ -50,19 +50,19 @@ class UnfoldedConnections {
   std::int64_t tokens_ = 0;
 };
 
-// The Amax gains over tokens (results::AmaxGain): per token the composite P = R_{L-1} ... R_0
+// The Amax gains over tokens (AmaxGain): per token the composite P = R_{L-1} ... R_0
 // over all L sublayers and its gains, and each single R_j's.
 class AmaxGainSum {
  public:
   AmaxGainSum(int n, int n_sublayers);
   void add(std::span<const double> coefficients);  // one token, as UnfoldedConnections::add
-  results::AmaxGain result() const;                // over the tokens added (at least one)
+  AmaxGain result() const;                // over the tokens added (at least one)
 
  private:
   int n_, sublayers_;
   std::vector<double> r_, product_, next_;  // [n, n] each
-  results::AmaxGain g_;                     // means as sums until result()
+  AmaxGain g_;                     // means as sums until result()
   std::int64_t tokens_ = 0;
 };
 
-}  // namespace attnres::experiment
+}  // namespace attnres

@@ -1,13 +1,13 @@
-#include "experiment/report.hpp"
+#include "analysis/report.hpp"
 
 #include <algorithm>
 #include <filesystem>
 
-#include "experiment/format.hpp"
-#include "experiment/stats.hpp"
+#include "analysis/format.hpp"
+#include "analysis/stats.hpp"
 #include "model/arms.hpp"
-#include "experiment/plots.hpp"
-#include "experiment/tables.hpp"
+#include "analysis/plots.hpp"
+#include "analysis/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
