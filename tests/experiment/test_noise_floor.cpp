@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli_util.hpp"
+#include "experiment/protocol_util.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/protocol.hpp"
 #include "analysis/sequential.hpp"
@@ -25,41 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A tiny model and budget: 16 steps of 4 x 32 tokens, one thread (bit-reproducible).
-constexpr const char* kModelTrain = R"(
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-mlp_hidden = 64
-n_blocks = 2
-
-[train]
-seq_len = 32
-batch_size = 4
-tokens = 2048
-eval_tokens = 512
-checkpoint_every = 8
-threads = 1
-milestones = [0.5, 1.0]
-)";
-
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.str(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string protocol_error(const std::string& path) {
-  try {
-    experiment::read_protocol(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+const std::string kModelTrain = tiny_model_train("[0.5, 1.0]");
 
 class NoiseFloorTest : public ::testing::Test {
  protected:

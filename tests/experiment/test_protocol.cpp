@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli_util.hpp"
+#include "experiment/protocol_util.hpp"
 #include "experiment/protocol.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/runner.hpp"
@@ -19,45 +20,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A tiny model and budget: 16 steps of 4 x 32 tokens, one thread (bit-reproducible).
-constexpr const char* kModelTrain = R"(
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-mlp_hidden = 64
-n_blocks = 2
-
-[train]
-seq_len = 32
-batch_size = 4
-tokens = 2048
-eval_tokens = 512
-checkpoint_every = 8
-threads = 1
-milestones = [0.25, 0.5, 1.0]
-)";
-
-std::string write_protocol(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.str(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string error_of(const std::string& path) {
-  try {
-    experiment::read_protocol(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+const std::string kModelTrain = tiny_model_train("[0.25, 0.5, 1.0]");
 
 }  // namespace
 
 TEST(Protocol, ReadsMainArmsControlsAndProbes) {
   TempDir dir("attnres_protocol_read");
-  const std::string path = write_protocol(dir, "p.toml", std::string(R"(
+  const std::string path = write_file(dir, "p.toml", std::string(R"(
 [experiment]
 name = "study"
 description = "a test"
@@ -130,8 +99,8 @@ TEST(Protocol, ErrorsNameTheFileLineAndKey) {
       {"[experiment\n", "p.toml:1"},
   };
   for (const Case& c : cases) {
-    const std::string path = write_protocol(dir, "p.toml", c.text);
-    const std::string error = error_of(path);
+    const std::string path = write_file(dir, "p.toml", c.text);
+    const std::string error = protocol_error(path);
     EXPECT_NE(error.find(c.expected), std::string::npos) << "protocol:\n" << c.text << "\nerror: " << error;
   }
 }
@@ -181,8 +150,6 @@ class StudyTest : public ::testing::Test {
 };
 TempDir* StudyTest::dir_ = nullptr;
 
-nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
-
 const nlohmann::json& group_named(const nlohmann::json& groups, const std::string& name) {
   for (const auto& g : groups)
     if (g.at("name") == name) return g;
@@ -209,7 +176,7 @@ name = "shallow"
 arms = ["block", "rd"]
 set = ["model.n_layers=1", "model.n_blocks=1"]
 )" + kModelTrain;
-  const std::string path = write_protocol(runs, "mini.toml", protocol);
+  const std::string path = write_file(runs, "mini.toml", protocol);
   const std::string out = runs.str("exp");
   CliResult r = run_cli("experiment --protocol " + path + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -256,7 +223,7 @@ set = ["model.n_layers=1", "model.n_blocks=1"]
   EXPECT_EQ(fs::last_write_time(dir / "runs/shallow/rd/seed-2/result.json"), stamp);
   std::string changed = protocol;
   changed.replace(changed.find("budget = 0.5"), 12, "budget = 0.25");
-  const std::string changed_path = write_protocol(runs, "changed.toml", changed);
+  const std::string changed_path = write_file(runs, "changed.toml", changed);
   r = run_cli("experiment --protocol " + changed_path + " --out " + out);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("different experiment"), std::string::npos) << r.output;
@@ -292,7 +259,7 @@ baseline = "rd"
 arms = ["rd-average"]
 budget = 0.5
 )" + kModelTrain + "decay = \"constant\"\nwarmup_fraction = 0.0\n";
-  const std::string path = write_protocol(runs, "reuse.toml", protocol);
+  const std::string path = write_file(runs, "reuse.toml", protocol);
   const std::string out = runs.str("exp");
   // --dry-run lists the runs (the reused baselines are not among them) and writes nothing.
   CliResult dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
