@@ -19,6 +19,7 @@
 
 #include "common/cli_util.hpp"
 #include "common/tiny_model.hpp"
+#include "cli/cli_checks.hpp"
 #include "data/dataset_identity.hpp"
 #include "model/safetensors.hpp"
 #include "util/dir_lock.hpp"
@@ -28,19 +29,6 @@ using namespace attnres::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// 8 steps of 4 x 32 tokens of a model small enough for tests.
-const std::string kTiny = kTinyModel + " --set train.tokens=1024 --set train.eval_tokens=256 "
-                                       "--set train.checkpoint_every=4 --set train.threads=1";
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-void expect_user_error(const std::string& args, const std::vector<std::string>& parts) {
-  const CliResult r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
-  for (const auto& p : parts) EXPECT_TRUE(contains(r.output, p)) << args << "\nwanted: " << p << "\n" << r.output;
-  EXPECT_FALSE(contains(r.output, "internal error")) << args << "\n" << r.output;
-}
 
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> names;
