@@ -313,6 +313,8 @@ void MuddTrunk<Real>::route_distributions(int index, std::int64_t token, std::sp
   }
   const int da = index - 1;
   const auto n = static_cast<std::size_t>(p_.config.mudd_da_sources(da));
+  // (Also tells the compiler the copies below stay inside the arrays.)
+  require(n >= 1 && n <= k::kMaxSources, "MUDD DA ", da, " has ", n, " sources, outside 1..", k::kMaxSources);
   Real norms[k::kMaxSources], dw[k::kMaxSources];
   float norms_f[k::kMaxSources], dw_f[k::kMaxSources];  // (the distribution is defined on fp32 weights)
   mudd_source_norms(da, token, std::span<Real>(norms, n));
