@@ -35,10 +35,10 @@ void print_plan(const experiment::ExperimentPlan& plan, const std::string& out) 
   std::int64_t tokens_left = 0;
   for (const experiment::PlannedRun& r : plan.runs) {
     const bool finished = std::filesystem::exists(r.result_path);
+    const std::int64_t tokens = r.config.total_steps() * r.config.tokens_per_step();
     done += finished ? 1 : 0;
-    if (!finished) tokens_left += r.config.total_steps() * r.config.tokens_per_step();
-    std::printf("%-40s %12lld tokens  %s\n", r.label.c_str(),
-                static_cast<long long>(r.config.total_steps() * r.config.tokens_per_step()),
+    if (!finished) tokens_left += tokens;
+    std::printf("%-40s %12lld tokens  %s\n", r.label.c_str(), static_cast<long long>(tokens),
                 finished ? "done" : "to train");
   }
   std::printf("%zu runs in '%s': %zu done, %zu to train (%lld tokens)\n", plan.runs.size(), out.c_str(), done,

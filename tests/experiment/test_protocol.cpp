@@ -268,6 +268,11 @@ budget = 0.5
   EXPECT_NE(dry.output.find("against-rd/rd-average seed 2"), std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("against-rd/rd seed"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
+  // Without prepared data there is nothing to check the runs against: a plain error, nothing written.
+  dry = run_cli("experiment --preset tiny --data " + runs.str("no-data") + " --out " + out + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 1) << dry.output;
+  EXPECT_NE(dry.output.find("is not prepared yet (no manifest.json)"), std::string::npos) << dry.output;
+  EXPECT_FALSE(fs::exists(out));
   const CliResult r = run_cli("experiment --protocol " + path + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
