@@ -28,7 +28,7 @@ json flops_json(const FlopCount& f) {
 // The reference a step of `precision` states its MFU against.
 const RateReference& reference_for(const Results& r, const std::string& precision) {
   if (precision != "bf16") return r.fp32_reference;
-  require(r.bf16_reference.has_value(), "bench: a bf16 run without a bf16 reference rate (internal error)");
+  ATTNRES_CHECK(r.bf16_reference.has_value(), "a bf16 run without a bf16 reference rate");
   return *r.bf16_reference;
 }
 

@@ -25,7 +25,8 @@ namespace attnres::cli {
 void register_prepare_command(CLI::App& app);    // prepare_command.cpp: corpora -> token shards
 void register_tokenizer_command(CLI::App& app);  // tokenizer_command.cpp: train / encode tokenizers
 void register_model_commands(CLI::App& app);     // model_commands.cpp: info
-void register_train_commands(CLI::App& app);     // train_commands.cpp: train, eval
+void register_train_command(CLI::App& app);       // train_command.cpp: train
+void register_inference_commands(CLI::App& app);  // inference_commands.cpp: eval, sample
 void register_config_command(CLI::App& app);     // config_command.cpp: the keys, a resolved config
 void register_report_command(CLI::App& app);     // report_command.cpp: experiment summary and report
 
@@ -33,12 +34,13 @@ void register_experiment_command(CLI::App& app);  // experiment_command.cpp: pai
 void register_plan_command(CLI::App& app);        // plan_command.cpp: the pilot that plans a study
 void register_bench_command(CLI::App& app);       // bench_command.cpp: training-step benchmark vs PyTorch
 
-// Shared by the commands that take a training configuration (train_commands.cpp):
-// --preset / --config / --set, and SIGINT/SIGTERM handlers that request a clean stop.
+// Shared by the commands that take a training configuration (options.cpp): --preset / --config / --set.
 void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& config_file,
                         std::vector<std::string>& settings);
 TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
                               const std::vector<std::string>& settings);
+// How a command runs (job.cpp). SIGINT/SIGTERM handlers that request a clean stop: the first
+// signal sets the returned flag, a second ends the process (and a training child) at once.
 const std::atomic<bool>* install_stop_handlers();
 // The first stop signal received (SIGINT, SIGTERM), 0 if none.
 int stop_signal();
@@ -49,7 +51,7 @@ struct Interrupted {
   int signal;
 };
 
-// Option checks and names (options.cpp).
+// Option checks, names and the options several commands share (options.cpp).
 // A CLI11 check "must be at least MIN (got X)"; CLI11 prefixes the option's name.
 CLI::Validator at_least(double min);
 // Refuses an unknown command or long option before parsing, naming it and suggesting the
@@ -83,7 +85,7 @@ std::vector<std::string> split_list(const std::string& text);
 // they are. A malformed value is an Error naming the option.
 void parse_worker(const std::string& text, int& worker, int& workers);
 
-// Runs a command that may be one rank of an MPI job (`mpirun -np K attnres ...`). An error on
+// (job.cpp) Runs a command that may be one rank of an MPI job (`mpirun -np K attnres ...`). An error on
 // any rank is printed with the rank's name and ends the whole job (the other ranks would
 // otherwise wait for it forever); a single process rethrows it for main to print.
 void run_as_job(const std::function<void(dist::Communicator&)>& command);

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
 
   attnres::cli::register_prepare_command(app);
   attnres::cli::register_tokenizer_command(app);
-  attnres::cli::register_train_commands(app);
+  attnres::cli::register_train_command(app);
+  attnres::cli::register_inference_commands(app);
   attnres::cli::register_config_command(app);
   attnres::cli::register_experiment_command(app);
   attnres::cli::register_plan_command(app);

@@ -1,13 +1,20 @@
-// What every command's options share: range checks that name the flag, and the check of a
-// command line's command and option names against the app (with a suggestion for a misspelling).
+// What every command's options share: range checks that name the flag, the check of a command
+// line's command and option names against the app (with a suggestion for a misspelling), and the
+// options of the commands that train (--preset/--config/--set, --tokens, --threads, --device)
+// or read weights (--checkpoint).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "model/safetensors.hpp"
+#include "train/checkpoint.hpp"
+#include "train/train_config.hpp"
 #include "util/error.hpp"
 #include "util/suggest.hpp"
 
@@ -105,6 +112,96 @@ void parse_worker(const std::string& text, int& worker, int& workers) {
     fail("--worker must be K/N, e.g. 0/2 (got '", text, "')");
   }
   require(workers >= 1 && worker >= 0 && worker < workers, "--worker K/N needs 0 <= K < N (got '", text, "')");
+}
+
+TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
+                              const std::vector<std::string>& settings) {
+  require(preset_name.empty() != config_file.empty(), "give exactly one of --preset NAME or --config FILE");
+  TrainConfig config = preset_name.empty() ? preset("tiny") : preset(preset_name);
+  if (!config_file.empty()) apply_toml_file(config, config_file);
+  for (const auto& s : settings) apply_setting(config, s, "--set " + s);
+  return config;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    if (end > begin) out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+void add_device_option(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device,
+                  "cpu, or cuda / cuda:N for an NVIDIA GPU (builds with the CUDA backend; under MPI, 'cuda' "
+                  "takes the GPU of the rank's local index). See docs/cuda.md")
+      ->capture_default_str();
+}
+
+void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& config_file,
+                        std::vector<std::string>& settings) {
+  cmd->add_option("--preset", preset_name, "tiny | small | S | M (see docs/training.md)");
+  cmd->add_option("--config", config_file, "TOML file with [model] and [train] tables (over the tiny preset)");
+  // The keys by section, wrapped: "  model: vocab_size d_model ...".
+  std::string keys, line, section;
+  for (const auto& k : train_config_keys()) {
+    if (k.section != section) {
+      if (!line.empty()) keys += line + "\n";
+      section = k.section;
+      line = "  " + section + ":";
+    } else if (line.size() + 1 + k.name.size() > 72) {
+      keys += line + "\n";
+      line = std::string(section.size() + 3, ' ');
+    }
+    line += " " + k.name;
+  }
+  cmd->add_option("--set", settings,
+                  "override one key (TOML syntax; bare words are strings), e.g.\n"
+                  "--set model.residual=rd --set train.lr=1e-3. The keys (types, ranges,\n"
+                  "defaults and meaning: 'attnres config --keys'):\n" +
+                      keys + line)
+      ->take_all();
+}
+
+void add_train_key_flags(CLI::App* cmd, TrainKeyFlags& flags) {
+  flags.tokens_option = cmd->add_option("--tokens", flags.tokens,
+                                        "training tokens per run, rounded down to whole steps of batch_size x "
+                                        "seq_len (short for --set train.tokens=N; default: the preset's)")
+                            ->check(at_least(1));
+  flags.threads_option =
+      cmd->add_option("--threads", flags.threads, "threads (short for --set train.threads=N; 0: all cores)")
+          ->check(at_least(0));
+}
+
+std::vector<std::string> with_train_key_flags(std::vector<std::string> settings, const TrainKeyFlags& flags) {
+  if (flags.tokens_option != nullptr && flags.tokens_option->count() > 0)
+    settings.push_back(concat("train.tokens=", flags.tokens));
+  if (flags.threads_option != nullptr && flags.threads_option->count() > 0)
+    settings.push_back(concat("train.threads=", flags.threads));
+  return settings;
+}
+
+SafetensorsFile read_model_weights(std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string given = path;
+  if (fs::is_directory(path)) {
+    path = (fs::path(path) / "model.safetensors").string();
+    require(fs::exists(path), "'", given, "' is a directory without model.safetensors (not a training run)");
+  }
+  SafetensorsFile file = read_safetensors(path);
+  if (file.metadata.count("state") == 0) return file;
+  // A training checkpoint (weights, AdamW moments, state): its own weights, of its step.
+  if (std::optional<SafetensorsFile> weights = checkpoint_as_weights(file, path)) return std::move(*weights);
+  // One written before checkpoints named their tokenizer (a run's only checkpoint): its run's
+  // weights file holds the same step's weights with the tokenizer's name.
+  const std::string weights = (fs::path(path).parent_path() / "model.safetensors").string();
+  require(fs::exists(weights), "'", path, "' is a training checkpoint and '", weights,
+          "' (its run's weights) is missing; pass the run's model.safetensors");
+  path = weights;
+  return read_safetensors(path);
 }
 
 }  // namespace attnres::cli

@@ -117,9 +117,9 @@ DepthDiagnostics diagnose(InferenceBackend& backend, const data::TokenDataset& s
   const DepthView& view = model->depth_view();
   const std::vector<RoutedInput> inputs = view.routed_inputs();
   const std::unique_ptr<MixingSum> mixing = view.mixing_sum();
-  require(offered.routing || inputs.empty(), "internal error: a mode without routing has routed inputs");
-  require((offered.connections || offered.amax_gain) || mixing == nullptr,
-          "internal error: a mode without connections has a mixing sum");
+  ATTNRES_CHECK(offered.routing || inputs.empty(), "a mode without routing has routed inputs");
+  ATTNRES_CHECK((offered.connections || offered.amax_gain) || mixing == nullptr,
+                "a mode without connections has a mixing sum");
   RoutingSum routing(inputs);
   std::int64_t tokens = 0;
   if (!inputs.empty() || (mixing != nullptr && mixing->needs_passes()))

@@ -27,7 +27,7 @@ const std::vector<ResidualModeInfo>& residual_modes() {
 const ResidualModeInfo& residual_mode_info(ResidualMode mode) {
   for (const ResidualModeInfo& m : residual_modes())
     if (m.mode == mode) return m;
-  fail("internal error: residual mode ", static_cast<int>(mode), " has no record in model/arms.cpp");
+  ATTNRES_UNREACHABLE("residual mode ", static_cast<int>(mode), " has no record in model/arms.cpp");
 }
 
 const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
@@ -38,7 +38,7 @@ const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
   };
   for (const TrunkFamilyInfo& f : families)
     if (f.family == family) return f;
-  fail("internal error: trunk family ", static_cast<int>(family), " has no record in model/arms.cpp");
+  ATTNRES_UNREACHABLE("trunk family ", static_cast<int>(family), " has no record in model/arms.cpp");
 }
 
 namespace {

@@ -10,7 +10,7 @@
 namespace attnres {
 
 void DepthView::route_distributions(int index, std::int64_t, std::span<double>) const {
-  fail("internal error: routed input ", index, " asked of a depth view that has none");
+  ATTNRES_UNREACHABLE("routed input ", index, " asked of a depth view that has none");
 }
 
 std::vector<Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,

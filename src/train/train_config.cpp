@@ -8,6 +8,7 @@
 
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres {
 
@@ -49,62 +50,63 @@ void TrainConfig::validate() const {
   m.validate();
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "small", "S", "M"}; }
+namespace {
+
+// The presets (docs/training.md): Block AttnRes at four sizes, SwiGLU of 5 d_model, max_seq_len =
+// seq_len. vocab_size 0: taken from the data's tokenizer.
+struct Preset {
+  const char* name;
+  int vocab_size, d_model, n_layers, n_heads, n_blocks;
+  int batch_size, seq_len;
+  std::int64_t tokens;
+  double lr;
+  std::int64_t eval_tokens;
+  int checkpoint_every;  // 0: the default
+};
+
+// clang-format off
+constexpr Preset kPresets[] = {
+    // name   vocab  d_model layers heads blocks batch  seq   tokens         lr      eval_tokens checkpoint_every
+    {"tiny",  0,     128,    4,     2,    4,     8,     128,  1 << 17,       3e-3,   1 << 14,    0},
+    {"small", 0,     256,    8,     4,    4,     16,    256,  1 << 23,       2e-3,   1 << 17,    0},
+    {"S",     32000, 576,    16,    9,    8,     64,    1024, 2'000'000'000, 1e-3,   1 << 21,    1000},
+    {"M",     32000, 832,    24,    13,   8,     64,    1024, 2'000'000'000, 7.5e-4, 1 << 21,    1000},
+};
+// clang-format on
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
 
 TrainConfig preset(const std::string& name) {
+  const Preset* p = nullptr;
+  for (const Preset& row : kPresets)
+    if (name == row.name) p = &row;
+  if (p == nullptr) {
+    std::string list;
+    for (const std::string& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+    fail("unknown preset '", name, "' (expected one of ", list, ")", did_you_mean(name, preset_names()));
+  }
   TrainConfig c;
   ModelConfig& m = c.model;
-  m.vocab_size = 0;
   m.residual = ResidualMode::block;
-  if (name == "tiny") {
-    m.d_model = 128;
-    m.n_layers = 4;
-    m.n_heads = 2;
-    m.n_blocks = 4;
-    c.batch_size = 8;
-    c.seq_len = 128;
-    c.tokens = 1 << 17;
-    c.lr = 3e-3;
-    c.eval_tokens = 1 << 14;
-  } else if (name == "small") {
-    m.d_model = 256;
-    m.n_layers = 8;
-    m.n_heads = 4;
-    m.n_blocks = 4;
-    c.batch_size = 16;
-    c.seq_len = 256;
-    c.tokens = 1 << 23;
-    c.lr = 2e-3;
-    c.eval_tokens = 1 << 17;
-  } else if (name == "S") {
-    m.vocab_size = 32000;
-    m.d_model = 576;
-    m.n_layers = 16;
-    m.n_heads = 9;
-    m.n_blocks = 8;
-    c.batch_size = 64;
-    c.seq_len = 1024;
-    c.tokens = 2'000'000'000;
-    c.lr = 1e-3;
-    c.eval_tokens = 1 << 21;
-    c.checkpoint_every = 1000;
-  } else if (name == "M") {
-    m.vocab_size = 32000;
-    m.d_model = 832;
-    m.n_layers = 24;
-    m.n_heads = 13;
-    m.n_blocks = 8;
-    c.batch_size = 64;
-    c.seq_len = 1024;
-    c.tokens = 2'000'000'000;
-    c.lr = 7.5e-4;
-    c.eval_tokens = 1 << 21;
-    c.checkpoint_every = 1000;
-  } else {
-    fail("unknown preset '", name, "' (expected tiny, small, S or M)");
-  }
-  m.mlp_hidden = 5 * m.d_model;
-  m.max_seq_len = c.seq_len;
+  m.vocab_size = p->vocab_size;
+  m.d_model = p->d_model;
+  m.n_layers = p->n_layers;
+  m.n_heads = p->n_heads;
+  m.n_blocks = p->n_blocks;
+  m.mlp_hidden = 5 * p->d_model;
+  c.batch_size = p->batch_size;
+  c.seq_len = p->seq_len;
+  m.max_seq_len = p->seq_len;
+  c.tokens = p->tokens;
+  c.lr = p->lr;
+  c.eval_tokens = p->eval_tokens;
+  if (p->checkpoint_every > 0) c.checkpoint_every = p->checkpoint_every;
   return c;
 }
 

@@ -34,7 +34,7 @@ double parse_bound(const std::string& text, const std::string& range) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size()) throw std::logic_error("malformed config range '" + range + "'");
+  ATTNRES_CHECK(used != 0 && used == text.size(), "malformed config range '", range, "'");
   return v;
 }
 
@@ -60,7 +60,7 @@ ConfigRange::ConfigRange(std::string text) : text_(trim(text)) {
     const auto comma = text_.find(',');
     const char last = text_.back();
     if (comma == std::string::npos || (last != ']' && last != ')'))
-      throw std::logic_error("malformed config range '" + text_ + "'");
+      ATTNRES_UNREACHABLE("malformed config range '", text_, "'");
     lo_ = parse_bound(trim(text_.substr(1, comma - 1)), text_);
     hi_ = parse_bound(trim(text_.substr(comma + 1, text_.size() - comma - 2)), text_);
     lo_open_ = first == '(';
@@ -76,7 +76,7 @@ ConfigRange::ConfigRange(std::string text) : text_(trim(text)) {
     hi_ = parse_bound(bound, text_);
     hi_open_ = !or_equal;
   } else {
-    throw std::logic_error("malformed config range '" + text_ + "'");
+    ATTNRES_UNREACHABLE("malformed config range '", text_, "'");
   }
 }
 

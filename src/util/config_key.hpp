@@ -38,7 +38,7 @@ std::string type_phrase(ConfigType type);
 class ConfigRange {
  public:
   ConfigRange() = default;
-  explicit ConfigRange(std::string text);  // a malformed text is a programming error (std::logic_error)
+  explicit ConfigRange(std::string text);  // a malformed text is a programming error (InternalError)
 
   bool empty() const { return text_.empty(); }
   bool contains(double v) const;  // false for NaN

@@ -139,6 +139,38 @@ TEST(ConfigKeys, TheTableIsWellFormed) {
   for (const auto& name : preset_names()) EXPECT_NO_THROW(preset(name).validate()) << name;
 }
 
+TEST(Presets, KeepTheirDocumentedShapes) {
+  // docs/training.md's preset table; a change here changes every study that names a preset.
+  const TrainConfig tiny = preset("tiny"), small = preset("small"), s = preset("S"), m = preset("M");
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "small", "S", "M"}));
+  EXPECT_EQ(tiny.model.d_model, 128);
+  EXPECT_EQ(tiny.model.n_layers, 4);
+  EXPECT_EQ(tiny.model.vocab_size, 0);  // from the data
+  EXPECT_EQ(tiny.checkpoint_every, TrainConfig{}.checkpoint_every);
+  EXPECT_EQ(small.tokens, std::int64_t{1} << 23);
+  EXPECT_EQ(s.model.d_model, 576);
+  EXPECT_EQ(s.model.n_heads, 9);
+  EXPECT_EQ(s.model.mlp_hidden, 5 * 576);
+  EXPECT_EQ(s.model.max_seq_len, 1024);
+  EXPECT_EQ(s.model.vocab_size, 32000);
+  EXPECT_EQ(s.tokens, 2'000'000'000);
+  EXPECT_EQ(s.checkpoint_every, 1000);
+  EXPECT_DOUBLE_EQ(m.lr, 7.5e-4);
+  EXPECT_EQ(m.model.n_layers, 24);
+  EXPECT_EQ(m.model.residual, ResidualMode::block);
+}
+
+TEST(Presets, AnUnknownNameListsThemAndSuggestsTheClosest) {
+  try {
+    preset("smal");
+    FAIL() << "an unknown preset was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("unknown preset 'smal' (expected one of tiny, small, S, M)"), std::string::npos) << what;
+    EXPECT_NE(what.find("small"), what.rfind("small")) << "no suggestion: " << what;
+  }
+}
+
 TEST(ConfigKeys, TomlRoundTripOfEveryKey) {
   const TrainConfig changed = all_changed();
   // The generator does change every key, so the round trip below checks each of them.

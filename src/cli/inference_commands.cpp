@@ -1,18 +1,12 @@
-// `attnres train` and `attnres eval`.
+// `attnres eval` and `attnres sample`: the commands that use a trained model's weights.
 #include <CLI/CLI.hpp>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli/commands.hpp"
 #include "data/corpus.hpp"
@@ -23,172 +17,15 @@
 #include "train/evaluate.hpp"
 #include "train/inference.hpp"
 #include "train/train_config.hpp"
-#include "train/trainer.hpp"
 #include "util/error.hpp"
-#include "util/atomic_file.hpp"
-#include "util/process.hpp"
 #include "util/rng.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
 
+
 namespace attnres::cli {
 
 namespace {
-
-// The first SIGINT/SIGTERM only sets a flag: the training loop finishes its step, saves a
-// checkpoint and returns. A second one ends the process at once (exit 128 + signal): files are
-// written through temporaries (util/atomic_file), so a checkpoint being written is simply not
-// renamed into place and the previous one stays whole. Only async-signal-safe calls here.
-std::atomic<bool> g_stop_requested{false};
-std::atomic<int> g_stop_signal{0};  // the first signal, for the exit status (128 + it)
-static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
-
-void say(const char* text, std::size_t size) {
-  const ssize_t ignored = ::write(STDERR_FILENO, text, size);
-  (void)ignored;
-}
-
-extern "C" void request_stop(int signal) {
-  if (g_stop_requested.exchange(true)) {
-    static constexpr char kNow[] = "\nattnres: second signal: stopping now (the last saved checkpoint is kept)\n";
-    say(kNow, sizeof kNow - 1);
-    signal_running_child(signal);  // a training child in its own process group stops now too
-    ::_exit(128 + signal);
-  }
-  g_stop_signal.store(signal);
-  static constexpr char kSoon[] = "\nattnres: stopping after this step and saving a checkpoint; signal again to stop now\n";
-  say(kSoon, sizeof kSoon - 1);
-}
-
-}  // namespace
-
-const std::atomic<bool>* install_stop_handlers() {
-  struct sigaction action {};
-  action.sa_handler = request_stop;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // a write in progress continues instead of failing with EINTR
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
-  return &g_stop_requested;
-}
-
-int stop_signal() { return g_stop_signal.load(); }
-
-TrainConfig load_train_config(const std::string& preset_name, const std::string& config_file,
-                              const std::vector<std::string>& settings) {
-  require(preset_name.empty() != config_file.empty(), "give exactly one of --preset NAME or --config FILE");
-  TrainConfig config = preset_name.empty() ? preset("tiny") : preset(preset_name);
-  if (!config_file.empty()) apply_toml_file(config, config_file);
-  for (const auto& s : settings) apply_setting(config, s, "--set " + s);
-  return config;
-}
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t end = std::min(text.find(',', begin), text.size());
-    if (end > begin) out.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return out;
-}
-
-void run_as_job(const std::function<void(dist::Communicator&)>& command) {
-  dist::Communicator comm = dist::Communicator::from_environment();
-  if (!comm.distributed()) {
-    command(comm);
-    return;
-  }
-  try {
-    command(comm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnres: error on %s: %s\n", comm.describe().c_str(), e.what());
-    comm.abort(1);
-  }
-}
-
-void add_device_option(CLI::App* cmd, std::string& device) {
-  cmd->add_option("--device", device,
-                  "cpu, or cuda / cuda:N for an NVIDIA GPU (builds with the CUDA backend; under MPI, 'cuda' "
-                  "takes the GPU of the rank's local index). See docs/cuda.md")
-      ->capture_default_str();
-}
-
-void add_config_options(CLI::App* cmd, std::string& preset_name, std::string& config_file,
-                        std::vector<std::string>& settings) {
-  cmd->add_option("--preset", preset_name, "tiny | small | S | M (see docs/training.md)");
-  cmd->add_option("--config", config_file, "TOML file with [model] and [train] tables (over the tiny preset)");
-  // The keys by section, wrapped: "  model: vocab_size d_model ...".
-  std::string keys, line, section;
-  for (const auto& k : train_config_keys()) {
-    if (k.section != section) {
-      if (!line.empty()) keys += line + "\n";
-      section = k.section;
-      line = "  " + section + ":";
-    } else if (line.size() + 1 + k.name.size() > 72) {
-      keys += line + "\n";
-      line = std::string(section.size() + 3, ' ');
-    }
-    line += " " + k.name;
-  }
-  cmd->add_option("--set", settings,
-                  "override one key (TOML syntax; bare words are strings), e.g.\n"
-                  "--set model.residual=rd --set train.lr=1e-3. The keys (types, ranges,\n"
-                  "defaults and meaning: 'attnres config --keys'):\n" +
-                      keys + line)
-      ->take_all();
-}
-
-void add_train_key_flags(CLI::App* cmd, TrainKeyFlags& flags) {
-  flags.tokens_option = cmd->add_option("--tokens", flags.tokens,
-                                        "training tokens per run, rounded down to whole steps of batch_size x "
-                                        "seq_len (short for --set train.tokens=N; default: the preset's)")
-                            ->check(at_least(1));
-  flags.threads_option =
-      cmd->add_option("--threads", flags.threads, "threads (short for --set train.threads=N; 0: all cores)")
-          ->check(at_least(0));
-}
-
-std::vector<std::string> with_train_key_flags(std::vector<std::string> settings, const TrainKeyFlags& flags) {
-  if (flags.tokens_option != nullptr && flags.tokens_option->count() > 0)
-    settings.push_back(concat("train.tokens=", flags.tokens));
-  if (flags.threads_option != nullptr && flags.threads_option->count() > 0)
-    settings.push_back(concat("train.threads=", flags.threads));
-  return settings;
-}
-
-SafetensorsFile read_model_weights(std::string& path) {
-  namespace fs = std::filesystem;
-  const std::string given = path;
-  if (fs::is_directory(path)) {
-    path = (fs::path(path) / "model.safetensors").string();
-    require(fs::exists(path), "'", given, "' is a directory without model.safetensors (not a training run)");
-  }
-  SafetensorsFile file = read_safetensors(path);
-  if (file.metadata.count("state") == 0) return file;
-  // A training checkpoint (weights, AdamW moments, state): its own weights, of its step.
-  if (std::optional<SafetensorsFile> weights = checkpoint_as_weights(file, path)) return std::move(*weights);
-  // One written before checkpoints named their tokenizer (a run's only checkpoint): its run's
-  // weights file holds the same step's weights with the tokenizer's name.
-  const std::string weights = (fs::path(path).parent_path() / "model.safetensors").string();
-  require(fs::exists(weights), "'", path, "' is a training checkpoint and '", weights,
-          "' (its run's weights) is missing; pass the run's model.safetensors");
-  path = weights;
-  return read_safetensors(path);
-}
-
-namespace {
-
-struct TrainArgs {
-  std::string preset, config, data, out;
-  std::vector<std::string> settings;
-  std::string label;
-  TrainKeyFlags key_flags;
-  bool resume = false;
-  std::int64_t stop_at_step = 0;
-  std::string device = "cpu";
-};
 
 // A --text file that takes at least this many windows shows a progress line.
 constexpr std::int64_t kProgressWindows = 64;
@@ -441,51 +278,7 @@ const char* const kCheckpointHelp =
     "model.safetensors, a run directory (its model.safetensors: the newest weights), or one of its "
     "checkpoint-STEP.safetensors (that step's weights)";
 
-void register_train_commands(CLI::App& app) {
-  auto targs = std::make_shared<TrainArgs>();
-  auto* train_cmd = app.add_subcommand(
-      "train", "Train a model on a prepared data directory (see 'attnres prepare').\n"
-               "Writes OUT/config.toml, metrics.jsonl, model.safetensors and checkpoint-STEP.safetensors "
-               "(the newest train.keep_checkpoints of them).");
-  add_config_options(train_cmd, targs->preset, targs->config, targs->settings);
-  train_cmd->add_option("--data", targs->data, "prepared data directory")->required();
-  train_cmd->add_option("--out", targs->out, "run directory")->required();
-  train_cmd->add_flag("--resume", targs->resume, "continue the run in --out exactly where its checkpoint left it");
-  train_cmd->add_option("--label", targs->label, "prefix for progress lines (used by 'attnres experiment')");
-  add_device_option(train_cmd, targs->device);
-  add_train_key_flags(train_cmd, targs->key_flags);
-  train_cmd->add_option("--stop-at-step", targs->stop_at_step,
-                        "save a checkpoint and exit after this step (e.g. to fit a job's time slot); "
-                        "continue with --resume")
-      ->check(at_least(1));
-  train_cmd->footer(
-      "Data parallel: 'mpirun -np K attnres train ...' (or srun) splits every batch over K processes;\n"
-      "rank 0 writes the run directory. See docs/distributed.md.");
-  train_cmd->callback([targs] { run_as_job([&](dist::Communicator& comm) {
-    const TrainConfig config =
-        load_train_config(targs->preset, targs->config, with_train_key_flags(targs->settings, targs->key_flags));
-    TrainRunOptions options;
-    options.data_dir = targs->data;
-    options.out_dir = targs->out;
-    options.resume = targs->resume;
-    options.label = targs->label;
-    options.stop = install_stop_handlers();
-    options.stop_at_step = targs->stop_at_step;
-    options.device = targs->device;
-    options.comm = &comm;
-    const TrainResult r = train(config, options);
-    if (!r.finished && stop_signal() != 0) throw Interrupted{stop_signal()};
-    if (!r.finished || !comm.is_root()) return;
-    std::printf("finished %lld steps, %.0f tokens/s, peak memory %.1f MB%s\n", static_cast<long long>(r.steps),
-                r.tokens_per_sec, double(r.peak_rss_bytes) / 1e6,
-                comm.distributed() ? concat(" per rank, ", std::lround(100 * r.reduce_fraction),
-                                            "% of step time in the gradient reduction").c_str()
-                                   : "");
-    for (const auto& m : r.milestones)
-      std::printf("  val NLL %.4f at %lld tokens\n", m.val_nll, static_cast<long long>(m.tokens));
-    std::printf("weights: %s\n", r.weights_path.c_str());
-  }); });
-
+void register_inference_commands(CLI::App& app) {
   auto eargs = std::make_shared<EvalArgs>();
   auto* eval_cmd = app.add_subcommand("eval", "Mean NLL (nats/token), perplexity and bits per byte of a checkpoint");
   eval_cmd->add_option("--checkpoint", eargs->checkpoint, kCheckpointHelp)->required();
