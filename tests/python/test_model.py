@@ -30,9 +30,10 @@ def config_dict(residual, route="decoupled", tie=False, **kw):
 
 
 def as_mode(c, residual):
-    """Config c with another residual mode, without the keys that only apply to c's (config.PENDING_KEYS)."""
-    from attnres.config import PENDING_KEYS
-    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS}, residual=residual)
+    """Config c with another residual mode, without the keys that only apply to c's (config.MODE_KEYS,
+    config.PENDING_KEYS)."""
+    from attnres.config import MODE_KEYS, PENDING_KEYS
+    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS and k not in MODE_KEYS}, residual=residual)
 
 
 def all_configs(tie=True):
