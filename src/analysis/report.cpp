@@ -1,6 +1,7 @@
 #include "analysis/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "analysis/format.hpp"
@@ -290,6 +291,15 @@ std::string render_html(const ExperimentSummary& s) {
            "</figcaption></figure>\n";
     h += table_titled("Depth routing: Jensen");
     h += table_titled("Jensen");
+    // Delta AttnRes's routing collapse (docs/delta-gated-spec.md §1.8), for the arms that record it.
+    std::string collapse;
+    for (const auto& a : s.routing)
+      if (!std::isnan(a.max_weight))
+        collapse += (collapse.empty() ? "" : ", ") + escape_html(a.arm) + " " + format_number(a.max_weight, 3);
+    if (!collapse.empty())
+      h += "<p>Routing collapse (<code>routing_max_weight</code>: per depth read with more than one source the "
+           "mean over evaluation tokens of its largest weight, averaged over the reads and seeds; 1/n for uniform "
+           "reads): " + collapse + ".</p>\n";
   }
 
   if (!s.connections.empty()) {

@@ -69,6 +69,9 @@ struct DepthDiagnostics {
   std::vector<LayerRouting> routing;      // by layer
   std::vector<Connections> connections;
   std::optional<AmaxGain> amax_gain;
+  // Delta AttnRes's routing-collapse statistic (docs/delta-gated-spec.md §1.8): per read with more
+  // than one source the mean over tokens of its largest weight, then the mean over those reads.
+  std::optional<double> routing_max_weight;
 };
 
 // An attention input whose depth mixing reads as distributions over its sources: layer `layer`'s,

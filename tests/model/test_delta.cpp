@@ -183,7 +183,9 @@ TEST(Delta, ParameterCountsOfTheSpec) {
       return ParamLayout(c).total() - base;
     };
     const bool s = layers == 16;
-    if (s) EXPECT_EQ(base, 119310912);
+    if (s) {
+      EXPECT_EQ(base, 119310912);
+    }
     EXPECT_EQ(extra([](ModelConfig&) {}), s ? 36864 : 79872);
     EXPECT_EQ(extra([](ModelConfig& c) { c.residual = ResidualMode::delta_block, c.n_blocks = 8; }),
               s ? 36864 : 79872);
@@ -277,4 +279,32 @@ TEST(Delta, KeysOutsideTheirModesAreRefused) {
   c = delta_config(ResidualMode::delta_block, 2, 4);  // N = L
   c.delta_block_partial = false;
   EXPECT_EQ(message(c), "");
+}
+
+// The depth view (routing diagnostics, spec §1.8): the attention reads with sources and their V
+// route; routing_max_weight's reads are those with more than one source, each at 1/n at zero
+// queries, and with trained queries the largest weight of the softmax the routes show.
+TEST(Delta, DepthViewShowsTheReadsAndTheirLargestWeights) {
+  ModelConfig c = delta_config(ResidualMode::delta_block, 2);
+  c.delta_value_route = DeltaValueRoute::decoupled;
+  Model<double> m(c, B, T, false);
+  init_params<double>(m.layout(), 1, m.params());
+  logits_of(m);
+  const DepthView& view = m.depth_view();
+  const std::vector<RoutedInput> inputs = view.routed_inputs();
+  ASSERT_EQ(inputs.size(), 1u);  // layer 0's attention read has no sources
+  EXPECT_EQ(inputs[0].layer, 1);
+  EXPECT_EQ(inputs[0].sources, 2);
+  EXPECT_EQ(inputs[0].routes, 2);
+  EXPECT_EQ(view.max_weight_reads(), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(view.max_weight(3, 0), 1.0 / 3);
+  randomize_weights(m, 2);
+  logits_of(m);
+  std::vector<double> p(4);
+  for (std::int64_t t = 0; t < view.tokens(); ++t) {
+    view.route_distributions(0, t, p);
+    EXPECT_NEAR(p[0] + p[1], 1.0, 1e-12);
+    EXPECT_NEAR(p[2] + p[3], 1.0, 1e-12);
+    EXPECT_EQ(view.max_weight(2, t), std::max(p[0], p[1]));  // read 2 is layer 1's attention read
+  }
 }
