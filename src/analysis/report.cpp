@@ -43,6 +43,11 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
                          "alone give one pair of runs by this budget."));
   }
   for (const auto& r : s.routing) {
+    if (!std::isnan(r.max_weight))
+      out.push_back(concat(r.arm, ": routing_max_weight ", format_number(r.max_weight, 4),
+                           " (Delta AttnRes's routing-collapse statistic, docs/delta-gated-spec.md §1.8: per depth "
+                           "read with more than one source the mean over evaluation tokens of its largest weight, "
+                           "averaged over the reads and seeds; 1/n for uniform reads)."));
     if (!r.two_routes) continue;
     const std::string estimate = r.per_token_js ? "." : " (JS of mean distributions: a lower bound).";
     if (!r.k_route) {
@@ -291,15 +296,6 @@ std::string render_html(const ExperimentSummary& s) {
            "</figcaption></figure>\n";
     h += table_titled("Depth routing: Jensen");
     h += table_titled("Jensen");
-    // Delta AttnRes's routing collapse (docs/delta-gated-spec.md §1.8), for the arms that record it.
-    std::string collapse;
-    for (const auto& a : s.routing)
-      if (!std::isnan(a.max_weight))
-        collapse += (collapse.empty() ? "" : ", ") + escape_html(a.arm) + " " + format_number(a.max_weight, 3);
-    if (!collapse.empty())
-      h += "<p>Routing collapse (<code>routing_max_weight</code>: per depth read with more than one source the "
-           "mean over evaluation tokens of its largest weight, averaged over the reads and seeds; 1/n for uniform "
-           "reads): " + collapse + ".</p>\n";
   }
 
   if (!s.connections.empty()) {

@@ -16,9 +16,8 @@ namespace {
 // Delta AttnRes's released Delta Block schedule has more reads of a single source (the softmax is
 // then 1 whatever its query and key norm: zero gradient) than the first.
 bool single_source_read_weight(const ModelConfig& c, const std::string& name) {
-  if (!c.uses_delta_reads() || name.find("_res.") == std::string::npos || name.find("query") == std::string::npos &&
-                                                                               name.find("key_norm") == std::string::npos)
-    return false;
+  const bool read_weight = name.find("query") != std::string::npos || name.find("key_norm") != std::string::npos;
+  if (!c.uses_delta_reads() || name.find("_res.") == std::string::npos || !read_weight) return false;
   const int layer = std::stoi(name.substr(std::string("layers.").size()));
   const int j = 2 * layer + (name.find(".mlp_res.") != std::string::npos ? 1 : 0);
   return delta_read_sources(c, j).size() + (c.delta_null_source ? 1 : 0) <= 1;
