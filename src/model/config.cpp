@@ -49,8 +49,8 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("mlp_hidden", &M::mlp_hidden, ">= 1", "SwiGLU hidden width"),
           config_choice("residual", &M::residual, kResidualModes, "the residual stream (docs/model.md)"),
           config_field("n_blocks", &M::n_blocks, "",
-                       "Block AttnRes blocks of block and rd: must divide 2·n_layers into blocks of an even "
-                       "number of sublayers, or equal it"),
+                       "Block AttnRes blocks of block, rd and delta_block: must divide 2·n_layers into blocks of "
+                       "an even number of sublayers, or equal it"),
           config_choice("value_route", &M::value_route, kValueRoutes,
                         "rd only: the value route of attention sublayers (docs/model.md)"),
           config_field("tie_embeddings", &M::tie_embeddings, "", "LM head tied to the token embedding"),
