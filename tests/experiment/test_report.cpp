@@ -174,8 +174,8 @@ TEST(Report, RoutingMaxWeightOfTheArmsThatRecordIt) {
   EXPECT_EQ(read_text_file(path), text);
   const ReportFiles files = write_report(s, exp.dir() + "/out");
   const std::string md = read_text_file(files.markdown);
-  EXPECT_NE(md.find("block: routing_max_weight 0.5 (Delta AttnRes"), std::string::npos) << md;
-  EXPECT_NE(read_text_file(files.html).find("block: routing_max_weight 0.5"), std::string::npos);
+  EXPECT_NE(md.find("block: routing_max_weight 0.5000 (Delta AttnRes"), std::string::npos) << md;
+  EXPECT_NE(read_text_file(files.html).find("block: routing_max_weight 0.5000"), std::string::npos);
 }
 
 TEST(Report, HtmlWithoutRoutingOrCurves) {
