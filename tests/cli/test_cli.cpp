@@ -586,14 +586,14 @@ TEST_F(CliTest, ExperimentRecordsDeltaRouting) {
   TempDir runs("attnres_cli_exp_delta");
   const std::string out = runs.str("e");
   const CliResult r = run_cli("experiment " + kTiny + " --arms delta,delta-block --seeds 1 --data " + data() +
-                              " --out " + out + " --set model.residual=delta --set model.delta_null_source=true");
+                              " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const std::string arm : {"delta", "delta-block"}) {
     SCOPED_TRACE(arm);
     std::ifstream in(out + "/runs/" + arm + "/seed-1/result.json");
     const nlohmann::json result = nlohmann::json::parse(in);
     ASSERT_TRUE(result.contains("routing")) << result.dump(1);
-    EXPECT_EQ(result["routing"]["layers"].size(), 2u);  // with the null source layer 0's read has a source
+    EXPECT_EQ(result["routing"]["layers"].size(), 1u);  // layer 0's attention read has no sources
     ASSERT_TRUE(result.contains("routing_max_weight")) << result.dump(1);
     const double w = result["routing_max_weight"].get<double>();
     EXPECT_GT(w, 0.0);
