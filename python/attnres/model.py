@@ -20,9 +20,9 @@ the modules holding them, and the trunk that turns the embedding into the final 
 modes register themselves in MODES. The baselines of /work/shared/docs/baselines-spec.md:
 DenseFormer (§1) is the mode DenseFormer, MUDDFormer (§2) the mode Mudd, Hyper-Connections and mHC
 (§3-4) the mode StreamResiduals; ResFormer's value residual (§5) is an option of every mode, inside
-the attention sublayer (ValueResidual). The modes of docs/delta-gated-spec.md, which the C++ does not
-implement yet: Delta AttnRes (`delta`, `delta_block`, §1) is DeltaAttnRes, the Gated Residual of
-Qwen3.8-Flash-Next (`gr`, §2) is GatedResidualMode.
+the attention sublayer (ValueResidual). The modes of docs/delta-gated-spec.md: Delta AttnRes (`delta`,
+`delta_block`, §1; also in the C++, src/model/delta_trunk.cpp) is DeltaAttnRes, the Gated Residual of
+Qwen3.8-Flash-Next (`gr`, §2, which the C++ does not implement yet) is GatedResidualMode.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 #include "analysis/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "analysis/format.hpp"
@@ -42,6 +43,11 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
                          "alone give one pair of runs by this budget."));
   }
   for (const auto& r : s.routing) {
+    if (!std::isnan(r.max_weight))
+      out.push_back(concat(r.arm, ": routing_max_weight ", format_number(r.max_weight, 4),
+                           " (Delta AttnRes's routing-collapse statistic, docs/delta-gated-spec.md §1.8: per depth "
+                           "read with more than one source the mean over evaluation tokens of its largest weight, "
+                           "averaged over the reads and seeds; 1/n for uniform reads)."));
     if (!r.two_routes) continue;
     const std::string estimate = r.per_token_js ? "." : " (JS of mean distributions: a lower bound).";
     if (!r.k_route) {

@@ -275,6 +275,11 @@ std::vector<ArmRouting> summarize_routing(const ExperimentSummary& s) {
       ar.k_all_layers = js_layer_mean(all_js_k);
       ar.k_multi_source_layers = js_layer_mean(multi_js_k);
     }
+    // Delta AttnRes's routing-collapse statistic: the seeds' mean, when every seed has it.
+    if (std::all_of(runs.begin(), runs.end(), [](const RunResult* r) { return r->routing_max_weight.has_value(); })) {
+      ar.max_weight = 0;
+      for (const RunResult* r : runs) ar.max_weight += *r->routing_max_weight * inv;
+    }
     out.push_back(std::move(ar));
   }
   return out;

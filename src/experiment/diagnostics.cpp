@@ -121,13 +121,22 @@ DepthDiagnostics diagnose(InferenceBackend& backend, const data::TokenDataset& s
   ATTNRES_CHECK((offered.connections || offered.amax_gain) || mixing == nullptr,
                 "a mode without connections has a mixing sum");
   RoutingSum routing(inputs);
+  const std::vector<int> max_reads = view.max_weight_reads();
+  std::vector<double> max_sums(max_reads.size(), 0.0);  // per read: its largest weight, summed over tokens
   std::int64_t tokens = 0;
-  if (!inputs.empty() || (mixing != nullptr && mixing->needs_passes()))
+  if (!inputs.empty() || !max_reads.empty() || (mixing != nullptr && mixing->needs_passes()))
     tokens = over_windows(backend, split, batch, seq, max_tokens, [&] {
       routing.add_pass(view);
+      for (std::size_t i = 0; i < max_reads.size(); ++i)
+        for (std::int64_t t = 0; t < view.tokens(); ++t) max_sums[i] += view.max_weight(max_reads[i], t);
       if (mixing != nullptr) mixing->add_pass();
     });
   if (!inputs.empty()) out.routing = routing.means(tokens);
+  if (!max_reads.empty()) {
+    double mean = 0;
+    for (double sum : max_sums) mean += sum / double(tokens);
+    out.routing_max_weight = mean / double(max_reads.size());
+  }
   if (mixing != nullptr) {
     out.connections = mixing->connections();
     out.amax_gain = mixing->amax_gain();

@@ -220,6 +220,7 @@ void record_run(const ExperimentOptions& o, const PlannedRun& run, const fs::pat
   result.routing = std::move(depth.routing);
   result.connections = std::move(depth.connections);
   result.amax_gain = depth.amax_gain;
+  result.routing_max_weight = depth.routing_max_weight;
   results::write_run_result(run.result_path, result);
   status.message(concat(run.label, ": done, test NLL ", test_eval.nll,
                         tr.instability && tr.instability->unstable ? " (unstable: a sustained loss spike)" : ""));

@@ -20,6 +20,9 @@ const std::vector<ResidualModeInfo>& residual_modes() {
       {ResidualMode::mhc, "mhc", TrunkFamily::streams, false, {.connections = true, .amax_gain = true}},
       // MUDD's routing: its Q, K and V ways (mudd_ways = qkvr); its connections: the ways' weights.
       {ResidualMode::mudd, "mudd", TrunkFamily::mudd, false, {.routing = true, .connections = true}},
+      // Delta AttnRes's routing: its attention reads (Q/K and, decoupled, V); also routing_max_weight.
+      {ResidualMode::delta, "delta", TrunkFamily::delta, false, {.routing = true}},
+      {ResidualMode::delta_block, "delta_block", TrunkFamily::delta, false, {.routing = true}},
   };
   return modes;
 }
@@ -35,6 +38,7 @@ const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
       {TrunkFamily::single_stream, "single-stream", single_stream_residual_flops},
       {TrunkFamily::streams, "n-stream", stream_residual_flops},
       {TrunkFamily::mudd, "MUDD", mudd_residual_flops},
+      {TrunkFamily::delta, "Delta AttnRes", delta_residual_flops},
   };
   for (const TrunkFamilyInfo& f : families)
     if (f.family == family) return f;
@@ -70,6 +74,8 @@ const std::vector<Arm>& arms() {
       {"mudd-static",
        [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false; }},
       {"mudd-r", [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true; }},
+      {"delta", [](M& m) { m.residual = ResidualMode::delta; }},  // the delta_* keys from the config
+      {"delta-block", [](M& m) { m.residual = ResidualMode::delta_block; }},  // and n_blocks
   };
   return arms;
 }

@@ -19,6 +19,7 @@ enum class TrunkFamily {
   single_stream,  // one residual stream per token: prenorm, full, block, rd, denseformer
   streams,        // n residual streams per token: hc, mhc
   mudd,           // four streams mixed from every block output: mudd
+  delta,          // pre-norm plus additive reads over the deltas: delta, delta_block
 };
 
 // What a run's depth diagnostics (experiment/diagnostics.hpp; results/run_result.hpp) record of a mode.
@@ -54,10 +55,12 @@ inline TrunkFamily trunk_family(const ModelConfig& config) { return residual_mod
 double single_stream_residual_flops(const ModelConfig& config);
 double stream_residual_flops(const ModelConfig& config);
 double mudd_residual_flops(const ModelConfig& config);
+double delta_residual_flops(const ModelConfig& config);
 
 // The arm names: prenorm, full, block, rd, rd-tied, rd-average, rd-frozen, denseformer (1 x 1),
 // denseformer-4x5, hc (dynamic), hc-static, mhc (the hc_* / mhc_* keys from the config), mudd
-// (qkvr, dynamic), mudd-static, mudd-r (DDFormer; the other mudd_* keys from the config).
+// (qkvr, dynamic), mudd-static, mudd-r (DDFormer; the other mudd_* keys from the config), delta,
+// delta-block (Delta AttnRes; n_blocks and the other delta_* keys from the config).
 const std::vector<std::string>& arm_names();
 // The arm names for help texts and messages.
 std::string arm_names_text();

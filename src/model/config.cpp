@@ -25,6 +25,7 @@ std::string to_string(StreamReadout readout) { return readout == StreamReadout::
 
 std::string to_string(MhcBiasInit init) { return init == MhcBiasInit::home_pm3 ? "home_pm3" : "zero"; }
 std::string to_string(MuddWays ways) { return ways == MuddWays::qkvr ? "qkvr" : "r"; }
+std::string to_string(DeltaValueRoute route) { return route == DeltaValueRoute::none ? "none" : "decoupled"; }
 
 ResidualMode parse_residual_mode(const std::string& text) { return parse_choice(text, kResidualModes, "residual mode"); }
 
@@ -48,8 +49,8 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("mlp_hidden", &M::mlp_hidden, ">= 1", "SwiGLU hidden width"),
           config_choice("residual", &M::residual, kResidualModes, "the residual stream (docs/model.md)"),
           config_field("n_blocks", &M::n_blocks, "",
-                       "Block AttnRes blocks of block and rd: must divide 2·n_layers into blocks of an even "
-                       "number of sublayers, or equal it"),
+                       "Block AttnRes blocks of block, rd and delta_block: must divide 2·n_layers into blocks of "
+                       "an even number of sublayers, or equal it"),
           config_choice("value_route", &M::value_route, kValueRoutes,
                         "rd only: the value route of attention sublayers (docs/model.md)"),
           config_field("tie_embeddings", &M::tie_embeddings, "", "LM head tied to the token embedding"),
@@ -109,6 +110,19 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("mudd_decay_all", &M::mudd_decay_all, "",
                        "mudd: weight-decay every mudd.* parameter (static weights and norms too), as the "
                        "official code; false: the generator matrices only"),
+          config_field("delta_null_source", &M::delta_null_source, "",
+                       "delta, delta_block: a learned null source (init 0) prepended to every read"),
+          config_choice("delta_gate", &M::delta_gate, kernels::kDeltaGates,
+                        "delta, delta_block: the gate g of h = x + g c: none, sigmoid_scalar (init logit -2), "
+                        "sigmoid_vector (sigmoid(W x + b), W = 0, b = -2) or learnable_alpha (init 0)"),
+          config_choice("delta_value_route", &M::delta_value_route, kDeltaValueRoutes,
+                        "delta, delta_block: decoupled gives attention's V its own read (own query and key norm)"),
+          config_field("delta_block_partial", &M::delta_block_partial, "",
+                       "delta_block: Block AttnRes's sources (with the current block's partial sum); false: the "
+                       "released code's schedule (completed blocks only, one sublayer late)"),
+          config_field("delta_decay_all", &M::delta_decay_all, "",
+                       "delta, delta_block: weight-decay the reads' parameters (the released code's policy); "
+                       "false: only the vector gates' matrices"),
       });
   return keys;
 }
@@ -120,12 +134,37 @@ int ModelConfig::mudd_da_hidden(int i) const {
 
 int ModelConfig::effective_blocks() const {
   switch (residual) {
-    case ResidualMode::full: return n_sublayers();
+    case ResidualMode::full:
+    case ResidualMode::delta: return n_sublayers();  // delta: one sublayer per block, n_blocks ignored
     case ResidualMode::block:
-    case ResidualMode::rd: return n_blocks;
+    case ResidualMode::rd:
+    case ResidualMode::delta_block: return n_blocks;
     default: return 1;
   }
 }
+
+namespace {
+
+// The Delta AttnRes keys apply to their modes only: a non-default value elsewhere is refused,
+// naming the key and the mode (docs/delta-gated-spec.md §4; the Python package does the same).
+void check_delta_keys(const ModelConfig& c) {
+  const ModelConfig defaults;
+  auto refuse_unless = [&](bool set, const char* key, bool applies, const char* modes) {
+    require(!set || applies, "model config key '", key, "' applies to residual ", modes, ", not to residual mode '",
+            to_string(c.residual), "'");
+  };
+  const bool delta = c.uses_delta_reads();
+  refuse_unless(c.delta_null_source != defaults.delta_null_source, "delta_null_source", delta,
+                "'delta' or 'delta_block'");
+  refuse_unless(c.delta_gate != defaults.delta_gate, "delta_gate", delta, "'delta' or 'delta_block'");
+  refuse_unless(c.delta_value_route != defaults.delta_value_route, "delta_value_route", delta,
+                "'delta' or 'delta_block'");
+  refuse_unless(c.delta_decay_all != defaults.delta_decay_all, "delta_decay_all", delta, "'delta' or 'delta_block'");
+  refuse_unless(c.delta_block_partial != defaults.delta_block_partial, "delta_block_partial",
+                c.residual == ResidualMode::delta_block, "'delta_block'");
+}
+
+}  // namespace
 
 void ModelConfig::validate() const {
   check_config_ranges(model_config_keys(), *this);
@@ -135,7 +174,8 @@ void ModelConfig::validate() const {
   require(head_dim() <= kernels::kMaxHeadDim, "model head_dim must be at most ", kernels::kMaxHeadDim);
   require(n_sublayers() + 1 <= kernels::kMaxSources, "model.n_layers is too large for depth reads (at most ",
           (kernels::kMaxSources - 1) / 2, ")");
-  if (residual == ResidualMode::block || residual == ResidualMode::rd) {
+  check_delta_keys(*this);
+  if (residual == ResidualMode::block || residual == ResidualMode::rd || residual == ResidualMode::delta_block) {
     const int L = n_sublayers();
     require(n_blocks >= 1 && n_blocks <= L && L % n_blocks == 0,
             "model.n_blocks (", n_blocks, ") must divide the number of sublayers 2*n_layers = ", L);

@@ -5,6 +5,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "kernels/delta_read.hpp"
 #include "kernels/mhc.hpp"
 #include "kernels/mudd.hpp"
 #include "kernels/value_residual.hpp"
@@ -12,16 +13,22 @@
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc, mudd };
+enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc, mudd,
+                          delta, delta_block };
 enum class ValueRoute { decoupled, tied, average, frozen };
 // MUDDFormer's ways (baselines-spec §2.5): four streams Q, K, V, R, or R alone ("DDFormer").
 enum class MuddWays { qkvr, r };
 inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
                                               ResidualMode::rd,          ResidualMode::denseformer,
-                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd};
+                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd,
+                                              ResidualMode::delta,       ResidualMode::delta_block};
 inline constexpr std::array kMuddWays = {MuddWays::qkvr, MuddWays::r};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
+// Delta AttnRes's V route (docs/delta-gated-spec.md §1.3): none, or attention sublayers take V from
+// their own read (own query and key-norm weight, the same sources and gate).
+enum class DeltaValueRoute { none, decoupled };
+inline constexpr std::array kDeltaValueRoutes = {DeltaValueRoute::none, DeltaValueRoute::decoupled};
 // Hyper-connections' exit: the sum of the n streams (the papers') or their mean (Megatron's mHC).
 enum class StreamReadout { sum, mean };
 inline constexpr std::array kStreamReadouts = {StreamReadout::sum, StreamReadout::mean};
@@ -35,6 +42,7 @@ std::string to_string(ValueRoute route);
 std::string to_string(StreamReadout readout);
 std::string to_string(MhcBiasInit init);
 std::string to_string(MuddWays ways);
+std::string to_string(DeltaValueRoute route);
 ResidualMode parse_residual_mode(const std::string& text);  // throws Error naming the valid values
 ValueRoute parse_value_route(const std::string& text);
 
@@ -90,6 +98,13 @@ struct ModelConfig {
   bool mudd_sep_qkv_norm = true;  // qkvr: Q, K and V each have their own pre-norm weight
   bool mudd_prepost_norm = false; // PrePostDANorm (§2.2)
   bool mudd_decay_all = true;     // the mudd.* parameters all weight-decayed (the official policy)
+  // Delta AttnRes (docs/delta-gated-spec.md §1): pre-norm plus additive softmax reads over the deltas,
+  // h = x + g * sum_s alpha_s v_s. Defaults: the released code's.
+  bool delta_null_source = false;  // a learned source (init 0) prepended to every read
+  kernels::DeltaGate delta_gate = kernels::DeltaGate::none;
+  DeltaValueRoute delta_value_route = DeltaValueRoute::none;
+  bool delta_block_partial = true;  // delta_block: Block AttnRes's sources; false: the released schedule
+  bool delta_decay_all = true;      // the reads' parameters weight-decayed (the released code's policy)
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
@@ -99,6 +114,8 @@ struct ModelConfig {
   bool uses_depth_reads() const {
     return residual == ResidualMode::full || residual == ResidualMode::block || residual == ResidualMode::rd;
   }
+  // Delta AttnRes (delta, delta_block): additive reads over the deltas (model/delta_trunk.cpp).
+  bool uses_delta_reads() const { return residual == ResidualMode::delta || residual == ResidualMode::delta_block; }
   // hc and mhc carry n residual streams per token (1 in every other mode).
   bool uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
   int n_streams() const {

@@ -13,6 +13,10 @@ void DepthView::route_distributions(int index, std::int64_t, std::span<double>) 
   ATTNRES_UNREACHABLE("routed input ", index, " asked of a depth view that has none");
 }
 
+double DepthView::max_weight(int read, std::int64_t) const {
+  fail("internal error: read ", read, " asked for its largest weight of a depth view that has none");
+}
+
 std::vector<Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
                                             const std::string& path) {
   // Tensor by tensor, not load_weights: the file may hold a larger model of the family (dynamic

@@ -69,6 +69,9 @@ struct DepthDiagnostics {
   std::vector<LayerRouting> routing;      // by layer
   std::vector<Connections> connections;
   std::optional<AmaxGain> amax_gain;
+  // Delta AttnRes's routing-collapse statistic (docs/delta-gated-spec.md §1.8): per read with more
+  // than one source the mean over tokens of its largest weight, then the mean over those reads.
+  std::optional<double> routing_max_weight;
 };
 
 // An attention input whose depth mixing reads as distributions over its sources: layer `layer`'s,
@@ -101,6 +104,11 @@ class DepthView {
   // The routes' distributions of routed input `index` for one token of the last pass: routes x
   // sources values, row-major (a family without routed inputs is never asked).
   virtual void route_distributions(int index, std::int64_t token, std::span<double> p) const;
+  // The depth reads whose largest weight the routing-collapse statistic averages (Delta AttnRes's
+  // routing_max_weight, docs/delta-gated-spec.md §1.8: the softmax reads with more than one
+  // source), and that weight for one token of the last pass (a family without them is never asked).
+  virtual std::vector<int> max_weight_reads() const { return {}; }
+  virtual double max_weight(int read, std::int64_t token) const;
   // A new sum over passes (null: the family has neither connections nor gains).
   virtual std::unique_ptr<MixingSum> mixing_sum() const { return nullptr; }
   // Tokens in the last forward pass.

@@ -40,6 +40,18 @@ std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
   return plans;
 }
 
+std::vector<int> delta_read_sources(const ModelConfig& c, int j) {
+  std::vector<int> sources;
+  if (j == 0) return sources;
+  const int S = c.sublayers_per_block();
+  const bool partial = c.residual == ResidualMode::delta || c.delta_block_partial;
+  const int done = partial ? j / S : (j - 1) / S;  // completed blocks it reads
+  sources.push_back(kEmbedding);
+  for (int m = 0; m < done; ++m) sources.push_back((m + 1) * S - 1);
+  if (partial && j % S != 0) sources.push_back(j - 1);
+  return sources;
+}
+
 Topology::Topology(const ModelConfig& config)
     : n_sublayers_(config.n_sublayers()),
       sublayers_per_block_(config.uses_depth_reads() ? config.sublayers_per_block() : 1),

@@ -45,6 +45,14 @@ struct DwaPlan {
   int output = kNoStream;
 };
 
+// Delta AttnRes (docs/delta-gated-spec.md §1.1): the sources of sublayer j's read as stream
+// indices, kEmbedding or i for the deltas of i's block summed up to sublayer i (delta: f_i alone):
+// the embedding (from sublayer 1 on), the completed blocks and, with delta_block_partial (and for
+// delta), the current block's partial sum; without it the released schedule, a block from the
+// sublayer after the next block's first on. Sublayer 0 has none. The learned null source, when
+// configured, precedes these (it is not a stream).
+std::vector<int> delta_read_sources(const ModelConfig& config, int j);
+
 class Topology {
  public:
   explicit Topology(const ModelConfig& config);

@@ -145,6 +145,7 @@ json to_json(const RunResult& r) {
     j["connections"] = std::move(connections);
   }
   if (r.amax_gain) j["amax_gain"] = to_json(*r.amax_gain);
+  if (r.routing_max_weight) j["routing_max_weight"] = *r.routing_max_weight;
   if (r.instability) j["instability"] = to_json(*r.instability);
   put_schema_version(j, r.version);
   return j;
@@ -220,6 +221,11 @@ void from_json(JsonObject& in, RunResult& r) {
 
   // Optional: written for the n-stream modes, and only by versions that compute it.
   if (const auto gain = in.find("amax_gain"); gain && !gain->is_null()) r.amax_gain = read_object<AmaxGain>(*gain);
+  // Optional: written for Delta AttnRes, a mean of largest softmax weights, in (0, 1].
+  if (const auto w = in.find("routing_max_weight"); w && !w->is_null()) {
+    r.routing_max_weight = w->non_negative();
+    if (*r.routing_max_weight > 1) w->bad("must be at most 1");
+  }
 
   // Optional: written since the instability was recorded.
   if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);

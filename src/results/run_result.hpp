@@ -44,6 +44,8 @@ struct RunResult {
   std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
   std::vector<Connections> connections;  // empty: none, no "connections" key
   std::optional<AmaxGain> amax_gain;     // hc, mhc; none: no "amax_gain" key
+  // delta, delta_block: the routing-collapse statistic (model/diagnostics.hpp); none: no key
+  std::optional<double> routing_max_weight;
 };
 
 // Reading checks what one file can show: types, ranges, distributions summing to 1, a V (or K)

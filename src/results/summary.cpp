@@ -1,5 +1,6 @@
 #include "results/summary.hpp"
 
+#include <cmath>
 #include <filesystem>
 
 #include "util/atomic_file.hpp"
@@ -255,6 +256,7 @@ json to_json(const ArmRouting& a) {
     j["js_k_mean_all_layers"] = to_json(a.k_all_layers);
     j["js_k_mean_multi_source_layers"] = to_json(a.k_multi_source_layers);
   }
+  if (!std::isnan(a.max_weight)) j["routing_max_weight"] = a.max_weight;
   return j;
 }
 
@@ -268,6 +270,8 @@ void from_json(JsonObject& in, ArmRouting& a) {
     if (!a.k_route) k->bad("must be true or left out");
     if (!a.two_routes) k->bad("is true but 'two_routes' is false (a K route is compared with the V route)");
   }
+  // Absent for arms without the statistic (and in summaries written before it).
+  if (const auto w = in.find("routing_max_weight")) a.max_weight = w->non_negative();
   for (const JsonValue& entry : in.get("layers").array()) {
     JsonObject lj = entry.object();
     LayerRoutingSummary l;

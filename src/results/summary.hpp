@@ -135,6 +135,9 @@ struct ArmRouting {
   JsLayerMean all_layers;           // JS(qk, V): mean over every attention sublayer (single-source ones count as 0)
   JsLayerMean multi_source_layers;  // mean over layers with more than one source
   JsLayerMean k_all_layers, k_multi_source_layers;  // JS(K, V), the same two ways (k_route only)
+  // Delta AttnRes's routing_max_weight (run_result.hpp), the mean over the seeds; NaN (and no key)
+  // for the arms that do not record it.
+  double max_weight = kNotAvailable;
 };
 
 // An arm's depth connections (run_result.hpp's Connections), each weight the mean over the seeds.

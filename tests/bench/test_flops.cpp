@@ -61,6 +61,27 @@ TEST(FlopCount, Mudd) {
   }
 }
 
+TEST(FlopCount, Delta) {
+  // delta: reads 1-3 over 2, 3, 4 sources: 4 d (2 + 3 + 4) + 3 (2 d) = 336; RMS of emb, f_0, f_1,
+  // f_2: 4 (2 d) = 64. x3.
+  ModelConfig c = small(ResidualMode::delta);
+  expect_counts(c, 3 * 400.0);
+  // delta_block (blocks of 2): reads over 2, 2, 3 sources: 224 + 48; the same four tensors.
+  c.residual = ResidualMode::delta_block;
+  expect_counts(c, 3 * 336.0);
+  // The null source: every read (sublayer 0's too) one more source, one more tensor: 4 reads.
+  c.residual = ResidualMode::delta;
+  c.delta_null_source = true;
+  expect_counts(c, 3 * (4 * 8 * (1 + 3 + 4 + 5) + 4 * 2 * 8 + 8 * 2 * 8.0));
+  // docs/delta-gated-spec.md §1.6 at S: delta 1,287,936 and delta_block N = 8 458,496 forward FLOPs,
+  // which count 2 d for sublayer 0 as well (it has no read here).
+  ModelConfig s = preset(16, 576, ResidualMode::delta);
+  EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * (1287936.0 - 2 * 576));
+  s.residual = ResidualMode::delta_block;
+  s.n_blocks = 8;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * (458496.0 - 2 * 576));
+}
+
 TEST(FlopCount, HyperConnections) {
   // n = 4 (the default), d = 8, 4 sublayers. Static module 2 n d (n + 2) = 384, dynamic
   // 4 n d (n + 3) = 896; the exit's sum 2 (n - 1) d = 48. x3.

@@ -580,6 +580,40 @@ TEST_F(CliTest, ExperimentRecordsStreamDiagnostics) {
   EXPECT_EQ(j["amax_gain"][2]["arm"], "mhc");
 }
 
+// Delta AttnRes (docs/delta-gated-spec.md §1.8): the attention reads' routing and the
+// routing-collapse statistic in result.json, the summary and the report.
+TEST_F(CliTest, ExperimentRecordsDeltaRouting) {
+  TempDir runs("attnres_cli_exp_delta");
+  const std::string out = runs.str("e");
+  const CliResult r = run_cli("experiment " + kTiny + " --arms delta,delta-block --seeds 1 --data " + data() +
+                              " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string arm : {"delta", "delta-block"}) {
+    SCOPED_TRACE(arm);
+    std::ifstream in(out + "/runs/" + arm + "/seed-1/result.json");
+    const nlohmann::json result = nlohmann::json::parse(in);
+    ASSERT_TRUE(result.contains("routing")) << result.dump(1);
+    EXPECT_EQ(result["routing"]["layers"].size(), 1u);  // layer 0's attention read has no sources
+    ASSERT_TRUE(result.contains("routing_max_weight")) << result.dump(1);
+    const double w = result["routing_max_weight"].get<double>();
+    EXPECT_GT(w, 0.0);
+    EXPECT_LE(w, 1.0);
+  }
+  ASSERT_EQ(run_cli("report --experiment " + out).exit_code, 0);
+  std::ifstream md(out + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "delta-block: routing_max_weight ")) << text;
+}
+
+// Keys of another mode are refused before any work, naming the key and the mode.
+TEST_F(CliTest, DeltaKeysOutsideTheirModesAreRefused) {
+  TempDir runs("attnres_cli_delta_keys");
+  expect_user_error("train " + kTiny + " --data " + data() + " --out " + runs.str("r") +
+                        " --set model.residual=block --set model.delta_gate=sigmoid_scalar",
+                    {"'delta_gate'", "'block'"});
+  EXPECT_FALSE(fs::exists(runs.str("r") + "/model.safetensors"));
+}
+
 TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   TempDir dir("attnres_cli_sp");
   {

@@ -30,6 +30,11 @@ struct Variant {
   kernels::Gelu mudd_gelu = kernels::Gelu::erf;
   bool mudd_prepost_norm = false;
   bool mudd_sep_qkv_norm = true;
+  // delta, delta_block (docs/delta-gated-spec.md §1)
+  kernels::DeltaGate delta_gate = kernels::DeltaGate::none;
+  bool delta_null_source = false;
+  DeltaValueRoute delta_value_route = DeltaValueRoute::none;
+  bool delta_block_partial = true;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
@@ -55,12 +60,18 @@ struct Variant {
     c.mudd_gelu = mudd_gelu;
     c.mudd_prepost_norm = mudd_prepost_norm;
     c.mudd_sep_qkv_norm = mudd_sep_qkv_norm;
+    if (residual == ResidualMode::delta || residual == ResidualMode::delta_block) {
+      c.delta_gate = delta_gate;
+      c.delta_null_source = delta_null_source;
+      c.delta_value_route = delta_value_route;
+    }
+    if (residual == ResidualMode::delta_block) c.delta_block_partial = delta_block_partial;
     return c;
   }
   // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
   bool on_cuda() const {
     return residual != ResidualMode::denseformer && residual != ResidualMode::mudd && !config_uses_streams() &&
-           !value_residual;
+           !value_residual && residual != ResidualMode::delta && residual != ResidualMode::delta_block;
   }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
@@ -103,7 +114,25 @@ inline std::vector<Variant> all_variants() {
           {.name = "mudd_prepost_static", .residual = ResidualMode::mudd, .mudd_dynamic = false,
            .mudd_prepost_norm = true},
           {.name = "mudd_vres", .residual = ResidualMode::mudd, .value_residual = true},
-          {.name = "mudd_one_norm", .residual = ResidualMode::mudd, .mudd_sep_qkv_norm = false}};
+          {.name = "mudd_one_norm", .residual = ResidualMode::mudd, .mudd_sep_qkv_norm = false},
+          // Delta AttnRes: each gate, the null source, the V route, both delta_block schedules.
+          {.name = "delta", .residual = ResidualMode::delta},
+          {.name = "delta_scalar_null", .residual = ResidualMode::delta,
+           .delta_gate = kernels::DeltaGate::sigmoid_scalar, .delta_null_source = true},
+          {.name = "delta_vector_vroute", .residual = ResidualMode::delta,
+           .delta_gate = kernels::DeltaGate::sigmoid_vector, .delta_value_route = DeltaValueRoute::decoupled},
+          {.name = "delta_alpha", .residual = ResidualMode::delta, .delta_gate = kernels::DeltaGate::learnable_alpha},
+          {.name = "delta_vroute_vres", .residual = ResidualMode::delta, .value_residual = true,
+           .vres_mode = VresMode::learned_pair, .delta_value_route = DeltaValueRoute::decoupled},
+          {.name = "delta_block", .residual = ResidualMode::delta_block},
+          {.name = "delta_block_vroute_null", .residual = ResidualMode::delta_block,
+           .delta_gate = kernels::DeltaGate::sigmoid_scalar, .delta_null_source = true,
+           .delta_value_route = DeltaValueRoute::decoupled},
+          {.name = "delta_block_released_vector", .residual = ResidualMode::delta_block,
+           .delta_gate = kernels::DeltaGate::sigmoid_vector, .delta_block_partial = false},
+          {.name = "delta_block_released_alpha_null", .residual = ResidualMode::delta_block,
+           .delta_gate = kernels::DeltaGate::learnable_alpha, .delta_null_source = true,
+           .delta_value_route = DeltaValueRoute::decoupled, .delta_block_partial = false}};
 }
 
 // The variants the CUDA backend runs.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -151,6 +152,30 @@ TEST(Report, AmaxGainTablePerArm) {
   EXPECT_NE(html.find("<h2>Amax gain of the stream mixing</h2>"), std::string::npos);
   EXPECT_NE(html.find("<caption>Amax gain: prenorm (3 seeds)</caption>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"num\">3125.5</td>"), std::string::npos);
+}
+
+// Delta AttnRes's routing_max_weight: the seeds' mean, in summary.json and a line of the report.
+TEST(Report, RoutingMaxWeightOfTheArmsThatRecordIt) {
+  SyntheticExperiment exp;
+  for (int seed : {1, 2, 3}) {
+    nlohmann::json r = testing::make_result("block", seed);
+    r["routing_max_weight"] = 0.25 * seed;
+    testing::write_json(exp.result_path("block", seed), r);
+  }
+  const ExperimentSummary s = summarize(exp.dir());
+  ASSERT_FALSE(s.routing.empty());
+  EXPECT_EQ(s.routing[0].arm, "block");
+  EXPECT_NEAR(s.routing[0].max_weight, 0.5, 1e-12);
+  for (std::size_t i = 1; i < s.routing.size(); ++i) EXPECT_TRUE(std::isnan(s.routing[i].max_weight));
+  const std::string path = results::summary_path(exp.dir());
+  const std::string text = read_text_file(path);
+  EXPECT_NE(text.find("\"routing_max_weight\""), std::string::npos);
+  results::write_summary(path, results::read_summary(path));
+  EXPECT_EQ(read_text_file(path), text);
+  const ReportFiles files = write_report(s, exp.dir() + "/out");
+  const std::string md = read_text_file(files.markdown);
+  EXPECT_NE(md.find("block: routing_max_weight 0.5000 (Delta AttnRes"), std::string::npos) << md;
+  EXPECT_NE(read_text_file(files.html).find("block: routing_max_weight 0.5000"), std::string::npos);
 }
 
 TEST(Report, HtmlWithoutRoutingOrCurves) {

@@ -2,6 +2,8 @@
 // choices, whose facts agree with what the code does with the mode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "bench/flops.hpp"
 #include "common/model_util.hpp"
 #include "model/arms.hpp"
@@ -32,6 +34,7 @@ TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
     const TrunkFamily f = trunk_family(c);
     EXPECT_EQ(f == TrunkFamily::streams, c.uses_streams()) << v.name;
     EXPECT_EQ(f == TrunkFamily::mudd, c.residual == ResidualMode::mudd) << v.name;
+    EXPECT_EQ(f == TrunkFamily::delta, c.uses_delta_reads()) << v.name;
     // The FLOP count takes the family's term: none without a depth mixing of its own.
     const double residual = bench::training_flops_per_token(c, 4).depth_reads;
     EXPECT_EQ(residual == 0, c.residual == ResidualMode::prenorm || c.residual == ResidualMode::denseformer) << v.name;
@@ -41,7 +44,9 @@ TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
 TEST(Arms, EveryArmIsAModeWithItsSettings) {
   for (const std::string& arm : arm_names()) {
     const ModelConfig m = apply_arm(ModelConfig{}, arm);
-    EXPECT_EQ(arm.rfind(residual_mode_info(m.residual).name, 0), 0u) << arm;  // named after its mode
+    std::string mode = residual_mode_info(m.residual).name;  // arm names spell delta_block delta-block
+    std::replace(mode.begin(), mode.end(), '_', '-');
+    EXPECT_EQ(arm.rfind(mode, 0), 0u) << arm;  // named after its mode
     EXPECT_TRUE(apply_arm(ModelConfig{}, arm + "+vres").value_residual) << arm;
   }
   EXPECT_THROW(apply_arm(ModelConfig{}, "blok"), Error);

@@ -57,13 +57,14 @@ class CliTest(unittest.TestCase):
 
     def perturbed(self, name):
         """The baseline run's model with its own parameters (DWA weights, value-residual lambdas, HC, mHC and
-        MUDD modules) moved far from their initial values (8 training steps barely move them), saved for the C++
+        MUDD modules, Delta AttnRes's reads) moved far from their initial values (8 training steps barely move them), saved for the C++
         to read."""
         model = attnres.load(self.runs[name])
         g = torch.Generator().manual_seed(5)
         with torch.no_grad():
             for n, t in model.named_parameters():
-                if n.startswith(("dwa.", "hc.", "mhc.", "mudd.")) or n.endswith("vres_lambda"):
+                delta_read = model.config.residual in ("delta", "delta_block") and "_res." in n
+                if n.startswith(("dwa.", "hc.", "mhc.", "mudd.")) or n.endswith("vres_lambda") or delta_read:
                     t.add_(torch.randn(t.shape, generator=g) * (0.05 if n.endswith(".phi") else 0.5))
         path = self.tmp(f"{name}-perturbed.safetensors")
         attnres.save(model, path, tokenizer="bytes")

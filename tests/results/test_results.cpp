@@ -162,6 +162,21 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   EXPECT_EQ(gain.amax_gain->layer_backward_max, 1.75);
   write_run_result(tmp.file("r.json"), gain);
   EXPECT_EQ(read_text_file(tmp.file("r.json")), text);
+  // Delta AttnRes's: the routing-collapse statistic beside its routing; at most 1.
+  r.amax_gain.reset();
+  r.connections.clear();
+  r.routing = {{1, 2, {0.25, 0.75}, {}, kNotAvailable, {}, kNotAvailable}};
+  r.routing_max_weight = 0.625;
+  write_run_result(tmp.file("r.json"), r);
+  const RunResult delta = read_run_result(tmp.file("r.json"));
+  ASSERT_TRUE(delta.routing_max_weight.has_value());
+  EXPECT_EQ(*delta.routing_max_weight, 0.625);
+  EXPECT_EQ(to_json(delta), to_json(r));
+  json bad = to_json(r);
+  bad["routing_max_weight"] = 1.5;
+  write_text_atomically(tmp.file("bad.json"), bad.dump());
+  EXPECT_THROW(read_run_result(tmp.file("bad.json")), Error);
+  r.routing_max_weight.reset();
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("r.json")))["milestones"][0].contains("step"));
 
   ExperimentSpec s;

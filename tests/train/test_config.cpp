@@ -271,7 +271,8 @@ TEST(ConfigKeys, FileErrorsNameTheFileAndLine) {
   msg = error_in("[train]\nmilestones = [0.5, \"x\"]\n");
   EXPECT_NE(msg.find(file + ":2: 'train.milestones' must be an array of numbers"), std::string::npos) << msg;
   msg = error_in("[model]\nresidual = \"blocky\"\n");
-  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, denseformer, hc, mhc or mudd)"),
+  EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, "
+                     "denseformer, hc, mhc, mudd, delta or delta_block)"),
             std::string::npos)
       << msg;
   msg = error_in("[optimizer]\nlr = 1\n");
@@ -297,8 +298,8 @@ TEST(ConfigKeys, UnknownKeysAndValuesSuggestTheClosest) {
                 .find("ckpt: unknown model config key 'n_layer'; did you mean 'n_layers'?"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_residual_mode("blocks"); })
-                .find("unknown residual mode 'blocks' (expected prenorm, full, block, rd, denseformer, hc, mhc or "
-                      "mudd); did you mean 'block'?"),
+                .find("unknown residual mode 'blocks' (expected prenorm, full, block, rd, denseformer, hc, mhc, "
+                      "mudd, delta or delta_block); did you mean 'block'?"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_value_route("froze"); }).find("did you mean 'frozen'?"), std::string::npos);
   // Nothing close: no guess.
@@ -364,7 +365,8 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
       R"("norm_eps":1e-06,"residual":"block","rope_theta":10000.0,"tie_embeddings":true,)"
       R"("value_route":"decoupled","vocab_size":257})";
   EXPECT_EQ(nlohmann::json(ModelConfig{}).dump(),
-            R"({"d_model":64,"dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"hc_dynamic":true,"hc_n":4,)"
+            R"({"d_model":64,"delta_block_partial":true,"delta_decay_all":true,"delta_gate":"none",)"
+            R"("delta_null_source":false,"delta_value_route":"none","dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"hc_dynamic":true,"hc_n":4,)"
             R"("hc_reduce":"sum","hc_scale_init":0.01,"hc_tanh":true,"max_seq_len":256,"mhc_alpha_init":0.01,)"
             R"("mhc_bias_init":"home_pm3","mhc_n":4,"mhc_phi_std":0.02,"mhc_pre_eps":0.0,"mhc_reduce":"sum",)"
             R"("mhc_sinkhorn_iters":20,"mhc_sinkhorn_order":"col_row",)"
@@ -375,8 +377,10 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
             R"("vocab_size":257,"vres_lambda1":0.5,"vres_lambda2":0.5,"vres_mode":"fixed"})");
   EXPECT_EQ(nlohmann::json(model_config_from_json(nlohmann::json::parse(before_baselines), "old")).dump(),
             nlohmann::json(ModelConfig{}).dump());
-  const ModelConfig base;
+  ModelConfig delta_base;  // Delta AttnRes's keys change only with their modes
+  delta_base.residual = ResidualMode::delta_block;
   for (const auto& k : model_config_keys()) {
+    const ModelConfig base = k.name.rfind("delta_", 0) == 0 ? delta_base : ModelConfig{};
     // The first change of this key alone that is still a valid model.
     const std::vector<ConfigValue> candidates = model_changes(k, k.get(base));
     bool found = false;
@@ -411,7 +415,7 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
   EXPECT_NE(error_of([] { model_config_from_json(nlohmann::json{{"residual", "blocky"}}, "ckpt"); })
                 .find("ckpt: 'model.residual': unknown value 'blocky'"),
             std::string::npos);
-  EXPECT_TRUE(config_differences(model_config_keys(), model_config_from_json(nlohmann::json::object(), "j"), base)
+  EXPECT_TRUE(config_differences(model_config_keys(), model_config_from_json(nlohmann::json::object(), "j"), ModelConfig{})
                   .empty());
 }
 
