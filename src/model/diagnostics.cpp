@@ -14,7 +14,7 @@ void DepthView::route_distributions(int index, std::int64_t, std::span<double>) 
 }
 
 double DepthView::max_weight(int read, std::int64_t) const {
-  fail("internal error: read ", read, " asked for its largest weight of a depth view that has none");
+  ATTNRES_UNREACHABLE("read ", read, " asked for its largest weight of a depth view that has none");
 }
 
 std::vector<Connections> static_connections(const ModelConfig& config, const SafetensorsFile& weights,
