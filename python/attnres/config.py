@@ -20,8 +20,10 @@ DELTA_VALUE_ROUTES = ("none", "decoupled")
 # to_json writes them only for those modes, so every config attnres writes round-trips unchanged; a
 # non-default value with another mode is refused, naming the key and the mode.
 PENDING_KEYS = {"delta_null_source": DELTA_MODES, "delta_gate": DELTA_MODES, "delta_value_route": DELTA_MODES,
-                "delta_block_partial": ("delta_block",), "delta_decay_all": DELTA_MODES,
-                "gr_n": ("gr",), "gr_rank": ("gr",), "gr_decay_norm": ("gr",)}
+                "delta_block_partial": ("delta_block",), "delta_decay_all": DELTA_MODES}
+# Keys the C++ knows that apply to some modes only (src/model/config.cpp, check_mode_keys): written always, as
+# the C++ writes them; a non-default value with another mode is refused, naming the key and the mode.
+MODE_KEYS = {"gr_n": ("gr",), "gr_rank": ("gr",), "gr_decay_norm": ("gr",)}
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
@@ -180,7 +182,7 @@ class ModelConfig:
         require(self.mhc_sinkhorn_iters >= 1, f"mhc_sinkhorn_iters must be at least 1 (got {self.mhc_sinkhorn_iters})")
         require(self.mhc_phi_std >= 0, f"mhc_phi_std must be at least 0 (got {self.mhc_phi_std})")
         require(self.mhc_pre_eps >= 0, f"mhc_pre_eps must be at least 0 (got {self.mhc_pre_eps})")
-        for key, modes in PENDING_KEYS.items():
+        for key, modes in list(PENDING_KEYS.items()) + list(MODE_KEYS.items()):
             value, default = getattr(self, key), self.__dataclass_fields__[key].default
             require(value == default or self.residual in modes,
                     f"model config key '{key}' = {json.dumps(value)} applies to residual "

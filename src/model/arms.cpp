@@ -20,6 +20,8 @@ const std::vector<ResidualModeInfo>& residual_modes() {
       {ResidualMode::mhc, "mhc", TrunkFamily::streams, false, {.connections = true, .amax_gain = true}},
       // MUDD's routing: its Q, K and V ways (mudd_ways = qkvr); its connections: the ways' weights.
       {ResidualMode::mudd, "mudd", TrunkFamily::mudd, false, {.routing = true, .connections = true}},
+      // GR's gates (spec §2.7): per branch, the read gates' channel mean and the write gates.
+      {ResidualMode::gr, "gr", TrunkFamily::gated, false, {.connections = true}},
   };
   return modes;
 }
@@ -30,11 +32,14 @@ const ResidualModeInfo& residual_mode_info(ResidualMode mode) {
   fail("internal error: residual mode ", static_cast<int>(mode), " has no record in model/arms.cpp");
 }
 
+bool has_model_norms(const ModelConfig& config) { return trunk_family_info(trunk_family(config)).model_norms; }
+
 const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
   static const TrunkFamilyInfo families[] = {
       {TrunkFamily::single_stream, "single-stream", single_stream_residual_flops},
       {TrunkFamily::streams, "n-stream", stream_residual_flops},
       {TrunkFamily::mudd, "MUDD", mudd_residual_flops},
+      {TrunkFamily::gated, "gated residual", gated_residual_flops, false},
   };
   for (const TrunkFamilyInfo& f : families)
     if (f.family == family) return f;
@@ -70,6 +75,7 @@ const std::vector<Arm>& arms() {
       {"mudd-static",
        [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false; }},
       {"mudd-r", [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true; }},
+      {"gr", [](M& m) { m.residual = ResidualMode::gr; }},  // gr_n, gr_rank, gr_decay_norm from the config
   };
   return arms;
 }
@@ -97,6 +103,12 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   for (const Arm& a : arms())
     if (base == a.name) {
       a.apply(m);
+      // The base's gr_* keys are the gr arm's settings; they apply to gr only (config.cpp refuses
+      // them elsewhere), so the other arms take the defaults.
+      if (m.residual != ResidualMode::gr) {
+        const ModelConfig defaults;
+        m.gr_n = defaults.gr_n, m.gr_rank = defaults.gr_rank, m.gr_decay_norm = defaults.gr_decay_norm;
+      }
       return m;
     }
   std::vector<std::string> names = arm_names();

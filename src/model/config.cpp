@@ -35,6 +35,7 @@ ValueRoute parse_value_route(const std::string& text) {
 const ConfigKeys<ModelConfig>& model_config_keys() {
   using M = ModelConfig;
   static const std::string kStreamRange = "[1, " + std::to_string(kernels::kMaxStreams) + "]";
+  static const std::string kGrBranchRange = "[2, " + std::to_string(kernels::kMaxStreams) + "]";
   static const ConfigKeys<ModelConfig> keys = config_section<M>(
       "model",
       {
@@ -109,6 +110,12 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("mudd_decay_all", &M::mudd_decay_all, "",
                        "mudd: weight-decay every mudd.* parameter (static weights and norms too), as the "
                        "official code; false: the generator matrices only"),
+          config_field("gr_n", &M::gr_n, kGrBranchRange, "gr: residual branches n"),
+          config_field("gr_rank", &M::gr_rank, ">= 0",
+                       "gr: the read gate's bottleneck width r (W_down [r, n d]); 0: d_model / 8, at least 1"),
+          config_field("gr_decay_norm", &M::gr_decay_norm, "",
+                       "gr: weight-decay the zero-centred read norm weights too (toward scale 1); the three "
+                       "matrices always are"),
       });
   return keys;
 }
@@ -127,8 +134,27 @@ int ModelConfig::effective_blocks() const {
   }
 }
 
+namespace {
+
+// The keys that apply to one residual mode only: a value other than the default under another mode
+// is refused, naming the key and the mode (the keys of the older modes predate this rule).
+void check_mode_keys(const ModelConfig& c) {
+  const ModelConfig defaults;
+  auto only_for = [&](const char* key, bool non_default, ResidualMode mode) {
+    require(!non_default || c.residual == mode, "model.", key, " applies to residual mode ", to_string(mode),
+            ", not to residual mode ", to_string(c.residual), " (remove it or set model.residual = ",
+            to_string(mode), ")");
+  };
+  only_for("gr_n", c.gr_n != defaults.gr_n, ResidualMode::gr);
+  only_for("gr_rank", c.gr_rank != defaults.gr_rank, ResidualMode::gr);
+  only_for("gr_decay_norm", c.gr_decay_norm != defaults.gr_decay_norm, ResidualMode::gr);
+}
+
+}  // namespace
+
 void ModelConfig::validate() const {
   check_config_ranges(model_config_keys(), *this);
+  check_mode_keys(*this);
   require(vocab_size >= 2, "model.vocab_size must be at least 2 (got ", vocab_size, ")");
   require(d_model % n_heads == 0, "model.n_heads (", n_heads, ") must divide model.d_model (", d_model, ")");
   require(head_dim() % 2 == 0, "model head_dim = d_model / n_heads must be even for RoPE (got ", head_dim(), ")");

@@ -1,6 +1,7 @@
 // The model's hyper-parameters: a value type, validated, saved as JSON in checkpoints.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -12,13 +13,17 @@
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc, mudd };
+enum class ResidualMode {
+  prenorm, full, block, rd, denseformer, hc, mhc, mudd,
+  gr,  // the Gated Residual (docs/delta-gated-spec.md §2)
+};
 enum class ValueRoute { decoupled, tied, average, frozen };
 // MUDDFormer's ways (baselines-spec §2.5): four streams Q, K, V, R, or R alone ("DDFormer").
 enum class MuddWays { qkvr, r };
 inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
                                               ResidualMode::rd,          ResidualMode::denseformer,
-                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd};
+                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd,
+                                              ResidualMode::gr};
 inline constexpr std::array kMuddWays = {MuddWays::qkvr, MuddWays::r};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
@@ -90,6 +95,11 @@ struct ModelConfig {
   bool mudd_sep_qkv_norm = true;  // qkvr: Q, K and V each have their own pre-norm weight
   bool mudd_prepost_norm = false; // PrePostDANorm (§2.2)
   bool mudd_decay_all = true;     // the mudd.* parameters all weight-decayed (the official policy)
+  // The Gated Residual (docs/delta-gated-spec.md §2): gr_n branches per token, each sublayer's input
+  // a gated mean of them through a rank-gr_rank bottleneck (0: d_model / 8), per-branch gated writes.
+  int gr_n = 4;
+  int gr_rank = 0;
+  bool gr_decay_norm = false;  // weight-decay the zero-centred norm weights too (toward scale 1)
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
@@ -112,6 +122,8 @@ struct ModelConfig {
   int mudd_da_hidden(int i) const;
   // MUDD with qkvr: the attention sublayer reads Q, K and V from three streams (else one).
   bool mudd_multiway() const { return residual == ResidualMode::mudd && mudd_ways == MuddWays::qkvr; }
+  // gr: the read gate's bottleneck width (gr_rank, or d_model / 8 and at least 1 when 0).
+  int gr_bottleneck() const { return gr_rank > 0 ? gr_rank : std::max(1, d_model / 8); }
   // Learned value-residual scalars per attention layer after the first (0 when none).
   int vres_parameters() const { return value_residual ? kernels::vres_parameter_count(vres_mode) : 0; }
   bool has_value_query() const {

@@ -7,6 +7,7 @@
 //   single_stream_trunk.cpp  prenorm, full, block, rd, denseformer (wiring: model/topology.hpp)
 //   stream_trunk.cpp         hc, mhc
 //   mudd_trunk.cpp           mudd
+//   gated_residual_trunk.cpp gr (no pre-norms, no final norm: its final mixer feeds the LM head)
 #pragma once
 
 #include <cstdint>
@@ -89,9 +90,12 @@ template <class Real>
 std::unique_ptr<Trunk<Real>> make_stream_trunk(const ModelParts<Real>& parts);
 template <class Real>
 std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>& parts);
+template <class Real>
+std::unique_ptr<Trunk<Real>> make_gated_residual_trunk(const ModelParts<Real>& parts);
 void add_single_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_mudd_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
+void add_gated_residual_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 std::vector<Connections> single_stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
                                                           std::span<const double> params);
 std::vector<Connections> stream_static_connections(const ModelConfig& config, const ParamLayout& layout,

@@ -30,6 +30,9 @@ struct Variant {
   kernels::Gelu mudd_gelu = kernels::Gelu::erf;
   bool mudd_prepost_norm = false;
   bool mudd_sep_qkv_norm = true;
+  // gr: n_streams branches, the read gate's rank (0: d_model / 8)
+  int gr_rank = 0;
+  bool gr_decay_norm = false;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
@@ -43,6 +46,11 @@ struct Variant {
       c.mhc_n = n_streams;
       c.mhc_sinkhorn_order = sinkhorn_order;
       c.mhc_reduce = readout;
+    }
+    if (residual == ResidualMode::gr) {
+      c.gr_n = n_streams;
+      c.gr_rank = gr_rank;
+      c.gr_decay_norm = gr_decay_norm;
     }
     c.residual = residual;
     c.value_route = route;
@@ -60,7 +68,7 @@ struct Variant {
   // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
   bool on_cuda() const {
     return residual != ResidualMode::denseformer && residual != ResidualMode::mudd && !config_uses_streams() &&
-           !value_residual;
+           residual != ResidualMode::gr && !value_residual;
   }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
@@ -103,7 +111,12 @@ inline std::vector<Variant> all_variants() {
           {.name = "mudd_prepost_static", .residual = ResidualMode::mudd, .mudd_dynamic = false,
            .mudd_prepost_norm = true},
           {.name = "mudd_vres", .residual = ResidualMode::mudd, .value_residual = true},
-          {.name = "mudd_one_norm", .residual = ResidualMode::mudd, .mudd_sep_qkv_norm = false}};
+          {.name = "mudd_one_norm", .residual = ResidualMode::mudd, .mudd_sep_qkv_norm = false},
+          // The Gated Residual: the default rank (d / 8 = 1 here) and a wider one, with the value residual.
+          {.name = "gr", .residual = ResidualMode::gr, .n_streams = 3},
+          {.name = "gr_rank3_vres", .residual = ResidualMode::gr, .value_residual = true, .n_streams = 2,
+           .gr_rank = 3},
+          {.name = "gr_decay_norm", .residual = ResidualMode::gr, .n_streams = 4, .gr_decay_norm = true}};
 }
 
 // The variants the CUDA backend runs.

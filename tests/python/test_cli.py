@@ -63,8 +63,9 @@ class CliTest(unittest.TestCase):
         g = torch.Generator().manual_seed(5)
         with torch.no_grad():
             for n, t in model.named_parameters():
-                if n.startswith(("dwa.", "hc.", "mhc.", "mudd.")) or n.endswith("vres_lambda"):
-                    t.add_(torch.randn(t.shape, generator=g) * (0.05 if n.endswith(".phi") else 0.5))
+                if n.startswith(("dwa.", "hc.", "mhc.", "mudd.", "gr.", "gr_final.")) or n.endswith("vres_lambda"):
+                    small = n.endswith((".phi", ".w_down", ".w_up", ".w_inject"))  # products over n d inputs
+                    t.add_(torch.randn(t.shape, generator=g) * (0.05 if small else 0.5))
         path = self.tmp(f"{name}-perturbed.safetensors")
         attnres.save(model, path, tokenizer="bytes")
         return path

@@ -30,9 +30,10 @@ def config_dict(residual, route="decoupled", tie=False, **kw):
 
 
 def as_mode(c, residual):
-    """Config c with another residual mode, without the keys that only apply to c's (config.PENDING_KEYS)."""
-    from attnres.config import PENDING_KEYS
-    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS}, residual=residual)
+    """Config c with another residual mode, without the keys that only apply to c's (config.PENDING_KEYS,
+    config.MODE_KEYS)."""
+    from attnres.config import MODE_KEYS, PENDING_KEYS
+    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS and k not in MODE_KEYS}, residual=residual)
 
 
 def all_configs(tie=True):
@@ -763,6 +764,9 @@ class FilesTest(unittest.TestCase):
         # The keys of the modes the C++ lacks yet are written only with those modes (so every config attnres writes
         # reads back unchanged), and their defaults load with any mode.
         self.assertNotIn("delta_gate", ModelConfig().to_json())
+        # The gr_* keys, which the C++ knows (config.MODE_KEYS), are written with every mode, as the C++ writes them.
+        self.assertEqual({k: v for k, v in ModelConfig().to_json().items() if k.startswith("gr_")},
+                         dict(gr_n=4, gr_rank=0, gr_decay_norm=False))
         delta = dict(c, residual="delta_block", delta_null_source=True, delta_gate="sigmoid_vector",
                      delta_value_route="decoupled", delta_block_partial=False, delta_decay_all=False)
         self.assertEqual(ModelConfig.from_json(json.dumps(delta)).to_json(), dict(ModelConfig().to_json(), **delta))
