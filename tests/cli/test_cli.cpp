@@ -110,9 +110,6 @@ TEST(Cli, HelpListsEveryResidualMode) {
 TEST(Cli, GatedResidualKeysAreRefusedUnderOtherModes) {
   expect_user_error("config --preset tiny --set model.residual=block --set model.gr_n=3",
                     {"model.gr_n", "residual mode gr", "residual mode block"});
-  expect_user_error("train " + kTiny + " --set model.residual=hc --set model.gr_decay_norm=true --data /nonexistent/data "
-                    "--out /nonexistent/run",
-                    {"model.gr_decay_norm", "residual mode gr", "residual mode hc"});
   expect_user_error("config --preset tiny --set model.residual=gr --set model.gr_n=9", {"model.gr_n"});
   EXPECT_EQ(run_cli("config --preset tiny --set model.residual=gr --set model.gr_n=3 --set model.gr_rank=5").exit_code, 0);
 }
@@ -148,6 +145,15 @@ TEST_F(CliTest, TrainTakesTokensAndThreads) {
   EXPECT_TRUE(contains(config, "tokens = 512")) << config;
   EXPECT_TRUE(contains(config, "threads = 2")) << config;
   EXPECT_TRUE(contains(r.output, "finished 4 steps")) << r.output;
+}
+
+// Training refuses a gr_* key under another mode before it writes anything.
+TEST_F(CliTest, TrainRefusesGatedResidualKeysUnderOtherModes) {
+  const std::string out = run() + "-hc-gr";
+  expect_user_error("train " + kTiny + " --set model.residual=hc --set model.gr_decay_norm=true --data " + data() +
+                        " --out " + out,
+                    {"model.gr_decay_norm", "residual mode gr", "residual mode hc"});
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(CliTest, CheckpointsInAnyForm) {
