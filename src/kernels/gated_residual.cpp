@@ -92,6 +92,7 @@ void gr_read_forward(const GatedResidual<Real>& m, Real* x, const GatedResidualS
   const int n = m.n, d = m.d;
   const std::int64_t nd = static_cast<std::int64_t>(n) * d, T = m.n_tok;
   const GrScratch<Real> s = carve(scratch, T, n, d, m.r);
+#pragma omp parallel for schedule(static) if (T * nd >= kParallelMin)
   for (std::int64_t e = 0; e < T * n; ++e) saved.rms[e] = inverse_rms(m.H + e * d, d, m.eps);
   normalise(m, saved.rms, s.hn);
   // p = W_down vec(Hn) / n: the / n of both reference codes (spec §2.1).
