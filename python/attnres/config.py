@@ -17,13 +17,11 @@ DELTA_MODES = ("delta", "delta_block")  # Delta AttnRes (docs/delta-gated-spec.m
 DELTA_GATES = ("none", "sigmoid_scalar", "sigmoid_vector", "learnable_alpha")
 DELTA_VALUE_ROUTES = ("none", "decoupled")
 # Keys that apply to some modes only: a non-default value with another mode is refused, naming the key
-# and the mode (as src/model/config.cpp does). Written always, as the C++ writes every key.
+# and the mode (src/model/config.cpp's check_mode_keys is the same list). Written always, as the C++
+# writes every key.
 MODE_KEYS = {"delta_null_source": DELTA_MODES, "delta_gate": DELTA_MODES, "delta_value_route": DELTA_MODES,
-             "delta_block_partial": ("delta_block",), "delta_decay_all": DELTA_MODES}
-# Keys of the modes the C++ does not implement yet (docs/delta-gated-spec.md §4): the modes they apply to.
-# to_json writes them only for those modes, so every config attnres writes round-trips unchanged; a
-# non-default value with another mode is refused, naming the key and the mode.
-PENDING_KEYS = {"gr_n": ("gr",), "gr_rank": ("gr",), "gr_decay_norm": ("gr",)}
+             "delta_block_partial": ("delta_block",), "delta_decay_all": DELTA_MODES,
+             "gr_n": ("gr",), "gr_rank": ("gr",), "gr_decay_norm": ("gr",)}
 MUDD_WAYS = ("qkvr", "r")
 GELUS = ("erf", "tanh")
 VALUE_ROUTES = ("decoupled", "tied", "average", "frozen")
@@ -182,7 +180,7 @@ class ModelConfig:
         require(self.mhc_sinkhorn_iters >= 1, f"mhc_sinkhorn_iters must be at least 1 (got {self.mhc_sinkhorn_iters})")
         require(self.mhc_phi_std >= 0, f"mhc_phi_std must be at least 0 (got {self.mhc_phi_std})")
         require(self.mhc_pre_eps >= 0, f"mhc_pre_eps must be at least 0 (got {self.mhc_pre_eps})")
-        for key, modes in {**MODE_KEYS, **PENDING_KEYS}.items():
+        for key, modes in MODE_KEYS.items():
             value, default = getattr(self, key), self.__dataclass_fields__[key].default
             require(value == default or self.residual in modes,
                     f"model config key '{key}' = {json.dumps(value)} applies to residual "
@@ -217,10 +215,8 @@ class ModelConfig:
         return self
 
     def to_json(self) -> dict:
-        """The JSON object attnres writes (same keys, same order). The keys of modes the C++ lacks yet
-        (PENDING_KEYS) only with those modes."""
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in PENDING_KEYS or self.residual in PENDING_KEYS[k]}
+        """The JSON object attnres writes (same keys, same order)."""
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, value: Union[str, bytes, Mapping[str, Any]], where: str = "model config") -> "ModelConfig":

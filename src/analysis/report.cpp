@@ -301,7 +301,9 @@ std::string render_html(const ExperimentSummary& s) {
   if (!s.connections.empty()) {
     h += "<h2>Depth connections</h2>\n<p class=\"lead\">The mixing weights of modes whose depth connections are "
          "not depth distributions (signed, not normalised), averaged over seeds: targets (rows) read sources "
-         "(columns; emb = the token embedding). Hover a cell for its value.</p>\n<div class=\"heatmaps\">\n";
+         "(columns; emb = the token embedding). GR's gr.read and gr.write: per module (rows; the last row of "
+         "gr.read is the final mixer) the read gates' mean over channels and the write gates of each branch "
+         "(columns). Hover a cell for its value.</p>\n<div class=\"heatmaps\">\n";
     for (const auto& a : s.connections) h += "<figure>" + plot_connections(s, a) + "</figure>\n";
     h += "</div>\n" + table_titled("Depth connections");
   }

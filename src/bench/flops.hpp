@@ -24,6 +24,10 @@ namespace attnres::bench {
 //                 dynamic HC  m = 4 n d (n+3)        adds the projections 2nd(n+2) and row norms 4nd
 //                 mHC         m = 2nd(n²+2n) + 2n²d + 7nd + 4n² t_max   the projection phi, the
 //                                                    H_res mix, read, H_post write and norm, Sinkhorn
+//               gr: 3 * (2L (4ndr + 2n²d + 8nd) + 4ndr + 6nd)   per sublayer module W_down and W_up
+//                                                    (4ndr), W_inject (2n²d), branch norms, gated mean and
+//                                                    write (8nd); the final mixer without the write
+//                                                    (docs/delta-gated-spec.md §2.6; r the gate's rank)
 // Not counted: embedding lookup, norms (except dynamic HC's row norms and mHC's flattened one, part
 // of the spec's module counts), RoPE, SwiGLU's pointwise part, softmaxes, AdamW.
 struct FlopCount {

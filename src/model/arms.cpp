@@ -23,6 +23,8 @@ const std::vector<ResidualModeInfo>& residual_modes() {
       // Delta AttnRes's routing: its attention reads (Q/K and, decoupled, V); also routing_max_weight.
       {ResidualMode::delta, "delta", TrunkFamily::delta, false, {.routing = true}},
       {ResidualMode::delta_block, "delta_block", TrunkFamily::delta, false, {.routing = true}},
+      // GR's gates (spec §2.7): per branch, the read gates' channel mean and the write gates.
+      {ResidualMode::gr, "gr", TrunkFamily::gated, false, {.connections = true}},
   };
   return modes;
 }
@@ -33,12 +35,15 @@ const ResidualModeInfo& residual_mode_info(ResidualMode mode) {
   ATTNRES_UNREACHABLE("residual mode ", static_cast<int>(mode), " has no record in model/arms.cpp");
 }
 
+bool has_model_norms(const ModelConfig& config) { return trunk_family_info(trunk_family(config)).model_norms; }
+
 const TrunkFamilyInfo& trunk_family_info(TrunkFamily family) {
   static const TrunkFamilyInfo families[] = {
       {TrunkFamily::single_stream, "single-stream", single_stream_residual_flops},
       {TrunkFamily::streams, "n-stream", stream_residual_flops},
       {TrunkFamily::mudd, "MUDD", mudd_residual_flops},
       {TrunkFamily::delta, "Delta AttnRes", delta_residual_flops},
+      {TrunkFamily::gated, "gated residual", gated_residual_flops, false},
   };
   for (const TrunkFamilyInfo& f : families)
     if (f.family == family) return f;
@@ -76,6 +81,7 @@ const std::vector<Arm>& arms() {
       {"mudd-r", [](M& m) { m.residual = ResidualMode::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true; }},
       {"delta", [](M& m) { m.residual = ResidualMode::delta; }},  // the delta_* keys from the config
       {"delta-block", [](M& m) { m.residual = ResidualMode::delta_block; }},  // and n_blocks
+      {"gr", [](M& m) { m.residual = ResidualMode::gr; }},  // gr_n, gr_rank, gr_decay_norm from the config
   };
   return arms;
 }
@@ -103,6 +109,9 @@ ModelConfig apply_arm(ModelConfig m, const std::string& arm) {
   for (const Arm& a : arms())
     if (base == a.name) {
       a.apply(m);
+      // The base's delta_* / gr_* keys are the settings of those modes' arms; the other arms take
+      // the defaults (validate refuses them elsewhere).
+      reset_keys_of_other_modes(m);
       return m;
     }
   std::vector<std::string> names = arm_names();

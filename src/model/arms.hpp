@@ -20,6 +20,7 @@ enum class TrunkFamily {
   streams,        // n residual streams per token: hc, mhc
   mudd,           // four streams mixed from every block output: mudd
   delta,          // pre-norm plus additive reads over the deltas: delta, delta_block
+  gated,          // n branches read through a gated mean, written through per-branch gates: gr
 };
 
 // What a run's depth diagnostics (experiment/diagnostics.hpp; results/run_result.hpp) record of a mode.
@@ -43,6 +44,10 @@ struct TrunkFamilyInfo {
   // The per-token training FLOPs of the family's residual wiring (depth reads, DA modules, stream
   // modules): bench/flops.hpp's depth_reads term, whose comment gives the formulas.
   double (*residual_flops)(const ModelConfig& config);
+  // The model owns the sublayer pre-norms and the final norm (layers.{i}.attn_norm, mlp_norm,
+  // final_norm); false: the trunk's reads normalise the sublayer inputs themselves and its output
+  // goes straight to the LM head (gr: docs/delta-gated-spec.md §2.1).
+  bool model_norms = true;
 };
 
 // Every mode, in kResidualModes order; an entry per family.
@@ -50,12 +55,15 @@ const std::vector<ResidualModeInfo>& residual_modes();
 const ResidualModeInfo& residual_mode_info(ResidualMode mode);
 const TrunkFamilyInfo& trunk_family_info(TrunkFamily family);
 inline TrunkFamily trunk_family(const ModelConfig& config) { return residual_mode_info(config.residual).family; }
+// Whether the model of `config` has the sublayer pre-norms and the final norm (TrunkFamilyInfo).
+bool has_model_norms(const ModelConfig& config);
 
 // The families' FLOP terms (each defined beside its trunk).
 double single_stream_residual_flops(const ModelConfig& config);
 double stream_residual_flops(const ModelConfig& config);
 double mudd_residual_flops(const ModelConfig& config);
 double delta_residual_flops(const ModelConfig& config);
+double gated_residual_flops(const ModelConfig& config);
 
 // The arm names: prenorm, full, block, rd, rd-tied, rd-average, rd-frozen, denseformer (1 x 1),
 // denseformer-4x5, hc (dynamic), hc-static, mhc (the hc_* / mhc_* keys from the config), mudd

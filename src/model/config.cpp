@@ -1,5 +1,7 @@
 #include "model/config.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "kernels/attention.hpp"
@@ -36,6 +38,7 @@ ValueRoute parse_value_route(const std::string& text) {
 const ConfigKeys<ModelConfig>& model_config_keys() {
   using M = ModelConfig;
   static const std::string kStreamRange = "[1, " + std::to_string(kernels::kMaxStreams) + "]";
+  static const std::string kGrBranchRange = "[2, " + std::to_string(kernels::kMaxStreams) + "]";
   static const ConfigKeys<ModelConfig> keys = config_section<M>(
       "model",
       {
@@ -123,6 +126,12 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("delta_decay_all", &M::delta_decay_all, "",
                        "delta, delta_block: weight-decay the reads' parameters (the released code's policy); "
                        "false: only the vector gates' matrices"),
+          config_field("gr_n", &M::gr_n, kGrBranchRange, "gr: residual branches n"),
+          config_field("gr_rank", &M::gr_rank, ">= 0",
+                       "gr: the read gate's bottleneck width r (W_down [r, n d]); 0: d_model / 8, at least 1"),
+          config_field("gr_decay_norm", &M::gr_decay_norm, "",
+                       "gr: weight-decay the zero-centred read norm weights too (toward scale 1); the three "
+                       "matrices always are"),
       });
   return keys;
 }
@@ -145,36 +154,59 @@ int ModelConfig::effective_blocks() const {
 
 namespace {
 
-// The Delta AttnRes keys apply to their modes only: a non-default value elsewhere is refused,
-// naming the key and the mode (docs/delta-gated-spec.md §4; the Python package does the same).
-void check_delta_keys(const ModelConfig& c) {
+// The key of model_config_keys() named `name`.
+const ConfigKey<ModelConfig>& model_key(std::string_view name) {
+  for (const auto& k : model_config_keys())
+    if (k.name == name) return k;
+  ATTNRES_UNREACHABLE("mode_specific_keys() names '", name, "', which is not a model config key");
+}
+
+bool applies_to(const ModeSpecificKey& key, ResidualMode mode) { return std::ranges::find(key.modes, mode) != key.modes.end(); }
+
+// A value other than the default under another mode is refused, naming the key and its modes (the
+// keys of the older modes predate this rule).
+void check_mode_keys(const ModelConfig& c) {
   const ModelConfig defaults;
-  auto refuse_unless = [&](bool set, const char* key, bool applies, const char* modes) {
-    require(!set || applies, "model config key '", key, "' applies to residual ", modes, ", not to residual mode '",
-            to_string(c.residual), "'");
-  };
-  const bool delta = c.uses_delta_reads();
-  refuse_unless(c.delta_null_source != defaults.delta_null_source, "delta_null_source", delta,
-                "'delta' or 'delta_block'");
-  refuse_unless(c.delta_gate != defaults.delta_gate, "delta_gate", delta, "'delta' or 'delta_block'");
-  refuse_unless(c.delta_value_route != defaults.delta_value_route, "delta_value_route", delta,
-                "'delta' or 'delta_block'");
-  refuse_unless(c.delta_decay_all != defaults.delta_decay_all, "delta_decay_all", delta, "'delta' or 'delta_block'");
-  refuse_unless(c.delta_block_partial != defaults.delta_block_partial, "delta_block_partial",
-                c.residual == ResidualMode::delta_block, "'delta_block'");
+  for (const ModeSpecificKey& key : mode_specific_keys()) {
+    const auto& k = model_key(key.name);
+    if (applies_to(key, c.residual) || k.get(c) == k.get(defaults)) continue;
+    std::string modes;
+    for (const ResidualMode m : key.modes) modes += (modes.empty() ? "'" : " or '") + to_string(m) + "'";
+    fail("model config key '", key.name, "' applies to residual ", modes, ", not to residual mode '",
+         to_string(c.residual), "'");
+  }
 }
 
 }  // namespace
 
+const std::vector<ModeSpecificKey>& mode_specific_keys() {
+  using R = ResidualMode;
+  static const std::vector<R> delta = {R::delta, R::delta_block};
+  static const std::vector<ModeSpecificKey> keys = {
+      {"delta_null_source", delta}, {"delta_gate", delta},         {"delta_value_route", delta},
+      {"delta_block_partial", {R::delta_block}}, {"delta_decay_all", delta}, {"gr_n", {R::gr}},
+      {"gr_rank", {R::gr}},         {"gr_decay_norm", {R::gr}},
+  };
+  return keys;
+}
+
+void reset_keys_of_other_modes(ModelConfig& c) {
+  const ModelConfig defaults;
+  for (const ModeSpecificKey& key : mode_specific_keys()) {
+    const auto& k = model_key(key.name);
+    if (!applies_to(key, c.residual)) k.set(c, k.get(defaults));
+  }
+}
+
 void ModelConfig::validate() const {
   check_config_ranges(model_config_keys(), *this);
+  check_mode_keys(*this);
   require(vocab_size >= 2, "model.vocab_size must be at least 2 (got ", vocab_size, ")");
   require(d_model % n_heads == 0, "model.n_heads (", n_heads, ") must divide model.d_model (", d_model, ")");
   require(head_dim() % 2 == 0, "model head_dim = d_model / n_heads must be even for RoPE (got ", head_dim(), ")");
   require(head_dim() <= kernels::kMaxHeadDim, "model head_dim must be at most ", kernels::kMaxHeadDim);
   require(n_sublayers() + 1 <= kernels::kMaxSources, "model.n_layers is too large for depth reads (at most ",
           (kernels::kMaxSources - 1) / 2, ")");
-  check_delta_keys(*this);
   if (residual == ResidualMode::block || residual == ResidualMode::rd || residual == ResidualMode::delta_block) {
     const int L = n_sublayers();
     require(n_blocks >= 1 && n_blocks <= L && L % n_blocks == 0,

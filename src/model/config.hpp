@@ -1,9 +1,11 @@
 // The model's hyper-parameters: a value type, validated, saved as JSON in checkpoints.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "kernels/delta_read.hpp"
 #include "kernels/mhc.hpp"
@@ -13,15 +15,19 @@
 
 namespace attnres {
 
-enum class ResidualMode { prenorm, full, block, rd, denseformer, hc, mhc, mudd,
-                          delta, delta_block };
+enum class ResidualMode {
+  prenorm, full, block, rd, denseformer, hc, mhc, mudd,
+  delta, delta_block,  // Delta AttnRes (docs/delta-gated-spec.md §1)
+  gr,                  // the Gated Residual (docs/delta-gated-spec.md §2)
+};
 enum class ValueRoute { decoupled, tied, average, frozen };
 // MUDDFormer's ways (baselines-spec §2.5): four streams Q, K, V, R, or R alone ("DDFormer").
 enum class MuddWays { qkvr, r };
 inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
                                               ResidualMode::rd,          ResidualMode::denseformer,
                                               ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd,
-                                              ResidualMode::delta,       ResidualMode::delta_block};
+                                              ResidualMode::delta,       ResidualMode::delta_block,
+                                              ResidualMode::gr};
 inline constexpr std::array kMuddWays = {MuddWays::qkvr, MuddWays::r};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
@@ -105,6 +111,11 @@ struct ModelConfig {
   DeltaValueRoute delta_value_route = DeltaValueRoute::none;
   bool delta_block_partial = true;  // delta_block: Block AttnRes's sources; false: the released schedule
   bool delta_decay_all = true;      // the reads' parameters weight-decayed (the released code's policy)
+  // The Gated Residual (docs/delta-gated-spec.md §2): gr_n branches per token, each sublayer's input
+  // a gated mean of them through a rank-gr_rank bottleneck (0: d_model / 8), per-branch gated writes.
+  int gr_n = 4;
+  int gr_rank = 0;
+  bool gr_decay_norm = false;  // weight-decay the zero-centred norm weights too (toward scale 1)
 
   int head_dim() const { return d_model / n_heads; }
   int n_sublayers() const { return 2 * n_layers; }
@@ -129,6 +140,8 @@ struct ModelConfig {
   int mudd_da_hidden(int i) const;
   // MUDD with qkvr: the attention sublayer reads Q, K and V from three streams (else one).
   bool mudd_multiway() const { return residual == ResidualMode::mudd && mudd_ways == MuddWays::qkvr; }
+  // gr: the read gate's bottleneck width (gr_rank, or d_model / 8 and at least 1 when 0).
+  int gr_bottleneck() const { return gr_rank > 0 ? gr_rank : std::max(1, d_model / 8); }
   // Learned value-residual scalars per attention layer after the first (0 when none).
   int vres_parameters() const { return value_residual ? kernels::vres_parameter_count(vres_mode) : 0; }
   bool has_value_query() const {
@@ -139,6 +152,18 @@ struct ModelConfig {
   // Throws Error naming the offending key.
   void validate() const;
 };
+
+// The keys that apply to some residual modes only (delta_*, gr_*): a value other than the default
+// under another mode is an Error naming the key and its modes (validate). python/attnres/config.py's
+// MODE_KEYS is the same list. (The keys of the older modes predate this rule.)
+struct ModeSpecificKey {
+  const char* name;
+  std::vector<ResidualMode> modes;
+};
+const std::vector<ModeSpecificKey>& mode_specific_keys();
+// Sets the keys that do not apply to c.residual to their defaults (an experiment's arms share one
+// base configuration, whose gr_* settings are the gr arm's, say).
+void reset_keys_of_other_modes(ModelConfig& c);
 
 // Every key of the model's configuration (section "model"), in the order files list them: the
 // one list behind its JSON, the [model] table of config files and the docs.

@@ -8,6 +8,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "model/arms.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
@@ -25,6 +26,7 @@ Model<Real>::Model(const ModelConfig& config, std::int64_t max_batch, int max_se
       max_batch_(max_batch),
       max_seq_(max_seq),
       with_grad_(with_grad),
+      final_norm_(has_model_norms(config)),
       topo_(config),
       bodies_(config_, w_, g_, with_grad) {
   require(max_batch >= 1, "batch size must be at least 1");
@@ -63,16 +65,18 @@ void Model<Real>::carve(ArenaCarver<Real>& arena) {
   const std::int64_t bt = max_batch_ * max_seq_, d = config_.d_model;
   emb_ = arena.take(bt * d);
   trunk_->carve(arena, bt);
-  x_final_ = arena.take(bt * d);
-  rstd_final_ = arena.take(bt);
+  if (final_norm_) {
+    x_final_ = arena.take(bt * d);
+    rstd_final_ = arena.take(bt);
+  }
   bodies_.carve(arena, bt);
   ce_logits_ = arena.take(kCrossEntropyRows * config_.vocab_size);
   TrunkBuffers<Real>& b = trunk_buffers_;
   b.emb = emb_;
   if (with_grad_) {
     b.demb = arena.take(bt * d);
-    dx_final_ = arena.take(bt * d);
     b.dh = arena.take(bt * d);
+    dx_final_ = final_norm_ ? arena.take(bt * d) : b.dh;  // without a final norm the head's gradient is the trunk's
     b.dx = arena.take(bt * d);
     b.reduce = arena.take(std::max(
         {k::rmsnorm_scratch_size(bt, config_.d_model), bodies_.reduce_scratch(bt), trunk_->reduce_scratch(bt)}));
@@ -107,15 +111,19 @@ template <class Real>
 void Model<Real>::forward_trunk(const Pass<Real>& pass) {
   k::embedding_forward(emb_, inputs_.data(), w_.tok_emb, n_tok_, config_.d_model);
   final_input_ = trunk_->forward(pass);
+  head_input_ = final_input_;
+  if (!final_norm_) return;
   k::rmsnorm_forward(x_final_, rstd_final_, final_input_, w_.final_norm, n_tok_, config_.d_model,
                      static_cast<Real>(config_.norm_eps));
+  head_input_ = x_final_;
 }
 
 template <class Real>
 void Model<Real>::backward_trunk(const Pass<Real>& pass) {
   const TrunkBuffers<Real>& b = trunk_buffers_;
-  k::rmsnorm_backward(b.dh, g_.final_norm, dx_final_, final_input_, w_.final_norm, rstd_final_, n_tok_,
-                      config_.d_model, b.reduce);
+  if (final_norm_)  // (otherwise the LM head wrote its input's gradient into dh itself)
+    k::rmsnorm_backward(b.dh, g_.final_norm, dx_final_, final_input_, w_.final_norm, rstd_final_, n_tok_,
+                        config_.d_model, b.reduce);
   trunk_->backward(pass);  // from dh, the final norm's input gradient
   k::embedding_backward(g_.tok_emb, inputs_.data(), b.demb, n_tok_, config_.d_model);
 }
@@ -125,7 +133,7 @@ double Model<Real>::forward(std::span<const std::int32_t> tokens, std::int64_t b
   set_inputs(tokens, batch, seq, true);
   forward_trunk({batch, seq});
   const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n_tok_,
+  const double total = k::lm_head_cross_entropy<Real>(head_input_, w_.lm_head, targets_.data(), n_tok_,
                                                       config_.d_model, config_.vocab_size, ce, Real(0), nullptr,
                                                       nullptr, precision_);
   return total / static_cast<double>(n_tok_);
@@ -141,7 +149,7 @@ double Model<Real>::forward_backward(std::span<const std::int32_t> tokens, std::
   k::zero(trunk_buffers_.demb, n * d);
   bodies_.begin_backward(n);
   const k::CrossEntropyScratch<Real> ce{ce_logits_, ce_row_loss_.data(), kCrossEntropyRows};
-  const double total = k::lm_head_cross_entropy<Real>(x_final_, w_.lm_head, targets_.data(), n, config_.d_model,
+  const double total = k::lm_head_cross_entropy<Real>(head_input_, w_.lm_head, targets_.data(), n, config_.d_model,
                                                       config_.vocab_size, ce, Real(1) / static_cast<Real>(n),
                                                       dx_final_, g_.lm_head, precision_);
   backward_trunk({batch, seq});
@@ -153,7 +161,7 @@ void Model<Real>::logits(std::span<const std::int32_t> inputs, std::int64_t batc
   set_inputs(inputs, batch, seq, false);
   require(static_cast<std::int64_t>(out.size()) == n_tok_ * config_.vocab_size, "logits buffer has the wrong size");
   forward_trunk({batch, seq});
-  k::linear_forward(out.data(), x_final_, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
+  k::linear_forward(out.data(), head_input_, w_.lm_head, n_tok_, config_.d_model, config_.vocab_size, false,
                     precision_);
 }
 
@@ -168,7 +176,7 @@ void Model<Real>::decode(std::span<const std::int32_t> inputs, std::int64_t batc
   forward_trunk({batch, seq, &cache});
   cache.length += seq;
   for (std::int64_t b = 0; b < batch; ++b)
-    k::linear_forward(out.data() + b * config_.vocab_size, x_final_ + ((b + 1) * seq - 1) * config_.d_model,
+    k::linear_forward(out.data() + b * config_.vocab_size, head_input_ + ((b + 1) * seq - 1) * config_.d_model,
                       w_.lm_head, 1, config_.d_model, config_.vocab_size, false, precision_);
 }
 

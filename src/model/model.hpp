@@ -83,8 +83,8 @@ class Model {
  private:
   void carve(ArenaCarver<Real>& arena);
   void set_inputs(std::span<const std::int32_t> tokens, std::int64_t batch, int seq, bool with_targets);
-  // Embedding, the trunk, final norm (into x_final_); and back from the final norm's output
-  // gradient (dx_final_) to the embedding's.
+  // Embedding, the trunk, final norm (into x_final_; a family without one hands the LM head the
+  // trunk's output); and back from the final norm's output gradient (dx_final_) to the embedding's.
   void forward_trunk(const Pass<Real>& pass);
   void backward_trunk(const Pass<Real>& pass);
 
@@ -93,6 +93,7 @@ class Model {
   std::int64_t max_batch_;
   int max_seq_;
   bool with_grad_;
+  bool final_norm_;  // the family's record says whether the model has one (gr: no, model/arms.hpp)
   Topology topo_;
   std::vector<Real> params_;
   std::vector<Real> grads_;
@@ -107,6 +108,7 @@ class Model {
   // logits; with gradients the final norm's output gradient.
   Real *emb_ = nullptr, *x_final_ = nullptr, *rstd_final_ = nullptr, *ce_logits_ = nullptr, *dx_final_ = nullptr;
   const Real* final_input_ = nullptr;
+  const Real* head_input_ = nullptr;  // the LM head's input in the last forward: x_final_, or the trunk's output
   std::vector<std::int32_t> inputs_;
   std::vector<std::int32_t> targets_;
   std::vector<double> ce_row_loss_;

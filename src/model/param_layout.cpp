@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/arms.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -13,10 +14,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
   const std::int64_t d = c.d_model, h = c.mlp_hidden, V = c.vocab_size;
   const double std_matrix = 0.02;
   const double std_out = 0.02 / std::sqrt(2.0 * c.n_layers);  // residual-writing projections
+  const bool norms = has_model_norms(c);  // gr's reads replace the pre-norms and the final norm
   add("tok_emb.weight", {V, d}, ParamKind::matrix, std_matrix);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
+    if (norms) add(p + "attn_norm.weight", {d}, ParamKind::norm_weight);  // MUDD qkvr: Q's
     add_trunk_params(*this, c, ParamPlace::attention_norm, i);
     add(p + "attn.wq.weight", {d, d}, ParamKind::matrix, std_matrix);
     add(p + "attn.wk.weight", {d, d}, ParamKind::matrix, std_matrix);
@@ -27,14 +29,14 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
       lambdas.resize(static_cast<std::size_t>(c.vres_parameters()));
       add_fixed(p + "attn.vres_lambda", std::move(lambdas), false);
     }
-    add(p + "mlp_norm.weight", {d}, ParamKind::norm_weight);
+    if (norms) add(p + "mlp_norm.weight", {d}, ParamKind::norm_weight);
     add(p + "mlp.w_gate.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_up.weight", {h, d}, ParamKind::matrix, std_matrix);
     add(p + "mlp.w_down.weight", {d, h}, ParamKind::matrix, std_out);
     add_trunk_params(*this, c, ParamPlace::layer_end, i);
   }
   add_trunk_params(*this, c, ParamPlace::after_layers, -1);
-  add("final_norm.weight", {d}, ParamKind::norm_weight);
+  if (norms) add("final_norm.weight", {d}, ParamKind::norm_weight);
   if (!c.tie_embeddings) add("lm_head.weight", {V, d}, ParamKind::matrix, std_matrix);
 }
 

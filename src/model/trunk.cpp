@@ -14,6 +14,7 @@ std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
     case TrunkFamily::streams: return make_stream_trunk(parts);
     case TrunkFamily::mudd: return make_mudd_trunk(parts);
     case TrunkFamily::delta: return make_delta_trunk(parts);
+    case TrunkFamily::gated: return make_gated_residual_trunk(parts);
   }
   return nullptr;  // (every family is a case above)
 }
@@ -24,6 +25,7 @@ void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace
     case TrunkFamily::streams: return add_stream_params(layout, config, place, layer);
     case TrunkFamily::mudd: return add_mudd_params(layout, config, place, layer);
     case TrunkFamily::delta: return add_delta_params(layout, config, place, layer);
+    case TrunkFamily::gated: return add_gated_residual_params(layout, config, place, layer);
   }
 }
 
@@ -34,6 +36,7 @@ std::vector<Connections> trunk_static_connections(const ModelConfig& config, con
     case TrunkFamily::streams: return stream_static_connections(config, layout, params);
     case TrunkFamily::mudd: return {};  // per token only
     case TrunkFamily::delta: return {};  // per token only
+    case TrunkFamily::gated: return {};  // per token only (its gates)
   }
   return {};
 }

@@ -8,6 +8,7 @@
 //   stream_trunk.cpp         hc, mhc
 //   mudd_trunk.cpp           mudd
 //   delta_trunk.cpp          delta, delta_block
+//   gated_residual_trunk.cpp gr (no pre-norms, no final norm: its final mixer feeds the LM head)
 #pragma once
 
 #include <cstdint>
@@ -96,6 +97,9 @@ void add_single_stream_params(ParamLayout& layout, const ModelConfig& config, Pa
 void add_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_mudd_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 void add_delta_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
+template <class Real>
+std::unique_ptr<Trunk<Real>> make_gated_residual_trunk(const ModelParts<Real>& parts);
+void add_gated_residual_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 std::vector<Connections> single_stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
                                                           std::span<const double> params);
 std::vector<Connections> stream_static_connections(const ModelConfig& config, const ParamLayout& layout,

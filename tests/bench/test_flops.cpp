@@ -121,6 +121,23 @@ TEST(FlopCount, Mhc) {
   }
 }
 
+TEST(FlopCount, GatedResidual) {
+  // n = 4, d = 8, r = d / 8 = 1: per sublayer module 4 n d r = 128 (W_down, W_up), 2 n² d = 256
+  // (W_inject), 8 n d = 256 (norms, gated mean, write): 640; the final mixer 128 + 6 n d = 320. x3.
+  ModelConfig c = small(ResidualMode::gr);
+  expect_counts(c, 3 * (4 * 640 + 320));
+  c.gr_n = 2;
+  c.gr_rank = 3;  // module 4 * 2 * 8 * 3 = 192 + 64 + 128 = 384; mixer 192 + 96 = 288
+  expect_counts(c, 3 * (4 * 384 + 288));
+  // docs/delta-gated-spec.md §2.6: 23,033,664 forward FLOPs per token at S (r = 72) net of the 2L + 1
+  // norms of 3d that GR drops, which the bench never counts; at M (r = 104) the same formula.
+  for (auto [layers, d, net] : {std::tuple{16, 576, 23033664.0}, std::tuple{24, 832, 70291520.0}}) {
+    const ModelConfig s = preset(layers, d, ResidualMode::gr);
+    EXPECT_DOUBLE_EQ(training_flops_per_token(s, kSeq).depth_reads, 3 * (net + (2 * layers + 1) * 3.0 * d))
+        << layers << " x " << d;
+  }
+}
+
 TEST(FlopCount, PrenormHasNoDepthReads) { expect_counts(small(ResidualMode::prenorm), 0); }
 
 TEST(FlopCount, Block) {

@@ -105,6 +105,15 @@ TEST(Cli, HelpListsEveryResidualMode) {
   EXPECT_TRUE(contains(r.output, "model.value_residual")) << r.output;
 }
 
+// The gr_* keys apply to residual = gr only: another mode refuses them before any work, naming the key
+// and both modes (docs/delta-gated-spec.md §4).
+TEST(Cli, GatedResidualKeysAreRefusedUnderOtherModes) {
+  expect_user_error("config --preset tiny --set model.residual=block --set model.gr_n=3",
+                    {"'gr_n'", "residual 'gr'", "residual mode 'block'"});
+  expect_user_error("config --preset tiny --set model.residual=gr --set model.gr_n=9", {"model.gr_n"});
+  EXPECT_EQ(run_cli("config --preset tiny --set model.residual=gr --set model.gr_n=3 --set model.gr_rank=5").exit_code, 0);
+}
+
 TEST(Cli, NumericFlagsAreRangeCheckedNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"eval --checkpoint x --text y --batch 0", "--batch"},
@@ -136,6 +145,15 @@ TEST_F(CliTest, TrainTakesTokensAndThreads) {
   EXPECT_TRUE(contains(config, "tokens = 512")) << config;
   EXPECT_TRUE(contains(config, "threads = 2")) << config;
   EXPECT_TRUE(contains(r.output, "finished 4 steps")) << r.output;
+}
+
+// Training refuses a gr_* key under another mode before it writes anything.
+TEST_F(CliTest, TrainRefusesGatedResidualKeysUnderOtherModes) {
+  const std::string out = run() + "-hc-gr";
+  expect_user_error("train " + kTiny + " --set model.residual=hc --set model.gr_decay_norm=true --data " + data() +
+                        " --out " + out,
+                    {"'gr_decay_norm'", "residual 'gr'", "residual mode 'hc'"});
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(CliTest, CheckpointsInAnyForm) {

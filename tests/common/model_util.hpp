@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "model/arms.hpp"
 #include "model/config.hpp"
 #include "model/model.hpp"
 #include "util/rng.hpp"
@@ -35,6 +36,9 @@ struct Variant {
   bool delta_null_source = false;
   DeltaValueRoute delta_value_route = DeltaValueRoute::none;
   bool delta_block_partial = true;
+  // gr: n_streams branches, the read gate's rank (0: d_model / 8)
+  int gr_rank = 0;
+  bool gr_decay_norm = false;
 
   // The variant's settings on a base configuration.
   ModelConfig apply(ModelConfig c) const {
@@ -48,6 +52,11 @@ struct Variant {
       c.mhc_n = n_streams;
       c.mhc_sinkhorn_order = sinkhorn_order;
       c.mhc_reduce = readout;
+    }
+    if (residual == ResidualMode::gr) {
+      c.gr_n = n_streams;
+      c.gr_rank = gr_rank;
+      c.gr_decay_norm = gr_decay_norm;
     }
     c.residual = residual;
     c.value_route = route;
@@ -68,10 +77,9 @@ struct Variant {
     if (residual == ResidualMode::delta_block) c.delta_block_partial = delta_block_partial;
     return c;
   }
-  // The CUDA backend implements the AttnRes modes only (the baselines are CPU-only).
+  // The CUDA backend implements the AttnRes modes only (the record in model/arms.cpp), without the value residual.
   bool on_cuda() const {
-    return residual != ResidualMode::denseformer && residual != ResidualMode::mudd && !config_uses_streams() &&
-           !value_residual && residual != ResidualMode::delta && residual != ResidualMode::delta_block;
+    return residual_mode_info(residual).cuda && !value_residual;
   }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
@@ -132,7 +140,12 @@ inline std::vector<Variant> all_variants() {
            .delta_gate = kernels::DeltaGate::sigmoid_vector, .delta_block_partial = false},
           {.name = "delta_block_released_alpha_null", .residual = ResidualMode::delta_block,
            .delta_gate = kernels::DeltaGate::learnable_alpha, .delta_null_source = true,
-           .delta_value_route = DeltaValueRoute::decoupled, .delta_block_partial = false}};
+           .delta_value_route = DeltaValueRoute::decoupled, .delta_block_partial = false},
+          // The Gated Residual: the default rank (d / 8 = 1 here) and a wider one, with the value residual.
+          {.name = "gr", .residual = ResidualMode::gr, .n_streams = 3},
+          {.name = "gr_rank3_vres", .residual = ResidualMode::gr, .value_residual = true, .n_streams = 2,
+           .gr_rank = 3},
+          {.name = "gr_decay_norm", .residual = ResidualMode::gr, .n_streams = 4, .gr_decay_norm = true}};
 }
 
 // The variants the CUDA backend runs.

@@ -53,4 +53,30 @@ TEST(Arms, EveryArmIsAModeWithItsSettings) {
 }
 
 }  // namespace
+TEST(Arms, ModeSpecificKeysOfTheBaseGoOnlyToTheirModesArms) {
+  // One base configuration serves every arm: its delta_* and gr_* settings are those arms' own.
+  ModelConfig base;
+  base.residual = ResidualMode::delta_block;
+  base.delta_gate = kernels::DeltaGate::sigmoid_scalar;
+  base.delta_block_partial = false;
+  for (const std::string arm : {"block", "rd", "gr", "mudd"}) {
+    const ModelConfig m = apply_arm(base, arm);
+    EXPECT_EQ(m.delta_gate, kernels::DeltaGate::none) << arm;
+    EXPECT_TRUE(m.delta_block_partial) << arm;
+    EXPECT_NO_THROW(m.validate()) << arm;
+  }
+  const ModelConfig delta = apply_arm(base, "delta");
+  EXPECT_EQ(delta.delta_gate, kernels::DeltaGate::sigmoid_scalar);
+  EXPECT_TRUE(delta.delta_block_partial);  // delta_block's schedule key
+  EXPECT_NO_THROW(delta.validate());
+  const ModelConfig delta_block = apply_arm(base, "delta-block");
+  EXPECT_EQ(delta_block.delta_gate, kernels::DeltaGate::sigmoid_scalar);
+  EXPECT_FALSE(delta_block.delta_block_partial);
+  // Every listed key is a model config key, and each applies to at least one mode.
+  for (const ModeSpecificKey& k : mode_specific_keys()) {
+    EXPECT_FALSE(k.modes.empty()) << k.name;
+    EXPECT_TRUE(std::ranges::any_of(model_config_keys(), [&](const auto& key) { return key.name == k.name; })) << k.name;
+  }
+}
+
 }  // namespace attnres

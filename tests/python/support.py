@@ -58,8 +58,7 @@ BASELINES = [("denseformer", dict(residual="denseformer")),
              ("mudd_prepost", dict(residual="mudd", mudd_prepost_norm=True)),
              ("mudd_prepost_static", dict(residual="mudd", mudd_prepost_norm=True, mudd_dynamic=False)),
              ("mudd_vres_pair", dict(residual="mudd", value_residual=True, vres_mode="learned_pair")),
-             # Delta AttnRes and the Gated Residual (docs/delta-gated-spec.md; GR in the Python package and the
-             # oracle only: the C++ does not implement it yet, so it is not in CLI_BASELINES): per-sublayer deltas plain,
+             # Delta AttnRes and the Gated Residual (docs/delta-gated-spec.md): per-sublayer deltas plain,
              # with the null source and the scalar gate, with the V route and the vector gate; Delta Block with the
              # partial sum, with the released code's schedule (null source, learnable_alpha, decay of the matrices
              # only), with the V route and the value residual; GR with 4 and 3 branches, with the value residual.
@@ -76,7 +75,7 @@ BASELINES = [("denseformer", dict(residual="denseformer")),
 # The ones tests/python/test_cli.py trains with the attnres binary: every vres_mode once.
 CLI_BASELINES = ["denseformer", "denseformer_4x5", "prenorm_vres_fixed", "block_vres_constant", "rd_vres_convex",
                  "denseformer_vres_pair", "hc", "mhc_row_col_mean", "mudd", "mudd_prepost",
-                 "delta_null_scalar", "delta_v_vector", "delta_block_code"]
+                 "delta_null_scalar", "delta_v_vector", "delta_block_code", "gr_n3_rank5"]
 
 
 def set_flags(settings) -> list:

@@ -30,10 +30,9 @@ def config_dict(residual, route="decoupled", tie=False, **kw):
 
 
 def as_mode(c, residual):
-    """Config c with another residual mode, without the keys that only apply to c's (config.MODE_KEYS,
-    config.PENDING_KEYS)."""
-    from attnres.config import MODE_KEYS, PENDING_KEYS
-    return dict({k: v for k, v in c.items() if k not in PENDING_KEYS and k not in MODE_KEYS}, residual=residual)
+    """Config c with another residual mode, without the keys that only apply to c's (config.MODE_KEYS)."""
+    from attnres.config import MODE_KEYS
+    return dict({k: v for k, v in c.items() if k not in MODE_KEYS}, residual=residual)
 
 
 def all_configs(tie=True):
@@ -761,11 +760,11 @@ class FilesTest(unittest.TestCase):
         self.assertEqual(list(ModelConfig.from_json(every).to_json()), list(ModelConfig().to_json()))
         self.assertEqual(ModelConfig.from_json(every).vres_parameters, 2)
         self.assertEqual(ModelConfig.from_json(dict(every, value_residual=False)).vres_parameters, 0)
-        # The Delta AttnRes keys are written always, as attnres writes them (at their defaults with other modes);
-        # the keys of the modes the C++ lacks yet only with those modes (so every config attnres writes reads back
-        # unchanged), and their defaults load with any mode.
+        # The keys that apply to some modes only (config.MODE_KEYS) are written with every mode, at their defaults
+        # with the others, as the C++ writes them.
         self.assertEqual(ModelConfig().to_json()["delta_gate"], "none")
-        self.assertNotIn("gr_n", ModelConfig().to_json())
+        self.assertEqual({k: v for k, v in ModelConfig().to_json().items() if k.startswith("gr_")},
+                         dict(gr_n=4, gr_rank=0, gr_decay_norm=False))
         delta = dict(c, residual="delta_block", delta_null_source=True, delta_gate="sigmoid_vector",
                      delta_value_route="decoupled", delta_block_partial=False, delta_decay_all=False)
         self.assertEqual(ModelConfig.from_json(json.dumps(delta)).to_json(), dict(ModelConfig().to_json(), **delta))

@@ -194,6 +194,12 @@ TEST_P(Reference, Float64MatchesPyTorchFloat64) { compare_with_reference<double>
 INSTANTIATE_TEST_SUITE_P(AllModes, Reference, ::testing::ValuesIn(all_variants()),
                          [](const auto& info) { return info.param.name; });
 
+TEST(ReferenceUntied, GatedResidualWithSeparateHeadMatchesPyTorch) {  // no final norm: the head reads the mixer
+  const Variant gr{.name = "gr", .residual = ResidualMode::gr, .n_streams = 3, .gr_rank = 2};
+  compare_with_reference<float>(gr, false);
+  compare_with_reference<double>(gr, false);
+}
+
 TEST(ReferenceUntied, RdWithSeparateHeadMatchesPyTorch) {
   compare_with_reference<float>({"rd", ResidualMode::rd, ValueRoute::decoupled}, false);
   compare_with_reference<double>({"rd", ResidualMode::rd, ValueRoute::decoupled}, false);

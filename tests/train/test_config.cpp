@@ -272,7 +272,7 @@ TEST(ConfigKeys, FileErrorsNameTheFileAndLine) {
   EXPECT_NE(msg.find(file + ":2: 'train.milestones' must be an array of numbers"), std::string::npos) << msg;
   msg = error_in("[model]\nresidual = \"blocky\"\n");
   EXPECT_NE(msg.find(file + ":2: 'model.residual': unknown value 'blocky' (expected prenorm, full, block, rd, "
-                     "denseformer, hc, mhc, mudd, delta or delta_block)"),
+                     "denseformer, hc, mhc, mudd, delta, delta_block or gr)"),
             std::string::npos)
       << msg;
   msg = error_in("[optimizer]\nlr = 1\n");
@@ -299,7 +299,7 @@ TEST(ConfigKeys, UnknownKeysAndValuesSuggestTheClosest) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_residual_mode("blocks"); })
                 .find("unknown residual mode 'blocks' (expected prenorm, full, block, rd, denseformer, hc, mhc, "
-                      "mudd, delta or delta_block); did you mean 'block'?"),
+                      "mudd, delta, delta_block or gr); did you mean 'block'?"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_value_route("froze"); }).find("did you mean 'frozen'?"), std::string::npos);
   // Nothing close: no guess.
@@ -366,7 +366,8 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
       R"("value_route":"decoupled","vocab_size":257})";
   EXPECT_EQ(nlohmann::json(ModelConfig{}).dump(),
             R"({"d_model":64,"delta_block_partial":true,"delta_decay_all":true,"delta_gate":"none",)"
-            R"("delta_null_source":false,"delta_value_route":"none","dwa_dilation":1,"dwa_period":1,"dwa_weight_decay":true,"hc_dynamic":true,"hc_n":4,)"
+            R"("delta_null_source":false,"delta_value_route":"none","dwa_dilation":1,"dwa_period":1,)"
+            R"("dwa_weight_decay":true,"gr_decay_norm":false,"gr_n":4,"gr_rank":0,"hc_dynamic":true,"hc_n":4,)"
             R"("hc_reduce":"sum","hc_scale_init":0.01,"hc_tanh":true,"max_seq_len":256,"mhc_alpha_init":0.01,)"
             R"("mhc_bias_init":"home_pm3","mhc_n":4,"mhc_phi_std":0.02,"mhc_pre_eps":0.0,"mhc_reduce":"sum",)"
             R"("mhc_sinkhorn_iters":20,"mhc_sinkhorn_order":"col_row",)"
@@ -377,21 +378,26 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
             R"("vocab_size":257,"vres_lambda1":0.5,"vres_lambda2":0.5,"vres_mode":"fixed"})");
   EXPECT_EQ(nlohmann::json(model_config_from_json(nlohmann::json::parse(before_baselines), "old")).dump(),
             nlohmann::json(ModelConfig{}).dump());
-  ModelConfig delta_base;  // Delta AttnRes's keys change only with their modes
-  delta_base.residual = ResidualMode::delta_block;
+  const ModelConfig base;
   for (const auto& k : model_config_keys()) {
-    const ModelConfig base = k.name.rfind("delta_", 0) == 0 ? delta_base : ModelConfig{};
-    // The first change of this key alone that is still a valid model.
+    // The first change of this key alone that is still a valid model, on the base or, for a key that
+    // applies to some modes only (delta_*, gr_*), on the base with one of them.
     const std::vector<ConfigValue> candidates = model_changes(k, k.get(base));
     bool found = false;
     for (const auto& c : candidates) {
       ModelConfig m = base;
-      k.set(m, c);
-      try {
-        m.validate();
-      } catch (const Error&) {
-        continue;
+      bool valid = false;
+      for (std::size_t mode = 0; mode <= kResidualModes.size() && !valid; ++mode) {
+        m = base;
+        if (mode > 0) m.residual = kResidualModes[mode - 1];
+        k.set(m, c);
+        try {
+          m.validate();
+          valid = true;
+        } catch (const Error&) {
+        }
       }
+      if (!valid) continue;
       found = true;
       const nlohmann::json j = m;
       EXPECT_EQ(j.size(), model_config_keys().size());

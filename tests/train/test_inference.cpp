@@ -246,6 +246,45 @@ TEST(InferenceBackend, MuddConnectionsAreTokenMeansOfTheMixingWeights) {
   EXPECT_TRUE(experiment::diagnose(*pre, val, B, T, 64).connections.empty());
 }
 
+// GR's diagnostics (docs/delta-gated-spec.md §2.7): the read gates' channel mean and the write gates
+// per branch, averaged over the evaluation tokens, as the connections gr.read (every module and the
+// final mixer) and gr.write (every sublayer). With W_up = 0 and W_inject = 0 they are 1/2 and 1.
+TEST(InferenceBackend, GatedResidualDiagnosticsAreItsGatesPerBranch) {
+  TempDir dir("attnres_inference_gr");
+  const std::string data_dir = prepare_synthetic_data(dir.path());
+  const data::TokenDataset val = data::TokenDataset::open(data_dir, "val", {false, nullptr});
+  const int B = 2, T = 16;
+  ModelConfig c = tiny_config(ResidualMode::gr, ValueRoute::decoupled, 3);
+  c.gr_n = 3;
+  c.vocab_size = val.vocab_size();
+  c.max_seq_len = T;
+  const fs::path path = dir.path() / "gr.safetensors";
+  SavedModel saved(c, B, T, path);
+  const std::unique_ptr<InferenceBackend> backend = make_inference_backend("cpu", c, B, T);
+  backend->load_weights(path.string());
+  const auto trained = experiment::diagnose(*backend, val, B, T, 64).connections;
+  ASSERT_EQ(trained.size(), 2u);
+  EXPECT_EQ(trained[0].name, "gr.read");
+  EXPECT_EQ(trained[1].name, "gr.write");
+  ASSERT_EQ(trained[0].rows.size(), 7u);
+  ASSERT_EQ(trained[1].rows.size(), 6u);
+  for (const auto& row : trained[1].rows) {
+    EXPECT_EQ(row.sources, (std::vector<int>{0, 1, 2}));
+    for (double w : row.weights) EXPECT_TRUE(w > 0 && w < 2) << row.target;  // 2 sigmoid(.)
+  }
+  Model<float>& m = saved.model;
+  for (const auto& p : m.layout().params())
+    if (p.name.ends_with(".w_up") || p.name.ends_with(".w_inject"))
+      std::fill_n(m.params().data() + p.offset, p.numel, 0.0f);
+  save_weights<float>(path.string(), c, m.layout(), m.params());
+  backend->load_weights(path.string());
+  const auto neutral = experiment::diagnose(*backend, val, B, T, 64).connections;
+  for (const auto& row : neutral[0].rows)
+    for (double w : row.weights) EXPECT_EQ(w, 0.5) << row.target;
+  for (const auto& row : neutral[1].rows)
+    for (double w : row.weights) EXPECT_EQ(w, 1.0) << row.target;
+}
+
 // MUDD's routing diagnostic (experiment/diagnostics.hpp, baselines-spec §6.5): per block, the token
 // means of p_c(j) = |dw[c,j]|·‖X_j‖ / Σ_j |dw[c,j]|·‖X_j‖ of the Q, K and V ways of the DA feeding
 // it and the per-token JS(p_Q, p_V), JS(p_K, p_V), recomputed here from the routing of the pass
