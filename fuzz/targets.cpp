@@ -446,7 +446,7 @@ std::vector<std::string> seeds_experiment_spec() { return {results::to_json(exam
 bool run_run_result(const std::uint8_t* data, std::size_t size) {
   static const results::ExperimentSpec spec = example_spec();
   const std::string path = scratch_file("result", "result.json", as_text(data, size));
-  return rejected_cleanly_or(path, [&] { (void)experiment::read_run_result(path, spec, "rd", 1); });
+  return rejected_cleanly_or(path, [&] { (void)analysis::read_run_result(path, spec, "rd", 1); });
 }
 
 std::vector<std::string> seeds_run_result() {
@@ -480,7 +480,7 @@ std::vector<std::string> seeds_summary() {
   block.arm = "block";
   block.routing.clear();
   results::write_run_result(results::run_result_path(dir.string(), "block", 1), block);
-  experiment::summarize(dir.string());
+  analysis::summarize(dir.string());
   return {read_text_file(results::summary_path(dir.string()))};
 }
 

@@ -9,7 +9,7 @@
 #include "analysis/svg.hpp"
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 // Blue (negative) through white (0) to red (positive), t in [-1, 1]: ColorBrewer RdBu's ends.
@@ -79,4 +79,4 @@ std::string plot_connections(const ExperimentSummary& s, const ArmConnections& a
   return svg.str();
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 std::string format_printf(const char* format, double value) {
   char buf[64];
@@ -73,4 +73,4 @@ std::string escape_html(const std::string& s) {
   return out;
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 std::string format_number(double value, int decimals);
 std::string format_signed(double value, int decimals);
@@ -19,4 +19,4 @@ std::string format_printf(const char* format, double value);
 // &, <, >, " and ' as HTML entities (for HTML text, SVG text and attribute values).
 std::string escape_html(const std::string& s);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -1,5 +1,7 @@
 // The report's SVG plots of a summary (docs/experiments.md, "attnres report"). Each returns one
 // <svg> element, or "" when the summary has nothing to plot. Every arm has one colour everywhere.
+// plots.cpp draws (a), (b), (e) and (f), routing_plots.cpp (c) and (d), connection_plots.cpp the
+// connections.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +9,9 @@
 
 #include "analysis/summary.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
+
+inline constexpr double kPlotWidth = 1000;  // the width of the wide plots, in SVG user units
 
 // The colour of an arm in every plot: fixed for the known arms (colour-blind-safe palette), else by
 // its index in the experiment's arm list.
@@ -44,4 +48,4 @@ std::string plot_training_loss(const ExperimentSummary& summary);
 // scale), one line per seed, with the line at which they count as parted (results::kTwinPartNats).
 std::string plot_twin_drift(const ExperimentSummary& summary);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

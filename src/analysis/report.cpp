@@ -6,13 +6,14 @@
 
 #include "analysis/format.hpp"
 #include "analysis/stats.hpp"
+#include "analysis/verdict.hpp"
 #include "model/arms.hpp"
 #include "analysis/plots.hpp"
 #include "analysis/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 namespace fs = std::filesystem;
@@ -361,4 +362,4 @@ ReportFiles write_report(const ExperimentSummary& summary, const std::string& ou
   return files;
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -9,7 +9,7 @@
 
 #include "analysis/summary.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 struct ReportFiles {
   std::string markdown;
@@ -22,4 +22,4 @@ std::string render_html(const ExperimentSummary& summary);
 // Writes report.md and report.html into out_dir (created if missing), atomically; returns their paths.
 ReportFiles write_report(const ExperimentSummary& summary, const std::string& out_dir);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 // The two Lan–DeMets spending functions. α is the two-sided level, split equally between the
 // two sides (the convention of ldbounds, SAS PROC SEQDESIGN, gsDesign and rpact). Each side
@@ -198,4 +198,4 @@ SeedPlan max_seeds_for_power(double effect, double sd, Spending spending,
                              std::span<const double> fractions = kDefaultLookFractions, double alpha = 0.05,
                              double power = 0.8, int max_n = 2000);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

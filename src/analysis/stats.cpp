@@ -12,7 +12,7 @@
 
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -71,6 +71,13 @@ double student_t_quantile(double prob, double dof) {
   require(prob > 0 && prob < 1, "Student t quantile: probability must lie in (0, 1) (", prob, ")");
   if (prob == 0.5) return 0;
   return bm::quantile(bm::students_t_distribution<double, Policy>(dof), prob);
+}
+
+double mean_of(std::span<const double> values) {
+  if (values.empty()) return kNaN;
+  double sum = 0;
+  for (double x : values) sum += x;
+  return sum / static_cast<double>(values.size());
 }
 
 PairedStats paired_stats(std::span<const double> differences) {
@@ -201,4 +208,4 @@ MedianInterval median_interval(std::span<const double> x, double level) {
   return m;
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

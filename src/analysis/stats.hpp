@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 // JS(P, Q) = ½ KL(P‖M) + ½ KL(Q‖M), M = ½(P + Q), with 0·log 0 = 0, in nats (max ln 2).
 // P and Q must have the same length and non-negative entries; they are used as given (not renormalised).
@@ -27,6 +27,9 @@ double student_t_two_sided_p(double t, double dof);
 
 // The t with P(T <= t) = prob, 0 < prob < 1 (e.g. prob = 0.975 for a two-sided 95% interval).
 double student_t_quantile(double prob, double dof);
+
+// The arithmetic mean; NaN (not available) for none.
+double mean_of(std::span<const double> values);
 
 // Paired statistics over per-seed differences d_i = arm − baseline (NLL: negative is better).
 // sd is the sample standard deviation (n − 1); the CI is mean ± t_{0.975, n−1} · sd / sqrt(n);
@@ -91,4 +94,4 @@ PowerEstimate power_estimate(const PairedStats& stats, double user_effect = std:
 // Negative is a reduction; the paper's "perplexity reduction" is 1 − exp(−reduction) = −ppl_change(Δ).
 double ppl_change(double delta_nll);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -20,7 +20,7 @@
 #include "results/run_result.hpp"
 #include "results/summary.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 // The schema types the summary is made of, by their names in this namespace.
 using results::ArmComparison;
@@ -66,8 +66,11 @@ struct ExperimentSummary {
   std::optional<results::SequentialSummary> sequential;
 
   const RunResult* find_run(const std::string& arm, std::int64_t seed) const;
+  // The arm's finished runs, in seed order.
+  std::vector<const RunResult*> finished_runs(const std::string& arm) const;
   // Where the result of (arm, seed) of this summary's group is (the main's for a reused baseline).
   std::string run_path(const std::string& arm, std::int64_t seed) const;
+  std::string path_of(const RunResult& r) const { return run_path(r.arm, r.seed); }  // for messages
 };
 
 struct GroupResults {
@@ -99,31 +102,9 @@ results::Summary summary_file(const ExperimentSummary& summary);
 // calibrated level (analysis/sequential.hpp). None without a sequential design.
 std::optional<results::SequentialSummary> sequential_summary(const ExperimentSummary& summary);
 
-// One sentence a newcomer can read: the verdict of arm `a` of comparison `c` against the baseline,
-// naming the split and budget, e.g. "rd vs block, validation NLL at 1.93M tokens: ΔNLL −0.0123 ±
-// 0.0020 (s.e.) over 5 seeds, p = 0.003 (95% CI ...; rd better in 5/5 seeds); noise floor ±0.0030
-// (...)" when the paired test rejects no difference at α = 0.05, else "...: not resolved at this
-// size: ...; about N seeds would be needed ...", with the noise floor where the experiment has the
-// baseline's twin (and whether the interval lies inside it).
-std::string verdict_sentence(const ExperimentSummary& summary, const Comparison& c, const ArmComparison& a);
-
-// The sequential decision in one clause: "sequential seeds: resolved at the look at 8 seeds
-// (repeated 95% CI [...], adjusted p = ...)", "... futile ...", "... not resolved at max_seeds ...",
-// "... continuing ... next look at N seeds".
-std::string sequential_clause(const results::SequentialSummary& sequential);
-
-// verdict_sentence of `arm` at the last validation milestone, with the sequential clause for the
-// primary arm of a sequential experiment and the unstable runs of the arm and the baseline. An Error when the arm is not a
-// compared arm of the experiment.
-std::string answer_line(const ExperimentSummary& summary, const std::string& arm);
-
 // How far two runs of one seed drifted apart, from their per-step training losses (the same
 // batches): results::TwinDrift.
 results::TwinDrift twin_drift(std::int64_t seed, std::span<const results::LossPoint> baseline,
                               std::span<const results::LossPoint> twin);
 
-// True when every paired difference is exactly 0: the arm reproduced the baseline bit for bit
-// (expected of rd-tied).
-bool identical_to_baseline(const ArmComparison& a);
-
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

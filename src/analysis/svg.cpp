@@ -5,7 +5,7 @@
 
 #include "analysis/format.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 std::string px(double v) { return format_printf("%.1f", v); }
 
@@ -121,4 +121,4 @@ void draw_legend(Svg& svg, double x, double y, const std::vector<LegendEntry>& e
   }
 }
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

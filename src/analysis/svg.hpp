@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 using Point = std::pair<double, double>;
 
@@ -75,4 +75,4 @@ struct LegendEntry {
 // One entry per line from (x, y) down; a line sample, or a dot with `dots`.
 void draw_legend(Svg& svg, double x, double y, const std::vector<LegendEntry>& entries, bool dots = false);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

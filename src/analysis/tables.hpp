@@ -9,7 +9,7 @@
 
 #include "analysis/summary.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 
 // MUDD's routing distributions (baselines-spec §6.5), stated next to its numbers wherever they are
 // shown (tables, the report): the definition, and a note that says what it is made of.
@@ -44,6 +44,10 @@ std::optional<Table> instability_table(const ExperimentSummary& summary, bool ev
 std::string group_title(const GroupResults& group);
 std::vector<Table> group_tables(const GroupResults& group, bool detailed);
 
+// The depth diagnostics as tables (depth_tables.cpp): routing JS per arm (with `detailed`, per
+// layer and the mean distributions), every arm's connections, the n-stream modes' Amax gains.
+std::vector<Table> depth_tables(const ExperimentSummary& summary, bool detailed);
+
 // The main comparison beside each probe group's, when there are probes.
 std::optional<Table> probe_table(const ExperimentSummary& summary);
 
@@ -56,4 +60,4 @@ std::string format_summary_table(const ExperimentSummary& summary);
 // from a protocol file (its model is the file's, over a base preset), "preset small" otherwise.
 std::string experiment_brief(const ExperimentSummary& summary);
 
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -9,7 +9,7 @@ namespace attnres::bench {
 
 using nlohmann::json;
 
-double median(const std::vector<double>& v) { return v.empty() ? 0 : experiment::median_interval(v).median; }
+double median(const std::vector<double>& v) { return v.empty() ? 0 : analysis::median_interval(v).median; }
 
 ModelConfig arm_config(const TrainConfig& base, const std::string& arm, int seq) {
   ModelConfig m = apply_arm(base.model, arm);
@@ -61,7 +61,7 @@ Cell& Measurement::get(const std::string& impl, const std::string& arm, int seq,
 
 json paired_summary(const json& r, const std::string& a, const std::string& b, int seq, int batch) {
   const auto ratios = r.at("ratio_b_over_a").get<std::vector<double>>();
-  const experiment::MedianInterval ratio = experiment::median_interval(ratios);
+  const analysis::MedianInterval ratio = analysis::median_interval(ratios);
   return {{"seq", seq},
           {"batch", batch},
           {"a", a},

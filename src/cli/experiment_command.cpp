@@ -79,7 +79,7 @@ void register_experiment_command(CLI::App& app) {
               "rank 0 prints the summary once all runs are done. See docs/distributed.md.");
   cmd->callback([a] { run_as_job([&](dist::Communicator& comm) {
     experiment::ExperimentOptions o;
-    experiment::SummaryOptions summary_options;
+    analysis::SummaryOptions summary_options;
     if (!a->protocol.empty()) {
       const experiment::ProtocolFile p = experiment::read_protocol(a->protocol);
       o = p.options;
@@ -147,8 +147,8 @@ void register_experiment_command(CLI::App& app) {
       if (stop_signal() != 0) throw Interrupted{stop_signal()};
       return;
     }
-    const experiment::ExperimentSummary summary = experiment::summarize(a->out, summary_options);
-    std::printf("%s\n", experiment::format_summary_table(summary).c_str());
+    const analysis::ExperimentSummary summary = analysis::summarize(a->out, summary_options);
+    std::printf("%s\n", analysis::format_summary_table(summary).c_str());
     std::printf("summary: %s/summary.json\nreport:  attnres report --experiment %s\n", a->out.c_str(),
                 a->out.c_str());
   }); });

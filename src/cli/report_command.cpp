@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "analysis/report.hpp"
 #include "analysis/summary.hpp"
+#include "analysis/verdict.hpp"
 #include "analysis/tables.hpp"
 #include "results/summary.hpp"
 
@@ -24,21 +25,21 @@ struct ReportArgs {
 };
 
 void run_report(const ReportArgs& args) {
-  experiment::SummaryOptions options;
+  analysis::SummaryOptions options;
   if (args.effect != 0) options.effect = args.effect;
   if (!args.answer.empty()) {
-    const experiment::ExperimentSummary summary = experiment::compute_summary(args.experiment, options);
-    std::printf("%s\n", experiment::answer_line(summary, args.answer).c_str());
+    const analysis::ExperimentSummary summary = analysis::compute_summary(args.experiment, options);
+    std::printf("%s\n", analysis::answer_line(summary, args.answer).c_str());
     return;
   }
-  const experiment::ExperimentSummary summary = experiment::compute_summary(args.experiment, options);
-  if (!args.quiet) std::printf("%s\n", experiment::format_summary_table(summary).c_str());
+  const analysis::ExperimentSummary summary = analysis::compute_summary(args.experiment, options);
+  if (!args.quiet) std::printf("%s\n", analysis::format_summary_table(summary).c_str());
   // Everything goes to --out (the report's "All numbers: summary.json" is the one beside it); the
   // experiment directory is only read then, so a committed or shared one stays as it is.
   const std::string out = args.out.empty() ? args.experiment : args.out;
-  const experiment::ReportFiles files = experiment::write_report(summary, out);
+  const analysis::ReportFiles files = analysis::write_report(summary, out);
   const std::string summary_path = results::summary_path(out);
-  results::write_summary(summary_path, experiment::summary_file(summary));
+  results::write_summary(summary_path, analysis::summary_file(summary));
   std::printf("summary: %s\n", summary_path.c_str());
   std::printf("report:  %s\n", files.markdown.c_str());
   std::printf("report:  %s\n", files.html.c_str());

@@ -10,6 +10,7 @@
 #include "util/error.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // the statistics, summaries and number formats of the analysis module
 
 namespace {
 

@@ -22,6 +22,7 @@
 #include "util/status_line.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // the statistics, summaries and number formats of the analysis module
 namespace {
 
 namespace fs = std::filesystem;

@@ -63,7 +63,7 @@ struct PlanResult {
   int chosen = -1;
   bool rule_met = false;  // a point was eligible (else the lowest floor was chosen, and the plan says so)
   double sd_floor = 0, sd_primary = 0, sd_plan = 0;
-  SeedPlan plan;                 // at the cap when the power target needs more seeds
+  analysis::SeedPlan plan;               // at the cap when the power target needs more seeds
   bool capped = false;
   double core_seconds_per_seed = 0;
   int seeds_that_fit = 0;

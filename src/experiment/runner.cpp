@@ -30,6 +30,7 @@
 #include "analysis/format.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // the statistics, summaries and number formats of the analysis module
 
 namespace fs = std::filesystem;
 

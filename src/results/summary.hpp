@@ -23,7 +23,7 @@ struct SeedValue {
 };
 
 // summary.json's "paired": the paired statistics of one arm against the baseline, as
-// experiment::paired_stats computes them (see analysis/stats.hpp for the definitions).
+// analysis::paired_stats computes them (see analysis/stats.hpp for the definitions).
 struct PairedSummary {
   int n = 0;
   double mean = kNotAvailable, sd = kNotAvailable, ci_low = kNotAvailable, ci_high = kNotAvailable;
@@ -31,7 +31,7 @@ struct PairedSummary {
   int wins = 0;  // differences < 0: seeds where the arm's NLL is below the baseline's
 };
 
-// summary.json's "power": the power analysis of one paired comparison (experiment::power_estimate:
+// summary.json's "power": the power analysis of one paired comparison (analysis::power_estimate:
 // 80% power, two-sided α = 0.05, paired t, from the observed per-seed sd).
 struct PowerSummary {
   bool available = false;
@@ -207,7 +207,7 @@ struct SequentialLook {
 struct SequentialSummary {
   SequentialSpec design;
   // The level the looks test at, calibrated so that the t-based looks' overall type-I error is
-  // design.alpha (experiment::calibrate_t_looks), and that error as simulated.
+  // design.alpha (analysis::calibrate_t_looks), and that error as simulated.
   double nominal_alpha = kNotAvailable, type_one_error = kNotAvailable;
   std::string outcome;  // "continuing", "resolved", "futile" or "not resolved"
   int look = -1;        // the deciding (or last analysed) look, 0-based; -1: none yet

@@ -189,7 +189,7 @@ looks = [3, 5]
   EXPECT_EQ(parse_toml_config(read_file(dir / "runs/block~/seed-1/run.toml"), "run.toml").init_perturbation, 1e-4);
   EXPECT_EQ(parse_toml_config(read_file(dir / "runs/block/seed-1/run.toml"), "run.toml").init_perturbation, 0.0);
 
-  const experiment::ExperimentSummary s = experiment::compute_summary(out);
+  const analysis::ExperimentSummary s = analysis::compute_summary(out);
   ASSERT_TRUE(s.milestones.back().noise_floor.has_value());
   const results::NoiseFloor& floor = *s.milestones.back().noise_floor;
   EXPECT_EQ(floor.twin, "block~");
@@ -225,7 +225,7 @@ looks = [3, 5]
   EXPECT_NEAR(s.sequential->looks[0].mean, rd->stats.mean, 1e-12);
   // summary.json round-trips it all.
   const std::string summary_path = runs.str("summary.json");
-  results::write_summary(summary_path, experiment::summary_file(s));
+  results::write_summary(summary_path, analysis::summary_file(s));
   const std::string written = read_file(summary_path);
   results::write_summary(summary_path, results::read_summary(summary_path));
   EXPECT_EQ(read_file(summary_path), written);

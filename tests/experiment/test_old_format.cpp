@@ -13,6 +13,7 @@
 #include "util/atomic_file.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // these tests drive the analysis with the experiment's fixtures
 namespace {
 
 namespace fs = std::filesystem;

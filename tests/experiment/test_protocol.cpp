@@ -288,12 +288,12 @@ budget = 0.5
   EXPECT_FALSE(fs::exists(dir / "runs/against-rd/rd"));
   EXPECT_NE(r.output.find("run 8/8"), std::string::npos) << r.output;  // 2 seeds x block, rd, rd-tied, rd-average
 
-  const experiment::ExperimentSummary s = experiment::compute_summary(out);
+  const analysis::ExperimentSummary s = analysis::compute_summary(out);
   ASSERT_EQ(s.groups.size(), 2u);
   {
-    const experiment::ExperimentSummary& g = s.groups[1].summary;
+    const analysis::ExperimentSummary& g = s.groups[1].summary;
     ASSERT_FALSE(g.milestones.empty());
-    const experiment::Comparison* main_at = nullptr;
+    const analysis::Comparison* main_at = nullptr;
     for (const auto& c : s.milestones)
       if (c.tokens == g.milestones.back().tokens) main_at = &c;
     ASSERT_NE(main_at, nullptr);
@@ -301,13 +301,13 @@ budget = 0.5
     for (std::size_t i = 0; i < 2; ++i)
       EXPECT_EQ(g.milestones.back().find("rd")->values[i].value, main_at->find("rd")->values[i].value);
   }
-  const experiment::ExperimentSummary& g = s.groups[0].summary;
+  const analysis::ExperimentSummary& g = s.groups[0].summary;
   ASSERT_FALSE(g.milestones.empty());
   const auto& last = g.milestones.back();
   EXPECT_EQ(last.tokens, 1024);
   // The baseline's values are the main block runs' at 1024 tokens; rd-tied equals them exactly,
   // which also shows that a run stopped at the milestone equals the longer run there.
-  const experiment::Comparison* main_at = nullptr;
+  const analysis::Comparison* main_at = nullptr;
   for (const auto& c : s.milestones)
     if (c.tokens == 1024) main_at = &c;
   ASSERT_NE(main_at, nullptr);

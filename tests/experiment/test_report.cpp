@@ -14,6 +14,7 @@
 #include "util/atomic_file.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // these tests drive the analysis with the experiment's fixtures
 namespace {
 
 using testing::SyntheticExperiment;

@@ -9,7 +9,7 @@
 #include "analysis/stats.hpp"
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 std::vector<double> way(std::vector<float> dw, std::vector<float> norms) {
@@ -47,4 +47,4 @@ TEST(MuddRouting, AWayThatMixesNothingInPutsItsWeightOnTheCurrentBlock) {
 }
 
 }  // namespace
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

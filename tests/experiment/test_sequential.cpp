@@ -15,7 +15,7 @@
 #include "analysis/stats.hpp"
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 using V = std::vector<double>;
@@ -580,4 +580,4 @@ TEST(SequentialSimulation, DISABLED_SequentialTable) {
 }
 
 }  // namespace
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis

@@ -8,7 +8,7 @@
 #include "analysis/stats.hpp"
 #include "util/error.hpp"
 
-namespace attnres::experiment {
+namespace attnres::analysis {
 namespace {
 
 using V = std::vector<double>;
@@ -201,9 +201,9 @@ TEST(PerplexityChange, MatchesThePaper) {
 }
 
 }  // namespace
-}  // namespace attnres::experiment
+}  // namespace attnres::analysis
 
-namespace ex = attnres::experiment;
+namespace ex = attnres::analysis;
 
 TEST(MedianInterval, OrderStatisticsOfTheBinomialTable) {
   // 95%: n = 10 -> ranks 2 and 9; n = 40 -> ranks 14 and 27 (standard tables); given unsorted.

@@ -9,11 +9,13 @@
 #include "analysis/format.hpp"
 #include "analysis/stats.hpp"
 #include "analysis/summary.hpp"
+#include "analysis/verdict.hpp"
 #include "analysis/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
 namespace attnres::experiment {
+using namespace analysis;  // these tests drive the analysis with the experiment's fixtures
 namespace {
 
 using testing::SyntheticExperiment;
