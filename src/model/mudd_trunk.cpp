@@ -18,6 +18,7 @@
 #include "kernels/rmsnorm.hpp"
 #include "model/arms.hpp"
 #include "model/model.hpp"
+#include "model/mudd_trunk.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
 
@@ -82,155 +83,7 @@ void add_mudd_params(ParamLayout& layout, const ModelConfig& c, ParamPlace place
   if (place == ParamPlace::after_layers) add_da_modules(layout, c);
 }
 
-void mudd_way_distribution(std::span<const float> dw, std::span<const float> norms, std::span<double> p) {
-  require(dw.size() == p.size() && norms.size() == p.size() && !p.empty(), "mudd_way_distribution: ", dw.size(),
-          " weights, ", norms.size(), " norms and ", p.size(), " outputs");
-  double sum = 0;
-  for (std::size_t j = 0; j < p.size(); ++j) {
-    p[j] = std::abs(double(dw[j])) * double(norms[j]);
-    sum += p[j];
-  }
-  if (sum == 0) {  // the way mixes nothing in: see model/diagnostics.hpp
-    std::fill(p.begin(), p.end(), 0.0);
-    p.back() = 1;
-    return;
-  }
-  for (double& x : p) x /= sum;  // (NaN weights stay NaN, as a diverged model's softmax would)
-}
-
-namespace {
-
-// One DA module's tensors (baselines-spec §2), in the parameters or in their gradients; null where
-// the variant has none.
-template <class Real>
-struct DaWeights {
-  Real* w1 = nullptr;         // [K, d]; null: static
-  Real* w2 = nullptr;         // [C*S, K]
-  Real* a = nullptr;          // [C, S]
-  Real* gen_norm = nullptr;   // PrePostDANorm (dynamic)
-  Real* post_norm = nullptr;  // PrePostDANorm
-};
-
-template <class Real>
-std::vector<DaWeights<Real>> bind_da_modules(const ModelConfig& c, const ParamLayout& layout, std::span<Real> flat) {
-  std::vector<DaWeights<Real>> out;
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = "mudd." + std::to_string(i) + ".";
-    out.push_back({param_view(layout, flat, p + "w1"), param_view(layout, flat, p + "w2"),
-                   param_view(layout, flat, p + "a"), param_view(layout, flat, p + "gen_norm.weight"),
-                   param_view(layout, flat, p + "post_norm.weight")});
-  }
-  return out;
-}
-
-// The tensors named prefix{i}suffix for i in [0, n) (null where absent).
-template <class Real>
-std::vector<Real*> bind_each(const ParamLayout& layout, std::span<Real> flat, const std::string& prefix, int n,
-                             const std::string& suffix) {
-  std::vector<Real*> out;
-  for (int i = 0; i < n; ++i) out.push_back(param_view(layout, flat, prefix + std::to_string(i) + suffix));
-  return out;
-}
-
-// The three attention input norms of block i (one weight for all with mudd_sep_qkv_norm = false).
-template <class Real>
-std::array<Real*, 3> attention_norms(int i, const ModelWeights<Real>& w, const std::vector<Real*>& k_norm,
-                                     const std::vector<Real*>& v_norm) {
-  const auto b = static_cast<std::size_t>(i);
-  Real* q = w.layers[b].attn_norm;
-  return {q, k_norm[b] != nullptr ? k_norm[b] : q, v_norm[b] != nullptr ? v_norm[b] : q};
-}
-
-// The checks of a query about DA module `da` and one token of the last forward pass (n_tok tokens),
-// with an output of one value per source.
-void check_mudd_query(const ModelConfig& config, int da, std::int64_t token, std::int64_t n_tok, std::size_t size) {
-  require(config.residual == ResidualMode::mudd && da >= 0 && da < config.n_layers, "the model has no MUDD DA ", da);
-  require(token >= 0 && token < n_tok, "token index out of range");
-  require(static_cast<int>(size) == config.mudd_da_sources(da), "MUDD DA ", da, " has ", config.mudd_da_sources(da),
-          " sources, not ", size);
-}
-
-template <class Real>
-class MuddTrunk final : public Trunk<Real> {
- public:
-  explicit MuddTrunk(const ModelParts<Real>& parts)
-      : p_(parts),
-        da_w_(bind_da_modules(parts.config, parts.layout, parts.params)),
-        da_g_(bind_da_modules(parts.config, parts.layout, parts.grads)),
-        src_norm_w_(bind_each(parts.layout, parts.params, "mudd.src_norm.", parts.config.n_layers + 1, ".weight")),
-        src_norm_g_(bind_each(parts.layout, parts.grads, "mudd.src_norm.", parts.config.n_layers + 1, ".weight")),
-        k_norm_w_(bind_each(parts.layout, parts.params, "layers.", parts.config.n_layers, ".attn_norm_k.weight")),
-        k_norm_g_(bind_each(parts.layout, parts.grads, "layers.", parts.config.n_layers, ".attn_norm_k.weight")),
-        v_norm_w_(bind_each(parts.layout, parts.params, "layers.", parts.config.n_layers, ".attn_norm_v.weight")),
-        v_norm_g_(bind_each(parts.layout, parts.grads, "layers.", parts.config.n_layers, ".attn_norm_v.weight")),
-        sub_(static_cast<std::size_t>(parts.config.n_sublayers())),
-        blocks_(static_cast<std::size_t>(parts.config.n_layers)) {}
-
-  void carve(ArenaCarver<Real>& arena, std::int64_t bt) override;
-  std::int64_t reduce_scratch(std::int64_t bt) const override {
-    return k::rmsnorm_scratch_size(bt, p_.config.d_model);
-  }
-  const Real* forward(const Pass<Real>& pass) override;
-  void backward(const Pass<Real>& pass) override;
-
-  // The depth view: block b's attention reads the Q, K and V ways of DA b-1 (mudd_ways = qkvr; block
-  // 0 reads the embedding alone), each token's weights made distributions by
-  // mudd_way_distribution; the connections are the ways' weights averaged over tokens.
-  std::vector<RoutedInput> routed_inputs() const override {
-    std::vector<RoutedInput> out;
-    for (int b = 0; b < p_.config.n_layers && p_.config.mudd_multiway(); ++b)
-      out.push_back({b, b == 0 ? 1 : p_.config.mudd_da_sources(b - 1), 3});
-    return out;
-  }
-  void route_distributions(int index, std::int64_t token, std::span<double> p) const override;
-  std::unique_ptr<MixingSum> mixing_sum() const override;
-  std::int64_t tokens() const override { return n_tok_; }
-
-  // Model::mudd_weights and Model::mudd_source_norms.
-  void mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const;
-  void mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const;
-
- private:
-  // Sublayer j's output: the attention sublayer's is the block's h (the R stream is written
-  // straight into it, and attention adds to it), the MLP's the block output X_{b+1}.
-  struct Sublayer {
-    Real* out = nullptr;
-    Real* dout = nullptr;
-  };
-  // By block b: the raw inputs of its attention's Q, K and V norms (block 0 reads the embedding;
-  // mudd_ways = r has one input, in[0]), the normalised K and V inputs (Q's is the attention
-  // body's x) and their RMS factors, and what the DA after the block saves: dw, the generator's
-  // pre-GELU hidden and its input's RMS factor (dynamic only).
-  struct Block {
-    Real* in[3] = {nullptr, nullptr, nullptr};
-    Real *xk = nullptr, *xv = nullptr, *rstd_k = nullptr, *rstd_v = nullptr;
-    Real *dw = nullptr, *hidden = nullptr, *rms = nullptr;
-  };
-
-  // The block output X_j (X_0: the embedding) and its gradient.
-  const Real* block_output(int j) const {
-    return j == 0 ? p_.buffers.emb : sub_[static_cast<std::size_t>(2 * j - 1)].out;
-  }
-  Real* dblock_output(int j) {
-    return j == 0 ? p_.buffers.demb : sub_[static_cast<std::size_t>(2 * j - 1)].dout;
-  }
-  // DA module i's view for the kernels (`sources` receives its source pointers).
-  k::MuddDa<Real> mudd_da(int i, const Real** sources) const;
-
-  const ModelParts<Real> p_;
-  std::vector<DaWeights<Real>> da_w_, da_g_;    // by DA module
-  std::vector<Real*> src_norm_w_, src_norm_g_;  // PrePostDANorm: X_0..X_{n_layers}'s norms
-  std::vector<Real*> k_norm_w_, k_norm_g_, v_norm_w_, v_norm_g_;  // by block (qkvr, mudd_sep_qkv_norm)
-  std::vector<Sublayer> sub_;
-  std::vector<Block> blocks_;
-  // PrePostDANorm: the normalised sources X^_0..X^_L, their RMS factors and their gradients.
-  std::vector<Real*> src_, src_rstd_, dsrc_;
-  Real* out_ = nullptr;                          // the last DA's R stream: the final norm's input
-  Real* scratch_ = nullptr;                      // the DA kernels' (forward and backward)
-  Real* din_[3] = {nullptr, nullptr, nullptr};  // gradients of a block's Q, K, V inputs
-  Real *dxk_ = nullptr, *dxv_ = nullptr;         // attention's K and V input gradients (qkvr)
-  std::int64_t n_tok_ = 0;                       // of the last forward pass
-};
+namespace mudd {
 
 template <class Real>
 void MuddTrunk<Real>::carve(ArenaCarver<Real>& arena, std::int64_t bt) {
@@ -280,139 +133,6 @@ void MuddTrunk<Real>::carve(ArenaCarver<Real>& arena, std::int64_t bt) {
       dxv_ = take(bt * d);
     }
   }
-}
-
-template <class Real>
-void MuddTrunk<Real>::mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const {
-  check_mudd_query(p_.config, da, token, n_tok_, dw.size());
-  const int C = p_.config.mudd_da_ways(da), S = p_.config.mudd_da_sources(da);
-  require(way >= 0 && way < C, "MUDD DA ", da, " has no way ", way);
-  const Real* w = p_.config.mudd_dynamic ? blocks_[static_cast<std::size_t>(da)].dw + token * C * S
-                                       : da_w_[static_cast<std::size_t>(da)].a;
-  std::copy(w + way * S, w + (way + 1) * S, dw.begin());
-}
-
-template <class Real>
-void MuddTrunk<Real>::mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const {
-  check_mudd_query(p_.config, da, token, n_tok_, norms.size());
-  const Real* sources[k::kMaxSources];
-  const k::MuddDa<Real> view = mudd_da(da, sources);  // the very buffers the DA mixed
-  for (int j = 0; j < view.n_sources; ++j) {
-    const Real* x = view.sources[j] + token * view.d;
-    double ss = 0;
-    for (int e = 0; e < view.d; ++e) ss += double(x[e]) * double(x[e]);
-    norms[static_cast<std::size_t>(j)] = static_cast<Real>(std::sqrt(ss));
-  }
-}
-
-template <class Real>
-void MuddTrunk<Real>::route_distributions(int index, std::int64_t token, std::span<double> p) const {
-  if (index == 0) {  // the embedding alone, on every way
-    std::fill(p.begin(), p.end(), 1.0);
-    return;
-  }
-  const int da = index - 1;
-  const auto n = static_cast<std::size_t>(p_.config.mudd_da_sources(da));
-  // (Also tells the compiler the copies below stay inside the arrays.)
-  require(n >= 1 && n <= k::kMaxSources, "MUDD DA ", da, " has ", n, " sources, outside 1..", k::kMaxSources);
-  Real norms[k::kMaxSources], dw[k::kMaxSources];
-  float norms_f[k::kMaxSources], dw_f[k::kMaxSources];  // (the distribution is defined on fp32 weights)
-  mudd_source_norms(da, token, std::span<Real>(norms, n));
-  std::copy(norms, norms + n, norms_f);
-  for (int way = 0; way < 3; ++way) {  // Q, K, V (kernels/mudd.hpp's way order; R is the fourth)
-    mudd_weights(da, way, token, std::span<Real>(dw, n));
-    std::copy(dw, dw + n, dw_f);
-    mudd_way_distribution(std::span<const float>(dw_f, n), std::span<const float>(norms_f, n),
-                          p.subspan(way * n, n));
-  }
-}
-
-// The token means of every DA's mixing weights, per way ("mudd.q", "mudd.k", "mudd.v", "mudd.r";
-// the last DA writes R alone): one row per DA module (target i+1: the block it feeds, n_layers:
-// the final norm), sources 0..i+1.
-template <class Real>
-class MuddMixingSum final : public MixingSum {
- public:
-  MuddMixingSum(const MuddTrunk<Real>& trunk, const ModelConfig& c)
-      : trunk_(trunk), c_(c), dw_(static_cast<std::size_t>(c.n_layers + 1)) {
-    static constexpr const char* kWayNames[] = {"mudd.q", "mudd.k", "mudd.v", "mudd.r"};
-    const int max_ways = c.mudd_da_ways(0);
-    // sums_[w] is way w of the 4-way DAs; R is the last way of every DA (and the only one of the last).
-    for (int w = 0; w < max_ways; ++w) sums_.push_back({max_ways == 1 ? "mudd.r" : kWayNames[w], {}});
-    for (int i = 0; i < c.n_layers; ++i) {
-      const int C = c.mudd_da_ways(i), S = c.mudd_da_sources(i);
-      for (int w = 0; w < C; ++w) {
-        ConnectionRow row;
-        row.target = i + 1;
-        for (int j = 0; j < S; ++j) row.sources.push_back(j);
-        row.weights.assign(static_cast<std::size_t>(S), 0.0);
-        way(i, w).rows.push_back(std::move(row));
-      }
-    }
-  }
-
-  void add_pass() override {
-    const std::int64_t n_tok = trunk_.tokens();
-    for (int i = 0; i < c_.n_layers; ++i) {
-      const int C = c_.mudd_da_ways(i), S = c_.mudd_da_sources(i);
-      for (int w = 0; w < C; ++w) {
-        std::vector<double>& sum = way(i, w).rows[static_cast<std::size_t>(i)].weights;
-        for (std::int64_t t = 0; t < n_tok; ++t) {
-          trunk_.mudd_weights(i, w, t, std::span<Real>(dw_.data(), static_cast<std::size_t>(S)));
-          for (int j = 0; j < S; ++j) sum[static_cast<std::size_t>(j)] += dw_[static_cast<std::size_t>(j)];
-        }
-      }
-    }
-    tokens_ += n_tok;
-  }
-  std::vector<Connections> connections() const override {
-    std::vector<Connections> out = sums_;
-    for (auto& w : out)
-      for (auto& row : w.rows)
-        for (double& x : row.weights) x /= double(tokens_);
-    return out;
-  }
-
- private:
-  Connections& way(int da, int w) {
-    const int max_ways = c_.mudd_da_ways(0);
-    return sums_[static_cast<std::size_t>(c_.mudd_da_ways(da) == max_ways ? w : max_ways - 1)];
-  }
-
-  const MuddTrunk<Real>& trunk_;
-  const ModelConfig& c_;
-  std::vector<Connections> sums_;
-  std::vector<Real> dw_;
-  std::int64_t tokens_ = 0;
-};
-
-template <class Real>
-std::unique_ptr<MixingSum> MuddTrunk<Real>::mixing_sum() const {
-  return std::make_unique<MuddMixingSum<Real>>(*this, p_.config);
-}
-
-template <class Real>
-k::MuddDa<Real> MuddTrunk<Real>::mudd_da(int i, const Real** sources) const {
-  const DaWeights<Real>& w = da_w_[static_cast<std::size_t>(i)];
-  const bool prepost = p_.config.mudd_prepost_norm;
-  k::MuddDa<Real> da;
-  da.n_sources = p_.config.mudd_da_sources(i);
-  for (int j = 0; j < da.n_sources; ++j)
-    sources[j] = prepost ? src_[static_cast<std::size_t>(j)] : block_output(j);
-  da.sources = sources;
-  da.n_ways = p_.config.mudd_da_ways(i);
-  da.n_tok = n_tok_;
-  da.d = p_.config.d_model;
-  da.eps = static_cast<Real>(p_.config.norm_eps);
-  da.x = block_output(i + 1);
-  da.hidden = p_.config.mudd_dynamic ? p_.config.mudd_da_hidden(i) : 0;
-  da.gen_norm = w.gen_norm;
-  da.w1 = w.w1;
-  da.w2 = w.w2;
-  da.gelu = p_.config.mudd_gelu;
-  da.a = w.a;
-  da.post_norm = w.post_norm;
-  return da;
 }
 
 template <class Real>
@@ -559,31 +279,14 @@ void MuddTrunk<Real>::backward(const Pass<Real>& pass) {
   }
 }
 
-}  // namespace
-
+}  // namespace mudd
 template <class Real>
 std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>& parts) {
-  return std::make_unique<MuddTrunk<Real>>(parts);
+  return std::make_unique<mudd::MuddTrunk<Real>>(parts);
 }
 
-template <class Real>
-void Model<Real>::mudd_weights(int da, int way, std::int64_t token, std::span<Real> dw) const {
-  const auto* trunk = dynamic_cast<const MuddTrunk<Real>*>(trunk_.get());
-  require(trunk != nullptr, "the model has no MUDD DA ", da);
-  trunk->mudd_weights(da, way, token, dw);
-}
-
-template <class Real>
-void Model<Real>::mudd_source_norms(int da, std::int64_t token, std::span<Real> norms) const {
-  const auto* trunk = dynamic_cast<const MuddTrunk<Real>*>(trunk_.get());
-  require(trunk != nullptr, "the model has no MUDD DA ", da);
-  trunk->mudd_source_norms(da, token, norms);
-}
-
-#define ATTNRES_MUDD_INSTANTIATIONS(Real)                                                 \
-  template std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>&);         \
-  template void Model<Real>::mudd_weights(int, int, std::int64_t, std::span<Real>) const; \
-  template void Model<Real>::mudd_source_norms(int, std::int64_t, std::span<Real>) const;
+#define ATTNRES_MUDD_INSTANTIATIONS(Real) \
+  template std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>&);
 ATTNRES_MUDD_INSTANTIATIONS(float)
 ATTNRES_MUDD_INSTANTIATIONS(double)
 #undef ATTNRES_MUDD_INSTANTIATIONS
