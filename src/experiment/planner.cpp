@@ -179,12 +179,6 @@ std::string quoted_list(const std::vector<std::string>& items) {
   return out + "]";
 }
 
-std::string settings_text(const std::vector<std::string>& settings) {
-  std::string out;
-  for (const auto& s : settings) out += (out.empty() ? "" : ", ") + s;
-  return out.empty() ? "the file's model" : out;
-}
-
 // The keys of `config` that differ from its preset, as TOML lines of one section ("model" or "train").
 std::string section_lines(const TrainConfig& preset_config, const TrainConfig& config, const std::string& section) {
   std::string out;
@@ -376,77 +370,6 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   write_text_atomically(result.protocol_path, result.protocol_text);
   read_protocol(result.protocol_path);  // it reads back as a protocol
   return result;
-}
-
-std::string plan_report(const ProtocolFile& p, const PlanResult& r) {
-  const ExperimentOptions& e = p.options;
-  const PilotSpec& pilot = *p.pilot;
-  const std::string base = e.arms.front(), twin = twin_of(base);
-  std::string out = concat(e.name, ": planned by `attnres plan --protocol ", p.path, "` on ", cpu_model(), " (",
-                           online_cores(), " cores, OpenBLAS ", openblas_core(), ").\n");
-  std::string seeds;
-  for (std::uint64_t s : pilot.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
-  out += concat("Pilot: ", base, " and its twin ", twin, " (initial weights perturbed at a relative ",
-                format_printf("%g", e.twin_perturbation), "), seeds ", seeds, ", every run ",
-                format_number(pilot.run_core_seconds, 0), " core-seconds of training.\n\n");
-  out += "Throughput (tokens per core-second; one measurement per shape, as many runs at a time as workers):\n";
-  for (const ShapeThroughput& t : r.shapes)
-    out += concat("  ", t.label, " (", settings_text(t.settings), "): ", format_count(std::llround(t.tokens_per_core_second)),
-                  " -> ", format_count(t.tokens), " tokens per run\n");
-  out += concat("\nNoise floor: the sd of ", twin, " - ", base, " validation NLL over the seeds, at each milestone; ", base,
-                "'s mean final validation NLL (sd over seeds):\n\n");
-  std::string header = "| setting | lr | tokens |";
-  std::string rule = "| --- | ---: | ---: |";
-  const PilotPoint& first = r.points.front();
-  for (std::int64_t m : first.milestones) {
-    header += " floor @ " + format_tokens(double(m)) + " |";
-    rule += " ---: |";
-  }
-  header += " floor mean (final) | " + base + " NLL | unstable runs | meets the rule |";
-  rule += " ---: | ---: | ---: | --- |";
-  out += header + "\n" + rule + "\n";
-  for (std::size_t i = 0; i < r.points.size(); ++i) {
-    const PilotPoint& pt = r.points[i];
-    std::string line = concat("| ", r.shapes[static_cast<std::size_t>(pt.shape)].label, " | ", lr_text(pt.lr), " | ",
-                              format_tokens(double(r.shapes[static_cast<std::size_t>(pt.shape)].tokens)), " |");
-    for (double f : pt.floor_sd) line += " " + format_printf("%.3g", f) + " |";
-    line += concat(" ", format_printf("%+.3g", pt.floor_mean.back()), " | ", format_number(pt.baseline_nll, 4), " (",
-                   format_number(pt.baseline_sd, 4), ") | ", pt.unstable_runs, " | ",
-                   pt.eligible ? "yes" : "no", static_cast<int>(i) == r.chosen ? " (chosen)" : "", " |");
-    out += line + "\n";
-  }
-  const PilotPoint& chosen = r.points[static_cast<std::size_t>(r.chosen)];
-  out += concat("\nRule (fixed in ", p.path, " before any run): the lowest mean final validation NLL of ", base,
-                " among the settings whose noise floor is below ", format_number(pilot.floor_fraction, 3), " x ",
-                format_number(pilot.effect, 4), " = ", format_number(pilot.floor_fraction * pilot.effect, 4),
-                " nats and whose runs are all stable.\n");
-  out += r.rule_met ? concat("Chosen: ", chosen.label, ".\n")
-                    : concat("No setting meets the rule; chosen: the lowest floor, ", chosen.label,
-                             ". The study cannot resolve effects near ", format_number(pilot.effect, 4),
-                             " at this compute: its floor is ", format_number(chosen.floor_sd.back(), 4), ".\n");
-  out += concat("\nSeeds: at ", chosen.label, ", the sd of ", twin, " - ", base, " is ", format_printf("%.3g", r.sd_floor),
-                " and of the primary comparison is ", format_printf("%.3g", r.sd_primary),
-                " over ", pilot.seeds.size(), " seeds; planning sd = the ", format_number(100 * pilot.sd_confidence, 0),
-                "% upper confidence limit (chi-square) of the larger: ", format_number(r.sd_plan, 4), ".\n");
-  std::string looks;
-  for (int n : r.plan.design.looks) looks += (looks.empty() ? "" : ", ") + std::to_string(n);
-  out += concat("Sequential seeds: ", spending_name(r.plan.design.spending), " looks at ", looks, " seeds: power ",
-                format_number(r.plan.power, 3), " to resolve |dNLL| = ", format_number(pilot.effect, 4),
-                " (expected ", format_number(r.plan.expected_seeds, 1), " seeds at that effect; a fixed-sample t-test would need ",
-                r.plan.fixed_seeds > 0 ? std::to_string(r.plan.fixed_seeds) : "n/a", ")",
-                r.capped ? concat("; capped at max_seeds = ", pilot.max_seeds, ": 80% power would need more") : "",
-                ".\n");
-  const double study_hours = r.core_seconds_per_seed * r.plan.max_seeds / 3600.0;
-  const double expected_hours = r.core_seconds_per_seed * r.plan.expected_seeds / 3600.0;
-  out += concat("Compute: about ", format_number(r.core_seconds_per_seed, 0), " core-seconds per seed (every arm and group, "
-                "evaluations included): ", format_number(study_hours, 2), " core-hours if every look is taken, about ",
-                format_number(expected_hours, 2), " expected; budget ", format_number(pilot.budget_core_hours, 2),
-                " core-hours: ",
-                study_hours <= pilot.budget_core_hours
-                    ? std::string("fits")
-                    : concat("does not fit if every look is taken (", r.seeds_that_fit, " seeds fit)"),
-                ".\n");
-  return out;
 }
 
 }  // namespace attnres::experiment
