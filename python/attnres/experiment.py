@@ -5,7 +5,9 @@
     exp.frame("milestones")    # the same as a pandas DataFrame (when pandas is installed)
 
 Tables (each a list of flat dicts, one row per ...):
-  runs        finished run: arm, seed, params, test_nll, tokens_per_sec, step_time_ms, peak_rss_bytes, path
+  runs        finished run: arm, seed, params, test_nll, tokens_per_sec, step_time_ms, peak_rss_bytes, path,
+              routing_max_weight (delta, delta_block: the routing-collapse statistic, docs/delta-gated-spec.md
+              §1.8; None for other modes)
   milestones  validation point of a run: arm, seed, tokens, val_nll
   test        finished run: arm, seed, test_nll
   deltas      paired seed (both the arm and the baseline finished) and evaluation: arm, seed, split
@@ -35,7 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 LN2 = math.log(2.0)
 # The tables and their columns, in order (the docstring says what a row is).
 COLUMNS = {
-    "runs": ("arm", "seed", "params", "test_nll", "tokens_per_sec", "step_time_ms", "peak_rss_bytes", "path"),
+    "runs": ("arm", "seed", "params", "test_nll", "tokens_per_sec", "step_time_ms", "peak_rss_bytes", "path",
+             "routing_max_weight"),
     "milestones": ("arm", "seed", "tokens", "val_nll"),
     "test": ("arm", "seed", "test_nll"),
     "deltas": ("arm", "seed", "split", "tokens", "nll", "baseline_nll", "delta_nll"),
@@ -162,6 +165,9 @@ class Run:
     curve: List[Tuple[int, float]]  # (tokens, train_loss)
     routing: Optional[List[LayerRouting]]  # None for prenorm
     raw: Dict[str, Any]
+    # Delta AttnRes: per read with more than one source the token mean of its largest weight, then
+    # the mean over those reads (docs/delta-gated-spec.md §1.8); None for other modes.
+    routing_max_weight: Optional[float] = None
 
     def val_nll_at(self, tokens: int) -> Optional[float]:
         return next((v for t, v in self.milestones if t == tokens), None)
@@ -296,11 +302,17 @@ def _read_run(path: str, spec: dict, arm: str, seed: int) -> Run:
         if given["k_mean"] and not given["v_mean"]:
             f.bad("routing.layers", "gives 'k_mean' without 'v_mean'")
         routing.sort(key=lambda x: x.layer)
+    max_weight = None
+    if j.get("routing_max_weight") is not None:
+        max_weight = f.number(j["routing_max_weight"], "routing_max_weight")
+        if not 0 <= max_weight <= 1:
+            f.bad("routing_max_weight", "must lie in [0, 1]")
     return Run(arm=arm, seed=seed, path=os.path.dirname(path), params=params, milestones=milestones,
                test_nll=f.field(j, "", "test_nll", "number"),
                tokens_per_sec=f.field(j, "", "tokens_per_sec", "non_negative"),
                step_time_ms=f.field(j, "", "step_time_ms", "non_negative"),
-               peak_rss_bytes=f.field(j, "", "peak_rss_bytes", "non_negative"), curve=curve, routing=routing, raw=j)
+               peak_rss_bytes=f.field(j, "", "peak_rss_bytes", "non_negative"), curve=curve, routing=routing, raw=j,
+               routing_max_weight=max_weight)
 
 
 def run_result_path(directory: str, arm: str, seed: int, group: str = "") -> str:
@@ -375,7 +387,8 @@ class Experiment:
     def _runs(self):
         return [{"arm": r.arm, "seed": r.seed, "params": r.params, "test_nll": r.test_nll,
                  "tokens_per_sec": r.tokens_per_sec, "step_time_ms": r.step_time_ms,
-                 "peak_rss_bytes": r.peak_rss_bytes, "path": r.path} for r in self.runs]
+                 "peak_rss_bytes": r.peak_rss_bytes, "path": r.path, "routing_max_weight": r.routing_max_weight}
+                for r in self.runs]
 
     def _milestones(self):
         return [{"arm": r.arm, "seed": r.seed, "tokens": t, "val_nll": v} for r in self.runs for t, v in r.milestones]

@@ -150,6 +150,20 @@ class ExperimentTest(unittest.TestCase):
             json.dump(raw, f)
         with self.assertRaisesRegex(ExperimentError, "gives 'k_mean' for some layers but not for layer 1"):
             attnres.read_experiment(copy)
+        # Delta AttnRes's routing-collapse statistic: read into the run and the runs table, and checked.
+        raw = self.result("rd", 1)
+        raw["routing_max_weight"] = 0.625
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        exp = attnres.read_experiment(copy)
+        self.assertEqual(exp.run("rd", 1).routing_max_weight, 0.625)
+        self.assertIsNone(exp.run("block", 1).routing_max_weight)
+        self.assertIn(0.625, [x["routing_max_weight"] for x in exp.records("runs")])
+        raw["routing_max_weight"] = 1.5
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        with self.assertRaisesRegex(ExperimentError, r"seed-1/result.json: key 'routing_max_weight' must lie in \[0, 1\]"):
+            attnres.read_experiment(copy)
         # The schema version (C++ writes 1 since it was introduced; earlier files have none).
         raw = self.result("rd", 1)
         raw["version"] = 1
