@@ -251,6 +251,15 @@ void prune_checkpoints(const RunFiles& files, int keep, std::int64_t step, bool 
   }
 }
 
+// model.safetensors: the weights of `step`, for eval and sample.
+void save_run_weights(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
+                      std::span<const float> params, std::int64_t step, const data::Tokenizer& tokenizer) {
+  save_weights<float>(files.weights, config.model, layout, params,
+                      {{"step", std::to_string(step)},
+                       {"tokenizer", tokenizer.spec()},
+                       {"tokenizer_hash", tokenizer.content_hash()}});
+}
+
 }  // namespace
 
 void save_checkpoint(const RunFiles& files, const TrainConfig& config, const ParamLayout& layout,
@@ -271,10 +280,7 @@ void save_checkpoint(const RunFiles& files, const TrainConfig& config, const Par
   // Only now that the new checkpoint is durable (write_safetensors synced it and its directory),
   // and before anything else: a process stopped between the two leaves one checkpoint too many.
   prune_checkpoints(files, config.keep_checkpoints, state.step, true);
-  save_weights<float>(files.weights, config.model, layout, host.params,
-                      {{"step", std::to_string(state.step)},
-                       {"tokenizer", tokenizer.spec()},
-                       {"tokenizer_hash", tokenizer.content_hash()}});
+  save_run_weights(files, config, layout, host.params, state.step, tokenizer);
   // A process killed while writing a checkpoint leaves its temporary, and the next write of that
   // name, which would remove it, may never come: the steps go on.
   std::error_code ec;
@@ -317,6 +323,11 @@ RunStart start_or_resume(const RunFiles& files, const TrainConfig& config, const
   backend.load_state(stored.params, stored.m, stored.v, start.state.step);
   if (comm.is_root() && fs::exists(files.metrics))
     fs::resize_file(files.metrics, static_cast<std::uintmax_t>(start.state.metrics_bytes));
+  // model.safetensors is written after its checkpoint, so a process stopped between the two left
+  // the weights of an earlier step (and perhaps a temporary). Rewritten here, it always holds the
+  // weights of the checkpoint resumed from: also when nothing is left to train.
+  if (comm.is_root())
+    save_run_weights(files, config, backend.layout(), stored.params, start.state.step, tokenizer);
   // A run stopped between a checkpoint and the pruning after it left one too many; without this,
   // every such stop of the resumed runs would add one more. Later checkpoints (skipped because
   // they did not verify) stay until this run's next checkpoint replaces their steps.

@@ -52,6 +52,28 @@ TEST(Signals, ASecondSignalEndsTheProcessAtOnceAndKeepsThePreviousCheckpoint) {
   }
 }
 
+// The last checkpoint is durable but the weights file after it is not: a second signal while
+// model.safetensors of the final step is written. --resume finds nothing left to train, and must
+// still leave the final weights, not those of the checkpoint before (and no temporary).
+TEST(Signals, ASecondSignalWhileTheFinalWeightsAreWrittenStillEndsWithThem) {
+  TempDir runs("attnres_final_weights");
+  const fs::path run = runs.path() / "run";
+  // kTinyRun: 8 steps, a checkpoint (and model.safetensors after it) every 2: the 4th is the last.
+  const CliResult r =
+      run_cli_with(fault_env("op=write,path=model.safetensors,nth=4,signal=SIGINT,count=2"), train(run));
+  EXPECT_EQ(r.exit_code, 130) << r.output;
+  EXPECT_NE(r.output.find("second signal"), std::string::npos) << r.output;
+  EXPECT_EQ(checkpoint_step(run), 8);
+  EXPECT_FALSE(fs::exists(run / "train_result.json"));
+  const CliResult resumed = run_cli(train(run) + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(fs::exists(run / "train_result.json"));
+  EXPECT_EQ(hidden_files(run), std::vector<std::string>{});
+  expect_same_weights(reference(), run / "model.safetensors");
+  EXPECT_EQ(metrics_without_timing(reference().parent_path() / "metrics.jsonl"),
+            metrics_without_timing(run / "metrics.jsonl"));
+}
+
 // Signals from outside at random moments, while slowed-down checkpoint writes take most of the
 // time: after every interruption the files verify, a second signal ends the process within a
 // second, and the run resumed to the end matches the undisturbed one.
