@@ -43,6 +43,7 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
                          format_number(f.sd, 4), " over ", f.n, " seeds: the spread that rounding-sized differences "
                          "alone give one pair of runs by this budget."));
   }
+  if (auto ranking = ranking_sentence(s)) out.push_back(std::move(*ranking));
   for (const auto& r : s.routing) {
     if (!std::isnan(r.max_weight))
       out.push_back(concat(r.arm, ": routing_max_weight ", format_number(r.max_weight, 4),
@@ -243,6 +244,7 @@ std::string render_html(const ExperimentSummary& s) {
          "<figcaption>Dots: ΔNLL of each seed. Bar: mean over seeds; line: 95% confidence interval (Student t, "
          "n − 1 degrees of freedom). Below the dashed zero line the arm has the lower loss.</figcaption></figure>\n";
   h += table_titled("Test NLL");
+  h += table_titled("Ranking");
   h += table_titled("Power");
   if (s.sequential) {
     h += "<h2>Sequential seeds</h2>\n<p class=\"lead\">The seeds are run in looks; after each, the primary "

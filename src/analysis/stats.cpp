@@ -184,6 +184,24 @@ PowerEstimate power_estimate(const PairedStats& s, double user_effect) {
 
 double ppl_change(double delta_nll) { return std::expm1(delta_nll); }
 
+std::vector<double> holm_adjusted(std::span<const double> p) {
+  std::vector<std::size_t> order;  // the tests, smallest p first
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (std::isnan(p[i])) continue;
+    require(p[i] >= 0 && p[i] <= 1, "holm_adjusted: a p-value must be in [0, 1], got ", p[i]);
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  std::vector<double> adjusted(p.begin(), p.end());
+  const std::size_t m = order.size();
+  double running = 0;  // the step-down maximum keeps the adjusted values in the order of the raw ones
+  for (std::size_t k = 0; k < m; ++k) {
+    running = std::max(running, std::min(1.0, static_cast<double>(m - k) * p[order[k]]));
+    adjusted[order[k]] = running;
+  }
+  return adjusted;
+}
+
 MedianInterval median_interval(std::span<const double> x, double level) {
   require(level > 0 && level < 1, "median_interval: level must be in (0, 1), got ", level);
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -6,6 +6,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace attnres::analysis {
 
@@ -44,6 +45,12 @@ struct PairedStats {
 };
 
 PairedStats paired_stats(std::span<const double> differences);
+
+// Holm's step-down adjustment of p-values for a family of tests (Holm 1979): the i-th smallest of
+// m becomes max over j <= i of min(1, (m − j + 1)·p_(j)); rejecting where the adjusted p is below
+// α keeps the chance of any false rejection in the family at most α, for any dependence between
+// the tests. NaN entries are not tests: they stay NaN and do not count in m. Same order as `p`.
+std::vector<double> holm_adjusted(std::span<const double> p);
 
 // The median of x and a distribution-free confidence interval for it: order statistics
 // x_(j) and x_(n+1-j) with j the largest rank where P(Binomial(n, 1/2) < j) <= (1 - level)/2

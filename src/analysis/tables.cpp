@@ -284,6 +284,7 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
 
   tables.push_back(power_table(s));
   if (auto t = sequential_table(s)) tables.push_back(std::move(*t));
+  if (auto t = ranking_table(s)) tables.push_back(std::move(*t));
   if (auto t = throughput_table(s)) tables.push_back(std::move(*t));
   if (auto t = twin_table(s)) tables.push_back(std::move(*t));
   if (auto t = instability_table(s, detailed)) tables.push_back(std::move(*t));

@@ -36,6 +36,11 @@ std::optional<Table> sequential_table(const ExperimentSummary& summary);
 // Each arm's ΔNLL beside its step-time ratio, its equal-compute multiplier (the baseline tokens
 // that reach the arm's NLL, over the arm's) and what that is worth at equal wall-clock time.
 std::optional<Table> throughput_table(const ExperimentSummary& summary);
+// The arms ranked by validation ΔNLL at the last milestone, with Holm-adjusted p-values over the
+// arms compared (ranking_table.cpp); none with fewer than two arms beside the baseline and its twin.
+std::optional<Table> ranking_table(const ExperimentSummary& summary);
+// The same ranking in one sentence, for the report's key results.
+std::optional<std::string> ranking_sentence(const ExperimentSummary& summary);
 std::optional<Table> twin_table(const ExperimentSummary& summary);
 std::optional<Table> instability_table(const ExperimentSummary& summary, bool every_run);
 

@@ -155,12 +155,26 @@ std::vector<std::string> common_args(const Options& o, const Plan& p, int seq, i
           "--threads", std::to_string(p.threads), "--seed",   std::to_string(o.seed)};
 }
 
-// This executable as an attnres worker (bench/worker.hpp) of one model, or of a pair.
+// The matmul precision an arm runs in: bf16 for an "<arm>@bf16" (model/arms.hpp), else the base's.
+kernels::MatmulPrecision arm_precision(const Plan& p, const std::string& arm) {
+  return is_bf16_arm(arm) ? kernels::MatmulPrecision::bf16 : p.base.precision;
+}
+
+// torch's precision for an arm: --torch-precision, or with `auto` the arm's own (like with like).
+std::string torch_precision_of(const Options& o, const Plan& p, const std::string& arm) {
+  return o.torch_precision == "auto" ? kernels::to_string(arm_precision(p, arm)) : p.torch_precision;
+}
+
+// This executable as an attnres worker (bench/worker.hpp) of one arm, or of a pair (the second
+// stepped alternately with the first).
 std::vector<std::string> attnres_worker_args(const Options& o, const Plan& p, const ModelConfig& model,
-                                             const ModelConfig* paired) {
+                                             const std::string& arm, const ModelConfig* paired = nullptr,
+                                             const std::string& paired_arm = "") {
   std::vector<std::string> argv = {kSelfExecutable, "bench", "--worker", "--model-json", json(model).dump()};
-  if (paired != nullptr) argv.insert(argv.end(), {"--paired-json", json(*paired).dump()});
-  argv.insert(argv.end(), {"--precision", kernels::to_string(p.base.precision)});
+  if (paired != nullptr)
+    argv.insert(argv.end(), {"--paired-json", json(*paired).dump(), "--paired-precision",
+                             kernels::to_string(arm_precision(p, paired_arm))});
+  argv.insert(argv.end(), {"--precision", kernels::to_string(arm_precision(p, arm))});
   if (o.device != "cpu") argv.insert(argv.end(), {"--device", o.device});
   return argv;
 }
@@ -181,10 +195,10 @@ void time_arms(const Options& o, const Plan& p, const TorchSide& torch, Measurem
                        to_string(model.residual).c_str(), arm.c_str());
         for (const auto& impl : impls) {
           std::vector<std::string> argv = impl == "attnres"
-                                              ? attnres_worker_args(o, p, model, nullptr)
+                                              ? attnres_worker_args(o, p, model, arm)
                                               : std::vector<std::string>{o.python, torch.script, "--model-json",
                                                                          json(model).dump(), "--precision",
-                                                                         p.torch_precision};
+                                                                         torch_precision_of(o, p, arm)};
           const std::vector<std::string> common = common_args(o, p, seq, batch);
           argv.insert(argv.end(), common.begin(), common.end());
           std::fprintf(stderr, "bench: round %d/%d  %-7s %-10s T=%-5d B=%-3d ... ", round + 1, o.rounds,
@@ -209,7 +223,7 @@ json time_pairs(const Options& o, const Plan& p) {
                    o.arms[i].c_str(), o.arms[0].c_str(), seq, batch);
       std::fflush(stderr);
       const ModelConfig a = arm_config(p.base, o.arms[0], seq), b = arm_config(p.base, o.arms[i], seq);
-      std::vector<std::string> argv = attnres_worker_args(o, p, a, &b);
+      std::vector<std::string> argv = attnres_worker_args(o, p, a, o.arms[0], &b, o.arms[i]);
       const std::vector<std::string> common = common_args(o, p, seq, batch);
       argv.insert(argv.end(), common.begin(), common.end());
       const json r = run_worker_process(argv, "paired " + o.arms[i] + " " + o.arms[0]);
@@ -281,9 +295,10 @@ void run(const Options& o) {
   r.torch_info = torch.info;
   r.torch_precision = p.torch_precision;
   r.torch_precision_flag = o.torch_precision;
-  // MFU of a bf16 step is against a bf16 rate: measured when either side runs bf16.
-  const bool bf16_steps =
-      p.base.precision == kernels::MatmulPrecision::bf16 || (torch.on && p.torch_precision == "bf16");
+  // MFU of a bf16 step is against a bf16 rate: measured when either side runs bf16 (an "@bf16" arm too).
+  const bool bf16_arm = std::any_of(o.arms.begin(), o.arms.end(), [](const std::string& a) { return is_bf16_arm(a); });
+  const bool bf16_steps = p.base.precision == kernels::MatmulPrecision::bf16 || bf16_arm ||
+                          (torch.on && p.torch_precision == "bf16");
 
   std::fprintf(stderr, "bench: measuring the sgemm reference rate...\n");
   const std::int64_t gemm_tokens = std::int64_t(p.batch_for(o, p.seqs.front())) * p.seqs.front();

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "bench/flops.hpp"
+#include "model/arms.hpp"
 #include "util/machine.hpp"
 #include "util/error.hpp"
 
@@ -168,6 +169,9 @@ void print_header(const Results& r, const json& out) {
   std::printf("\nmatmul precision: attnres %s%s", precision.c_str(),
               r.base.precision == kernels::MatmulPrecision::bf16 ? (" (" + bf16_backend() + ")").c_str()
                                                                  : (" (Linear GEMMs: " + fp32_gemm_backend() + ")").c_str());
+  if (r.base.precision != kernels::MatmulPrecision::bf16 &&
+      std::any_of(r.arms.begin(), r.arms.end(), [](const std::string& a) { return is_bf16_arm(a); }))
+    std::printf("; its @bf16 arms bf16 (%s)", bf16_backend().c_str());
   if (r.torch_on)
     std::printf(", torch %s (%s; --torch-precision %s)%s", r.torch_precision.c_str(),
                 r.torch_precision == "bf16" ? "torch.autocast(\"cpu\", dtype=torch.bfloat16)" : "no autocast",

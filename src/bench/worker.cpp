@@ -105,9 +105,9 @@ json time_arm(const ModelConfig& config, const WorkerOptions& o, kernels::Matmul
 }
 
 json time_pair(const ModelConfig& a, const ModelConfig& b, const WorkerOptions& o,
-               kernels::MatmulPrecision precision) {
+               kernels::MatmulPrecision precision_a, kernels::MatmulPrecision precision_b) {
   set_num_threads(o.threads);
-  TimedTrainer ta(a, o, precision), tb(b, o, precision);
+  TimedTrainer ta(a, o, precision_a), tb(b, o, precision_b);
   std::vector<std::int32_t> tokens = token_buffer(o);
   Rng rng(o.seed, "bench tokens");
   for (int step = 0; step < o.warmup + o.steps; ++step) {
@@ -151,8 +151,11 @@ void run_worker(const WorkerOptions& o) {
   require(o.steps >= 1 && o.warmup >= 0, "--steps must be at least 1 and --warmup non-negative");
   const kernels::MatmulPrecision precision =
       o.precision.empty() ? kernels::MatmulPrecision::fp32 : kernels::parse_matmul_precision(o.precision);
-  const json r = o.paired_json.empty() ? time_arm(config, o, precision)
-                                       : time_pair(config, config_of(o.paired_json, "--paired-json"), o, precision);
+  const kernels::MatmulPrecision paired_precision =
+      o.paired_precision.empty() ? precision : kernels::parse_matmul_precision(o.paired_precision);
+  const json r = o.paired_json.empty()
+                     ? time_arm(config, o, precision)
+                     : time_pair(config, config_of(o.paired_json, "--paired-json"), o, precision, paired_precision);
   std::printf("%s\n", r.dump().c_str());
   std::fflush(stdout);
 }

@@ -15,7 +15,8 @@ struct WorkerOptions {
   std::string model_json;   // the model config (ModelConfig's JSON)
   std::string paired_json;  // a second config: time both alternately in this process
   std::string device = "cpu";
-  std::string precision;  // fp32 | bf16 (empty: fp32)
+  std::string precision;         // fp32 | bf16 (empty: fp32)
+  std::string paired_precision;  // the second config's (an "@bf16" arm beside an fp32 one); empty: `precision`
   int batch = 0, seq = 0, steps = 0, warmup = 0, threads = 0;
   std::uint64_t seed = 1;
 };

@@ -26,6 +26,7 @@ struct BenchArgs {
   bool worker = false;
   std::string model_json;
   std::string paired_json;  // with --worker: the second arm of a paired measurement
+  std::string paired_precision;  // with --worker: that arm's matmul precision (default: --precision)
 };
 
 std::vector<int> parse_seqs(const std::string& text) {
@@ -60,6 +61,7 @@ void run_worker(const BenchArgs& a) {
   bench::WorkerOptions w;
   w.model_json = a.model_json;
   w.paired_json = a.paired_json;
+  w.paired_precision = a.paired_precision;
   w.device = a.o.device;
   w.precision = a.o.precision;
   w.batch = a.o.batch;
@@ -127,6 +129,8 @@ void register_bench_command(CLI::App& app) {
       ->group("");
   cmd->add_option("--model-json", a->model_json, "(internal) the worker's model config")->group("");
   cmd->add_option("--paired-json", a->paired_json, "(internal) a second model config: time both alternately")
+      ->group("");
+  cmd->add_option("--paired-precision", a->paired_precision, "(internal) the second model's matmul precision")
       ->group("");
   cmd->callback([a] { a->worker ? run_worker(*a) : run_bench(*a); });
 }

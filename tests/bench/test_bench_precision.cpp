@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -128,6 +129,22 @@ TEST(BenchPrecision, TheBf16ReferenceShapesAre2048CubedAndTheTrunk) {
   ASSERT_EQ(shapes.size(), 2u);
   EXPECT_EQ(shapes[0], (std::array<std::int64_t, 3>{2048, 2048, 2048}));
   EXPECT_EQ(shapes[1], (std::array<std::int64_t, 3>{4096, 1280, 256}));
+}
+
+// An "@bf16" arm runs its steps in bf16 beside the fp32 arms of the same bench (it used to run in
+// the base precision, its row labelled fp32: a silent wrong answer), and its MFU is against a bf16
+// rate measured in the same run.
+TEST(BenchPrecision, ABf16ArmRunsInBf16BesideFp32Arms) {
+  const BenchRun r = bench("bench_bf16_arm", "",
+                           "bench --preset tiny --vocab 512 --arms block,block@bf16 --seq 16 --batch 1 --steps 1 "
+                           "--warmup 0 --threads 1 --bf16-reference-cube 256 --precision fp32 --torch off");
+  ASSERT_EQ(r.cli.exit_code, 0);
+  std::map<std::string, std::string> precision_of;
+  for (const json& run : r.out.at("runs")) precision_of[run.at("arm").get<std::string>()] = run.at("precision");
+  EXPECT_EQ(precision_of, (std::map<std::string, std::string>{{"block", "fp32"}, {"block@bf16", "bf16"}}));
+  ASSERT_TRUE(r.out.at("mfu_reference").contains("bf16")) << r.out.at("mfu_reference").dump();
+  expect_mfu_against_own_reference(r.out);
+  EXPECT_NE(r.cli.output.find("block@bf16 / block"), std::string::npos) << r.cli.output;
 }
 
 TEST(BenchPrecision, AnUnknownTorchPrecisionIsAnError) {

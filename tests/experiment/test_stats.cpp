@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -234,3 +235,29 @@ TEST(MedianInterval, FewValuesGiveTheRangeAndNoneGiveNaN) {
   EXPECT_TRUE(std::isnan(e.median) && std::isnan(e.low) && std::isnan(e.high));
   EXPECT_THROW(ex::median_interval(five, 1.0), std::exception);
 }
+
+// By hand from the definition (R's p.adjust(method = "holm") gives the same): sorted 0.005, 0.01,
+// 0.03, 0.04 times 4, 3, 2, 1 are 0.02, 0.03, 0.06, 0.04, and the step-down maximum lifts the last
+// to 0.06.
+TEST(HolmAdjusted, StepDownByHand) {
+  const std::vector<double> p = {0.01, 0.04, 0.03, 0.005};
+  const std::vector<double> a = ex::holm_adjusted(p);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_NEAR(a[0], 0.03, 1e-15);
+  EXPECT_NEAR(a[1], 0.06, 1e-15);
+  EXPECT_NEAR(a[2], 0.06, 1e-15);
+  EXPECT_NEAR(a[3], 0.02, 1e-15);
+}
+
+TEST(HolmAdjusted, NaNIsNoTestAndValuesStopAtOne) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> with_nan = ex::holm_adjusted(std::vector<double>{nan, 0.5, 0.2});
+  EXPECT_TRUE(std::isnan(with_nan[0]));
+  EXPECT_NEAR(with_nan[1], 0.5, 1e-15);  // m = 2: 0.2 x 2 = 0.4, then max(0.4, 0.5 x 1)
+  EXPECT_NEAR(with_nan[2], 0.4, 1e-15);
+  EXPECT_EQ(ex::holm_adjusted(std::vector<double>{0.6, 0.7}), (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(ex::holm_adjusted(std::vector<double>{0.02}), (std::vector<double>{0.02}));  // one test: as it is
+  EXPECT_TRUE(ex::holm_adjusted(std::vector<double>{}).empty());
+  EXPECT_THROW(ex::holm_adjusted(std::vector<double>{1.5}), attnres::Error);
+}
+

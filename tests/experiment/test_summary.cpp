@@ -516,5 +516,33 @@ TEST(Summary, ThroughputAdjustedMultiplierAndEqualTime) {
   EXPECT_EQ(row("rd")[4], format_number(std::pow(2.0, 0.1) / 1.1, 3));
 }
 
+// The ranking: every arm compared with the baseline, best first, the baseline in its place, with
+// the p-values Holm-adjusted over the family (an arm identical to the baseline counts as p = 1).
+TEST(Summary, RankingOrdersTheArmsAndAdjustsForTheFamily) {
+  SyntheticExperiment exp;
+  const ExperimentSummary s = compute_summary(exp.dir());
+  const std::optional<Table> t = ranking_table(s);
+  ASSERT_TRUE(t.has_value());
+  std::vector<std::string> order;
+  for (const auto& r : t->rows) order.push_back(r[1]);
+  // rd below block (-0.025 paired over its seeds 1 and 2), rd-tied identical to it (after the baseline: a stable order), prenorm above.
+  EXPECT_EQ(order, (std::vector<std::string>{"rd", "block", "rd-tied", "prenorm"}));
+  EXPECT_EQ(t->rows[1][2], "baseline");
+  const Comparison& last = s.milestones.back();
+  const double p_rd = last.find("rd")->stats.p_value, p_prenorm = last.find("prenorm")->stats.p_value;
+  // The family in experiment order: rd, rd-tied, prenorm.
+  const std::vector<double> holm = holm_adjusted(std::vector<double>{p_rd, 1.0, p_prenorm});
+  EXPECT_EQ(t->rows[0][5], format_p_value(holm[0]));
+  EXPECT_EQ(t->rows[2][5], format_p_value(holm[1]));
+  EXPECT_EQ(t->rows[3][5], format_p_value(holm[2]));
+  EXPECT_EQ(t->rows[2][6], "not resolved");
+  EXPECT_EQ(t->rows[3][6], holm[2] < 0.05 ? "worse" : p_prenorm < 0.05 ? "not resolved (p < 0.05 alone)" : "not resolved");
+  const int resolved = int(holm[0] < 0.05) + int(holm[2] < 0.05);
+  const std::optional<std::string> sentence = ranking_sentence(s);
+  ASSERT_TRUE(sentence.has_value());
+  EXPECT_NE(sentence->find(std::to_string(resolved) + " of 3 arms differ from block"), std::string::npos) << *sentence;
+  EXPECT_NE(sentence->find("rd -0.025, block, rd-tied +0.000, prenorm +0.070"), std::string::npos) << *sentence;
+}
+
 }  // namespace
 }  // namespace attnres::experiment
