@@ -306,18 +306,24 @@ bool wait_for_look(const ExperimentOptions& o, const ExperimentPlan& plan, int s
 }
 
 // The sequential rule after a look, said on the status line; true when it stops the experiment.
-bool sequential_stop(const ExperimentOptions& o, StatusLine& status) {
+bool sequential_stop(const ExperimentOptions& o, int seeds, StatusLine& status) {
   const std::optional<results::SequentialSummary> seq = compute_summary(o.out_dir).sequential;
   if (!seq || seq->look < 0) return false;
   const results::SequentialLook& l = seq->looks[static_cast<std::size_t>(seq->look)];
+  if (l.n > seeds) return false;  // resumed: the runs of this look are done, a later look's may not be
   status.message(concat("sequential seeds: look at ", l.n, " seeds: ", seq->design.primary, " ΔNLL ",
                         format_signed(l.mean, 4), ", repeated ", format_number(100 * (1 - seq->design.alpha), 0), "% CI [",
                         format_signed(l.ci_low, 4), ", ", format_signed(l.ci_high, 4), "]: ", seq->outcome,
                         seq->outcome == "continuing" ? concat(", next look at ", seq->next_seeds, " seeds") : ""));
-  return seq->outcome != "continuing";
+  return sequential_decided_at(*seq, seeds);
 }
 
 }  // namespace
+
+bool sequential_decided_at(const results::SequentialSummary& summary, int seeds) {
+  if (summary.look < 0 || summary.outcome == "continuing") return false;
+  return summary.looks.at(static_cast<std::size_t>(summary.look)).n <= seeds;
+}
 
 int train_child(const TrainConfig& config, const std::string& data_dir, const std::string& dir, const std::string& label,
                 const std::atomic<bool>* stop, int threads, const std::string& device) {
@@ -360,7 +366,7 @@ bool run_experiment(const ExperimentOptions& options) {
       interrupted = true;
       break;
     }
-    if (plan.spec.sequential && sequential_stop(o, status)) {
+    if (plan.spec.sequential && sequential_stop(o, seeds, status)) {
       stopped_by_rule = true;
       break;
     }

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "experiment/options.hpp"
+#include "results/summary.hpp"
 
 namespace attnres::experiment {
 
@@ -19,6 +20,12 @@ namespace attnres::experiment {
 // stopped it (with a communicator: on every rank, after all ranks are done). Each run trains in a
 // child process (single-process, threads shared among the ranks on a machine).
 bool run_experiment(const ExperimentOptions& options);
+
+// Whether the sequential rule stops the experiment after the runner's look at `seeds` seeds: the
+// summary has decided (resolved, futile, or not resolved at max_seeds) at a look of at most
+// `seeds` seeds. A decision at a later look (a resumed experiment whose later seeds have results)
+// stops it only at that look, once every run of its seeds, the groups' included, has finished.
+bool sequential_decided_at(const results::SequentialSummary& summary, int seeds);
 
 // Trains `config` into `dir` in a child process, as every run of an experiment trains: the config
 // written to DIR/run.toml, resumed when DIR holds checkpoints, `threads` (0: the child's default)

@@ -13,6 +13,7 @@
 #include "experiment/protocol_util.hpp"
 #include "experiment/plan.hpp"
 #include "experiment/protocol.hpp"
+#include "experiment/runner.hpp"
 #include "analysis/sequential.hpp"
 #include "analysis/summary.hpp"
 #include "model/param_layout.hpp"
@@ -150,6 +151,32 @@ TEST(NoiseFloorErrors, ARefusedDesignNamesTheKey) {
 
 // A study with the baseline's twin and sequential seeds: the looks are taken as the seeds come in,
 // the noise floor stands beside every comparison, and the report and answer say both.
+// A resumed sequential experiment whose files already reach a later look (a worker stopped while
+// the last look's probe runs were training, after its main runs had decided) does not stop at the
+// first look: it goes on to the deciding look, so the runs of its seeds are finished first.
+TEST(SequentialRunner, ADecisionStopsOnlyAtTheLookThatMadeIt) {
+  results::SequentialSummary s;
+  s.looks.resize(3);
+  s.looks[0].n = 4;
+  s.looks[1].n = 7;
+  s.looks[2].n = 13;
+  s.look = 2;
+  s.outcome = "not resolved";
+  EXPECT_FALSE(experiment::sequential_decided_at(s, 4));
+  EXPECT_FALSE(experiment::sequential_decided_at(s, 7));
+  EXPECT_TRUE(experiment::sequential_decided_at(s, 13));
+  s.look = 1;
+  s.outcome = "resolved";
+  EXPECT_FALSE(experiment::sequential_decided_at(s, 4));
+  EXPECT_TRUE(experiment::sequential_decided_at(s, 7));
+  EXPECT_TRUE(experiment::sequential_decided_at(s, 13));
+  s.outcome = "continuing";
+  EXPECT_FALSE(experiment::sequential_decided_at(s, 7));
+  s.look = -1;
+  s.outcome = "futile";
+  EXPECT_FALSE(experiment::sequential_decided_at(s, 13));
+}
+
 TEST_F(NoiseFloorTest, ATwinAndSequentialSeedsRunAndReport) {
   TempDir runs("attnres_sequential_study");
   const std::string protocol = std::string(R"(
