@@ -12,6 +12,7 @@
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_train.hpp"
 #include "experiment/plan.hpp"
+#include "experiment/protocol_toml.hpp"
 #include "model/arms.hpp"
 #include "results/experiment_spec.hpp"
 #include "util/atomic_file.hpp"
@@ -22,113 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "FILE:LINE" of a node, for messages.
-std::string where(const std::string& path, const toml::node& node) {
-  const auto line = node.source().begin.line;
-  return line > 0 ? concat(path, ":", line) : path;
-}
-
-// The keys of one protocol table, read with their positions; unknown keys are errors.
-class Section {
- public:
-  Section(const std::string& path, const toml::table& table, std::string name)
-      : path_(path), table_(table), name_(std::move(name)) {}
-
-  const toml::node* find(const std::string& key) {
-    seen_.insert(key);
-    return table_.get(key);
-  }
-  const toml::node& get(const std::string& key) {
-    const toml::node* n = find(key);
-    require(n != nullptr, where(path_, table_), ": [", name_, "] needs '", key, "'");
-    return *n;
-  }
-  [[noreturn]] void bad(const toml::node& node, const std::string& key, const std::string& what) const {
-    fail(where(path_, node), ": '", name_, ".", key, "' ", what);
-  }
-  std::string string(const std::string& key, std::string fallback = "") {
-    const toml::node* n = find(key);
-    if (n == nullptr) return fallback;
-    if (auto v = n->value<std::string>()) return *v;
-    bad(*n, key, "must be a string");
-  }
-  std::vector<std::string> strings(const std::string& key) {
-    const toml::node* n = find(key);
-    std::vector<std::string> out;
-    if (n == nullptr) return out;
-    const toml::array* a = n->as_array();
-    if (a == nullptr) bad(*n, key, "must be an array of strings, e.g. [\"a\", \"b\"]");
-    for (const auto& e : *a) {
-      auto v = e.value<std::string>();
-      if (!v) bad(e, key, "must be an array of strings");
-      out.push_back(*v);
-    }
-    return out;
-  }
-  double number(const std::string& key, double fallback) {
-    const toml::node* n = find(key);
-    if (n == nullptr) return fallback;
-    if (auto v = n->value<double>()) return *v;
-    bad(*n, key, "must be a number");
-  }
-  std::int64_t integer(const std::string& key, std::int64_t fallback) {
-    const toml::node* n = find(key);
-    if (n == nullptr) return fallback;
-    if (auto v = n->value<std::int64_t>()) return *v;
-    bad(*n, key, "must be an integer");
-  }
-  // Every key not asked for is unknown.
-  void finish(const std::vector<std::string>& tables = {}) const {
-    for (const auto& [key, node] : table_) {
-      const std::string k(key.str());
-      if (seen_.count(k) == 0 && std::find(tables.begin(), tables.end(), k) == tables.end())
-        fail(where(path_, node), ": unknown key '", name_, ".", k, "'");
-    }
-  }
-
- private:
-  const std::string& path_;
-  const toml::table& table_;
-  std::string name_;
-  std::set<std::string> seen_;
-};
-
-// [model] and [train] go through the configuration's own key handling (--set syntax), each
-// setting named by its file and line.
-void apply_config_table(TrainConfig& config, const std::string& path, const toml::table& table,
-                        const std::string& section) {
-  for (const auto& [key, node] : table) {
-    std::ostringstream value;
-    if (const toml::array* a = node.as_array()) value << *a;
-    else if (const toml::table* t = node.as_table()) fail(where(path, *t), ": '", section, ".", key.str(), "' must be a value, not a table");
-    else node.visit([&](const auto& v) { value << v; });
-    apply_setting(config, concat(section, ".", key.str(), "=", value.str()), where(path, node));
-  }
-}
-
 std::uint64_t seed_value(const Section& s, const toml::node& node) {
   auto v = node.value<std::int64_t>();
   if (!v || *v < 0) s.bad(node, "seeds", "must list non-negative integers");
   return static_cast<std::uint64_t>(*v);
-}
-
-// [controls] / [[controls]] and [[probe]]: one table or an array of them.
-std::vector<const toml::table*> tables_of(const std::string& path, const toml::table& root, const char* key) {
-  std::vector<const toml::table*> out;
-  const toml::node* n = root.get(key);
-  if (n == nullptr) return out;
-  if (const toml::table* t = n->as_table()) {
-    out.push_back(t);
-  } else if (const toml::array* a = n->as_array()) {
-    for (const auto& e : *a) {
-      const toml::table* t = e.as_table();
-      require(t != nullptr, where(path, e), ": [[", key, "]] entries must be tables");
-      out.push_back(t);
-    }
-  } else {
-    fail(where(path, *n), ": '", key, "' must be a table ([", key, "]) or an array of tables ([[", key, "]])");
-  }
-  return out;
 }
 
 GroupOptions read_group(const std::string& path, const toml::table& table, const char* kind,
