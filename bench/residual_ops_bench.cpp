@@ -83,7 +83,8 @@ void BM_BlockRead(benchmark::State& state) {
   rd.eps = 1e-6f;
   rd.gamma = b.ones(kDim);
   rd.queries[0] = b.random(kDim, 0.1f);
-  float *h = b.zeros(kTokens * kDim), *rms = b.zeros(kTokens * n), *logits = b.zeros(kTokens * n);
+  float *h = b.zeros(kTokens * kDim), *rms = b.zeros(kTokens * n), *logits = b.zeros(kTokens * n),
+        *alpha = b.zeros(kTokens * n);
   float *dh = b.random(kTokens * kDim), *dq = b.zeros(kDim), *dgamma = b.zeros(kDim);
   float* scratch = b.zeros(k::depth_read_scratch_size(kTokens, kDim));
   k::DepthReadGrads<float> g;
@@ -93,8 +94,8 @@ void BM_BlockRead(benchmark::State& state) {
   g.dgamma = dgamma;
   for (auto _ : state) {
     float* out[] = {h, nullptr};
-    k::depth_read_forward(rd, out, rms, logits);
-    k::depth_read_backward(rd, rms, logits, g, scratch);
+    k::depth_read_forward(rd, out, rms, logits, alpha);
+    k::depth_read_backward(rd, rms, logits, alpha, g, scratch);
   }
 }
 

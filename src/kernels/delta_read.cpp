@@ -48,7 +48,7 @@ void delta_read_forward(const DeltaRead<Real>& rd, const DeltaReadState<Real>& s
   const int d = rd.d();
   for (int r = 0; r < rd.n_routes; ++r) {
     Real* out[kMaxRoutes] = {st.c[r]};
-    depth_read_forward(rd.routes[r], out, st.rms, st.logits[r]);  // the routes write the same RMS factors
+    depth_read_forward(rd.routes[r], out, st.rms, st.logits[r], st.alpha[r]);  // the routes write the same RMS factors
   }
   if (rd.gate == DeltaGate::sigmoid_vector) {
     // g = sigmoid(x W^T + b), in fixed row blocks: reproducible whatever the thread count.
@@ -137,7 +137,7 @@ void delta_read_backward(const DeltaRead<Real>& rd, const DeltaReadState<Real>& 
     g.dsources = gr.dsources;
     g.dqueries[0] = gr.dqueries[r];
     g.dgamma = gr.dgamma[r];
-    depth_read_backward(rd.routes[r], st.rms, st.logits[r], g, scratch);
+    depth_read_backward(rd.routes[r], st.rms, st.logits[r], st.alpha[r], g, scratch);
   }
 }
 

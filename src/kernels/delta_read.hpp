@@ -39,6 +39,7 @@ template <class Real>
 struct DeltaReadState {
   Real* c[kMaxRoutes] = {};       // per route: the mix [n_tok, d]
   Real* logits[kMaxRoutes] = {};  // per route: [n_tok, n_sources]
+  Real* alpha[kMaxRoutes] = {};   // per route: the weights [n_tok, n_sources]
   Real* rms = nullptr;            // [n_tok, n_sources], shared by the routes
   Real* g = nullptr;              // sigmoid_vector: the gates [n_tok, d] (else unused)
 };

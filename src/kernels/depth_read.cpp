@@ -34,7 +34,7 @@ namespace {
 
 // Mixing coefficients of output o over the sources: the route's weights, or the routes' mean.
 template <class Real>
-void mix_coefficients(const DepthRead<Real>& rd, const Real (*alpha)[kMaxSources], int o, Real* c) {
+void mix_coefficients(const DepthRead<Real>& rd, const Real* const* alpha, int o, Real* c) {
   for (int s = 0; s < rd.n_sources; ++s) {
     if (!rd.average) {
       c[s] = alpha[o][s];
@@ -88,18 +88,6 @@ void source_stats(int n_q, const Real* v, const Real* const* q, const Real* gamm
   else source_stats<2>(v, q, gamma, d, out);
 }
 
-// The weights of the routes for one token, from the saved logits.
-template <class Real>
-void route_weights(const DepthRead<Real>& rd, const Real* logits, std::int64_t t, Real (*alpha)[kMaxSources],
-                   Real (*z)[kMaxSources]) {
-  const int n = rd.n_sources;
-  for (int ro = 0; ro < rd.n_routes; ++ro) {
-    const bool uniform = rd.queries[ro] == nullptr;
-    if (!uniform) std::copy(logits + (ro * rd.n_tok + t) * n, logits + (ro * rd.n_tok + t + 1) * n, z[ro]);
-    depth_weights(z[ro], n, uniform, alpha[ro]);
-  }
-}
-
 // One source row's gradient for NR routes, in one pass:
 // dv += sum_r (a_r g_r + b_r u_r) - kv v,  acc_r += b_r v  (u_r = w_r * gamma; zero for uniform routes).
 template <int NR, class Real>
@@ -131,7 +119,7 @@ int routes_with_query(const DepthRead<Real>& rd, const Real** q, int* route) {
 }  // namespace
 
 template <class Real>
-void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, Real* logits) {
+void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, Real* logits, Real* alpha) {
   const int n = rd.n_sources, d = rd.d;
   const int n_out = rd.average ? 1 : rd.n_routes;
   const Real* q[kMaxRoutes];
@@ -140,7 +128,6 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
 #pragma omp parallel for schedule(static) if (rd.n_tok * d * n >= kParallelMin)
   for (std::int64_t t = 0; t < rd.n_tok; ++t) {
     const Real* v[kMaxSources];
-    Real alpha[kMaxRoutes][kMaxSources];
     Real z[kMaxRoutes][kMaxSources];
     Real c[kMaxRoutes][kMaxSources];
     // One sweep over each source row: its RMS factor and its dot with every query.
@@ -152,15 +139,18 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
       rms[t * n + s] = r;
       for (int i = 0; i < n_q; ++i) z[route[i]][s] = r * stats[1 + i];
     }
+    const Real* a[kMaxRoutes];
     for (int ro = 0; ro < rd.n_routes; ++ro) {
       const bool uniform = rd.queries[ro] == nullptr;
       if (!uniform) std::copy(z[ro], z[ro] + n, logits + (ro * rd.n_tok + t) * n);
-      depth_weights(z[ro], n, uniform, alpha[ro]);
+      Real* w = alpha + (ro * rd.n_tok + t) * n;
+      depth_weights(z[ro], n, uniform, w);
+      a[ro] = w;
     }
     Real* h[kMaxRoutes];
     for (int o = 0; o < n_out; ++o) {
       h[o] = out[o] + t * d;
-      mix_coefficients(rd, alpha, o, c[o]);
+      mix_coefficients(rd, a, o, c[o]);
     }
     mix_rows(n_out, h, v, &c[0][0], kMaxSources, n, d);
     for (int o = 0; o < n_out; ++o)
@@ -169,7 +159,7 @@ void depth_read_forward(const DepthRead<Real>& rd, Real* const* out, Real* rms, 
 }
 
 template <class Real>
-void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real* logits,
+void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real* logits, const Real* alpha_saved,
                          const DepthReadGrads<Real>& gr, Real* scratch) {
   const int n = rd.n_sources, d = rd.d, R = rd.n_routes;
   const int n_out = rd.average ? 1 : R;
@@ -193,15 +183,18 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
     const std::int64_t t_end = std::min(rd.n_tok, (ch + 1) * kReduceChunk);
     for (std::int64_t t = ch * kReduceChunk; t < t_end; ++t) {
       const Real* v[kMaxSources];
-      Real alpha[kMaxRoutes][kMaxSources];
-      Real z[kMaxRoutes][kMaxSources];
+      const Real* alpha[kMaxRoutes];  // the forward's weights and logits of this token, per route
+      const Real* z[kMaxRoutes];
       Real delta[kMaxRoutes][kMaxSources];
       Real c[kMaxRoutes][kMaxSources];
       for (int s = 0; s < n; ++s) v[s] = rd.sources[s] + t * d;
-      route_weights(rd, logits, t, alpha, z);
+      for (int ro = 0; ro < R; ++ro) {
+        alpha[ro] = alpha_saved + (ro * rd.n_tok + t) * n;
+        z[ro] = logits + (ro * rd.n_tok + t) * n;  // read for routes with a query only
+      }
       // The gradient of each output's mix: given, or through the output's norm (the mix is
       // recomputed here as in the forward).
-      const Real* gout[kMaxRoutes];
+      const Real* gout[kMaxRoutes] = {};
       for (int o = 0; o < n_out; ++o) {
         gout[o] = gr.dout[o] + t * d;
         if (rd.out_norm[o] == nullptr) continue;
@@ -270,11 +263,11 @@ void depth_read_backward(const DepthRead<Real>& rd, const Real* rms, const Real*
 
 template void depth_weights<float>(const float*, int, bool, float*);
 template void depth_weights<double>(const double*, int, bool, double*);
-template void depth_read_forward<float>(const DepthRead<float>&, float* const*, float*, float*);
-template void depth_read_forward<double>(const DepthRead<double>&, double* const*, double*, double*);
-template void depth_read_backward<float>(const DepthRead<float>&, const float*, const float*,
+template void depth_read_forward<float>(const DepthRead<float>&, float* const*, float*, float*, float*);
+template void depth_read_forward<double>(const DepthRead<double>&, double* const*, double*, double*, double*);
+template void depth_read_backward<float>(const DepthRead<float>&, const float*, const float*, const float*,
                                          const DepthReadGrads<float>&, float*);
-template void depth_read_backward<double>(const DepthRead<double>&, const double*, const double*,
+template void depth_read_backward<double>(const DepthRead<double>&, const double*, const double*, const double*,
                                           const DepthReadGrads<double>&, double*);
 
 }  // namespace attnres::kernels

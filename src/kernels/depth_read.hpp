@@ -1,7 +1,8 @@
 // The AttnRes depth read (spec §2, §5, §6): per token, a softmax over earlier block outputs
 // with RMS-normalised keys and raw values. One call serves one or two routes over the same
 // sources (RD-AttnRes), sharing the RMS factors and the key-norm weight: the sources are read
-// once per pass whatever the number of routes. Only per-token RMS factors and logits are saved.
+// once per pass whatever the number of routes. Only per-token RMS factors, logits and weights are
+// saved.
 // An output can carry its sublayer's input RMSNorm (RD's value route): the read then emits the
 // normalised row, and the backward recomputes the mix per token instead of storing it.
 #pragma once
@@ -43,12 +44,14 @@ struct DepthReadGrads {
 
 // out[r]: [n_tok, d] per route (out[0] alone when average). rms: [n_tok, n_sources].
 // logits: [n_routes, n_tok, n_sources] (rows of uniform routes are left alone).
+// alpha: [n_routes, n_tok, n_sources], the depth weights depth_weights makes of the logits (or
+// uniform), kept so that the backward takes no exponentials (a sixth of its time at d = 64).
 template <class Real>
-void depth_read_forward(const DepthRead<Real>& read, Real* const* out, Real* rms, Real* logits);
+void depth_read_forward(const DepthRead<Real>& read, Real* const* out, Real* rms, Real* logits, Real* alpha);
 
 // Parameter gradients are summed over tokens in fixed chunk order. scratch: depth_read_scratch_size.
 template <class Real>
-void depth_read_backward(const DepthRead<Real>& read, const Real* rms, const Real* logits,
+void depth_read_backward(const DepthRead<Real>& read, const Real* rms, const Real* logits, const Real* alpha,
                          const DepthReadGrads<Real>& grads, Real* scratch);
 
 std::int64_t depth_read_scratch_size(std::int64_t n_tok, int d);

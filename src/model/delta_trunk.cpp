@@ -10,7 +10,7 @@
 // past every read, and the reads have a gate and, on the V route, a key norm of their own.
 //
 // Kept per sublayer: the stream after it (x_{j+1}), its source (f_j, or the block's partial sum
-// after it), and with a read its h, RMS factors and logits, the mix c (with a gate) and the vector
+// after it), and with a read its h, RMS factors, logits and weights, the mix c (with a gate) and the vector
 // gate's values; with the V route also h_V, c_V and V's normalised input with its RMS factors.
 #include <algorithm>
 #include <memory>
@@ -127,11 +127,13 @@ class DeltaTrunk final : public Trunk<Real> {
       s.c = gated ? arena.take(bt * d) : nullptr;
       s.rms = arena.take(bt * s.n_src);
       s.logits = arena.take(bt * s.n_src);
+      s.alpha = arena.take(bt * s.n_src);
       if (c_.delta_gate == k::DeltaGate::sigmoid_vector) s.g = arena.take(bt * d);
       if (s.value_route) {
         s.hv = arena.take(bt * d);
         s.cv = gated ? arena.take(bt * d) : nullptr;
         s.logits_v = arena.take(bt * s.n_src);
+        s.alpha_v = arena.take(bt * s.n_src);
         s.xv = arena.take(bt * d);
         s.rstd_v = arena.take(bt);
       }
@@ -169,10 +171,8 @@ class DeltaTrunk final : public Trunk<Real> {
   void route_distributions(int index, std::int64_t token, std::span<double> p) const override {
     const Sublayer& s = *routed(index);
     const auto n = static_cast<std::size_t>(s.n_src);
-    Real alpha[k::kMaxSources];
     for (int route = 0; route < (s.value_route ? 2 : 1); ++route) {
-      const Real* logits = route == 0 ? s.logits : s.logits_v;
-      k::depth_weights(logits + token * s.n_src, s.n_src, false, alpha);
+      const Real* alpha = (route == 0 ? s.alpha : s.alpha_v) + token * s.n_src;
       std::copy(alpha, alpha + n, p.begin() + static_cast<std::ptrdiff_t>(route * n));
     }
   }
@@ -185,8 +185,7 @@ class DeltaTrunk final : public Trunk<Real> {
   }
   double max_weight(int read, std::int64_t token) const override {
     const Sublayer& s = sub_[static_cast<std::size_t>(read)];
-    Real alpha[k::kMaxSources];
-    k::depth_weights(s.logits + token * s.n_src, s.n_src, false, alpha);
+    const Real* alpha = s.alpha + token * s.n_src;
     return static_cast<double>(*std::max_element(alpha, alpha + s.n_src));
   }
   std::int64_t tokens() const override { return n_tok_; }
@@ -198,8 +197,8 @@ class DeltaTrunk final : public Trunk<Real> {
     bool value_route = false;
     DeltaReadWeights<Real> w, gw;
     Real *x_out = nullptr, *src = nullptr, *dsrc = nullptr;
-    Real *h = nullptr, *c = nullptr, *rms = nullptr, *logits = nullptr, *g = nullptr;
-    Real *hv = nullptr, *cv = nullptr, *logits_v = nullptr, *xv = nullptr, *rstd_v = nullptr;
+    Real *h = nullptr, *c = nullptr, *rms = nullptr, *logits = nullptr, *alpha = nullptr, *g = nullptr;
+    Real *hv = nullptr, *cv = nullptr, *logits_v = nullptr, *alpha_v = nullptr, *xv = nullptr, *rstd_v = nullptr;
   };
 
   DeltaReadWeights<Real> bind(const std::string& p, std::span<Real> flat) const {
@@ -237,6 +236,8 @@ class DeltaTrunk final : public Trunk<Real> {
     st.c[1] = s.cv != nullptr ? s.cv : c_scratch_[1];
     st.logits[0] = s.logits;
     st.logits[1] = s.logits_v;
+    st.alpha[0] = s.alpha;
+    st.alpha[1] = s.alpha_v;
     st.rms = s.rms;
     st.g = s.g;
     return st;

@@ -105,6 +105,7 @@ class SingleStreamTrunk final : public Trunk<Real> {
         s.h = arena.take(bt * d);
         s.rms = arena.take(bt * n_src);
         s.read_logits = arena.take(topo_.read(j).n_routes * bt * n_src);
+        s.read_alpha = arena.take(topo_.read(j).n_routes * bt * n_src);
       }
       s.out = arena.take(bt * d);
       if (with_grad) s.dout = arena.take(bt * d);
@@ -114,6 +115,7 @@ class SingleStreamTrunk final : public Trunk<Real> {
       h_final_ = arena.take(bt * d);
       rms_final_ = arena.take(bt * n_src);
       logits_final_ = arena.take(bt * n_src);
+      alpha_final_ = arena.take(bt * n_src);
     }
     if (topo_.any_separate_value()) {
       xv_ = arena.take(bt * d);
@@ -172,6 +174,7 @@ class SingleStreamTrunk final : public Trunk<Real> {
     Real* h = nullptr;  // the read's output (null without depth reads: the input is a stream)
     Real* rms = nullptr;
     Real* read_logits = nullptr;
+    Real* read_alpha = nullptr;  // the read's weights per route, [n_routes, n_tok, n_sources]
     Real* out = nullptr;   // the partial sum after this sublayer's write-back
     Real* dout = nullptr;  // its gradient
   };
@@ -191,17 +194,18 @@ class SingleStreamTrunk final : public Trunk<Real> {
   // read) with its weights from w; `sources` receives the source pointers.
   k::DepthRead<Real> depth_read(int j, const ModelWeights<Real>& w, const Real** sources) const;
   // out: the read's output (the QK route); xv: RD's normalised value-route input.
-  void run_read(int j, Real* out, Real* xv, Real* rms, Real* logits);
+  void run_read(int j, Real* out, Real* xv, Real* rms, Real* logits, Real* alpha);
   // Accumulates the read's gradients from dout (and dxv for RD's value route); xv receives the
   // value-route input again (for Wv's gradient).
-  void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits, Real* xv);
+  void run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms, const Real* logits,
+                         const Real* alpha, Real* xv);
   k::Dwa<Real> dwa(const DwaPlan& plan, const Real** sources) const;
 
   const ModelParts<Real> p_;
   const Topology& topo_;
   std::vector<Real*> dwa_alpha_, dwa_dalpha_;  // DenseFormer's weights and gradients, by Topology::dwas()
   std::vector<Sublayer> sub_;
-  Real *h_final_ = nullptr, *rms_final_ = nullptr, *logits_final_ = nullptr;  // the final read's
+  Real *h_final_ = nullptr, *rms_final_ = nullptr, *logits_final_ = nullptr, *alpha_final_ = nullptr;  // the final read's
   // RD's value route (decoupled, frozen): the read emits its normalised input directly, and the
   // backward recomputes it into dxv_ (so it is not kept per layer).
   Real *xv_ = nullptr, *dxv_ = nullptr;
@@ -231,16 +235,16 @@ k::DepthRead<Real> SingleStreamTrunk<Real>::depth_read(int j, const ModelWeights
 }
 
 template <class Real>
-void SingleStreamTrunk<Real>::run_read(int j, Real* out, Real* xv, Real* rms, Real* logits) {
+void SingleStreamTrunk<Real>::run_read(int j, Real* out, Real* xv, Real* rms, Real* logits, Real* alpha) {
   const Real* sources[k::kMaxSources];
   const k::DepthRead<Real> rd = depth_read(j, p_.w, sources);
   Real* outs[k::kMaxRoutes] = {out, xv};
-  k::depth_read_forward(rd, outs, rms, logits);
+  k::depth_read_forward(rd, outs, rms, logits, alpha);
 }
 
 template <class Real>
 void SingleStreamTrunk<Real>::run_read_backward(int j, const Real* dout, const Real* dxv, const Real* rms,
-                                                const Real* logits, Real* xv) {
+                                                const Real* logits, const Real* alpha, Real* xv) {
   const ReadPlan& plan = topo_.read(j);
   const Real* sources[k::kMaxSources];
   const k::DepthRead<Real> rd = depth_read(j, p_.w, sources);
@@ -256,7 +260,7 @@ void SingleStreamTrunk<Real>::run_read_backward(int j, const Real* dout, const R
   gr.dgamma = pg.key_norm;
   gr.dout_norm[1] = pg.value_norm;
   gr.out[1] = xv;
-  k::depth_read_backward(rd, rms, logits, gr, p_.buffers.reduce);
+  k::depth_read_backward(rd, rms, logits, alpha, gr, p_.buffers.reduce);
 }
 
 template <class Real>
@@ -284,7 +288,7 @@ const Real* SingleStreamTrunk<Real>::forward(const Pass<Real>& pass) {
     Sublayer& s = sub_[static_cast<std::size_t>(j)];
     SublayerActivations<Real>& a = p_.bodies.at(j);
     const bool separate = reads && topo_.read(j).separate_value;
-    if (reads) run_read(j, s.h, separate ? xv_ : nullptr, s.rms, s.read_logits);
+    if (reads) run_read(j, s.h, separate ? xv_ : nullptr, s.rms, s.read_logits, s.read_alpha);
     const Real* h = reads ? s.h : residual(topo_.input(j));
     k::rmsnorm_forward(a.x, a.rstd, h, input_norm(p_.w, L, j), n, d, eps);
     const Real* base = residual(topo_.write_base(j));
@@ -300,7 +304,7 @@ const Real* SingleStreamTrunk<Real>::forward(const Pass<Real>& pass) {
     }
   }
   if (!reads) return residual(topo_.input(L));
-  run_read(topo_.final_read(), h_final_, nullptr, rms_final_, logits_final_);
+  run_read(topo_.final_read(), h_final_, nullptr, rms_final_, logits_final_, alpha_final_);
   return h_final_;
 }
 
@@ -318,7 +322,7 @@ void SingleStreamTrunk<Real>::backward(const Pass<Real>& pass) {
 
   // b.dh holds the final norm's input gradient.
   if (reads) {
-    run_read_backward(topo_.final_read(), b.dh, nullptr, rms_final_, logits_final_, nullptr);
+    run_read_backward(topo_.final_read(), b.dh, nullptr, rms_final_, logits_final_, alpha_final_, nullptr);
   } else {
     k::add_into(dresidual(topo_.input(L)), b.dh, n * d);
   }
@@ -351,7 +355,8 @@ void SingleStreamTrunk<Real>::backward(const Pass<Real>& pass) {
       // RD's value route: the read's backward takes dxv through the fused norm and recomputes
       // the normalised input xv on the way (bit for bit) into dxv's buffer, row by row as dxv
       // is consumed (no separate buffer to fetch), which Wv's gradient then reads.
-      run_read_backward(j, b.dh, separate ? dxv_ : nullptr, s.rms, s.read_logits, separate ? dxv_ : nullptr);
+      run_read_backward(j, b.dh, separate ? dxv_ : nullptr, s.rms, s.read_logits, s.read_alpha,
+                        separate ? dxv_ : nullptr);
       if (separate) p_.bodies.attention_value_weight_backward(j, dxv_, pass);
     } else {
       k::add_into(dresidual(topo_.input(j)), b.dh, n * d);
@@ -367,9 +372,9 @@ void SingleStreamTrunk<Real>::read_weights(int read, int route, std::int64_t tok
   require(route >= 0 && route < plan.n_routes, "read ", read, " has no route ", route);
   require(token >= 0 && token < n_tok_, "token index out of range");
   require(static_cast<int>(alpha.size()) == n, "alpha buffer has the wrong size");
-  const Real* logits = read == topo_.final_read() ? logits_final_ : sub_[static_cast<std::size_t>(read)].read_logits;
-  const bool uniform = route == 1 && plan.uniform_value;
-  k::depth_weights(logits + (route * n_tok_ + token) * n, n, uniform, alpha.data());
+  const Real* weights = read == topo_.final_read() ? alpha_final_ : sub_[static_cast<std::size_t>(read)].read_alpha;
+  const Real* row = weights + (route * n_tok_ + token) * n;
+  std::copy(row, row + n, alpha.begin());
 }
 
 }  // namespace

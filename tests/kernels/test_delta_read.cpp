@@ -55,16 +55,18 @@ Result run(Case& c) {
   rd.gate = c.gate;
   rd.gate_param = c.gate_param.data();
   rd.gate_bias = c.gate_bias.data();
-  std::vector<double> cbuf[2], logits[2], rms(T * n), g(T * d);
+  std::vector<double> cbuf[2], logits[2], alpha[2], rms(T * n), g(T * d);
   k::DeltaReadState<double> st;
   Result out;
   double* h[2];
   for (int r = 0; r < c.routes; ++r) {
     cbuf[r].assign(T * d, 0.0);
     logits[r].assign(T * n, 0.0);
+    alpha[r].assign(T * n, 0.0);
     out.h[r].assign(T * d, 0.0);
     st.c[r] = cbuf[r].data();
     st.logits[r] = logits[r].data();
+    st.alpha[r] = alpha[r].data();
     h[r] = out.h[r].data();
   }
   st.rms = rms.data();
@@ -72,9 +74,7 @@ Result run(Case& c) {
   k::delta_read_forward(rd, st, h);
   out.alpha.assign(n * T, 0.0);  // source-major, as the spec prints it
   for (std::int64_t t = 0; t < T; ++t) {
-    double a[k::kMaxSources];
-    k::depth_weights(logits[0].data() + t * n, n, false, a);
-    for (int s = 0; s < n; ++s) out.alpha[s * T + t] = a[s];
+    for (int s = 0; s < n; ++s) out.alpha[s * T + t] = alpha[0][t * n + s];
   }
   out.dV.assign(c.V.size(), 0.0);
   out.dx.assign(T * d, 0.0);

@@ -33,7 +33,7 @@ struct OneTokenRead {
 
 TEST(DepthRead, SpecVectorA) {
   std::vector<std::vector<double>> v = {{1, 0, 0, 0}, {0, 1, 0, 0}};
-  std::vector<double> w = {2, 0, 0, 0}, gamma = {1, 1, 1, 1}, h(4), rms(2), logits(2);
+  std::vector<double> w = {2, 0, 0, 0}, gamma = {1, 1, 1, 1}, h(4), rms(2), logits(2), alpha(2);
   std::vector<const double*> src = {v[0].data(), v[1].data()};
   k::DepthRead<double> rd;
   rd.sources = src.data();
@@ -44,7 +44,7 @@ TEST(DepthRead, SpecVectorA) {
   rd.gamma = gamma.data();
   rd.queries[0] = w.data();
   double* out[] = {h.data(), nullptr};
-  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  k::depth_read_forward(rd, out, rms.data(), logits.data(), alpha.data());
   EXPECT_NEAR(logits[0], 3.999992, 1e-6);
   EXPECT_NEAR(logits[1], 0.0, 1e-12);
   EXPECT_NEAR(h[0], 0.9820136, 1e-7);
@@ -66,12 +66,14 @@ TEST(DepthRead, SpecVectorBForwardAndBackward) {
   rd.queries[0] = w.data();
   std::vector<double> h(4), rms(3), logits(3), alpha(3);
   double* out[] = {h.data(), nullptr};
-  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  k::depth_read_forward(rd, out, rms.data(), logits.data(), alpha.data());
   const double r_ref[] = {0.529812868, 1.825738815, 0.516397711};
   const double z_ref[] = {1.165588311, -1.095443289, -0.619677253};
   const double a_ref[] = {0.786166366, 0.081952256, 0.131881378};
   const double h_ref[] = {0.406912683, -1.407670452, 0.443012305, 2.622261854};
-  k::depth_weights(logits.data(), 3, false, alpha.data());
+  std::vector<double> recomputed(3);
+  k::depth_weights(logits.data(), 3, false, recomputed.data());
+  EXPECT_EQ(recomputed, alpha) << "the saved weights are depth_weights of the saved logits";
   for (int s = 0; s < 3; ++s) {
     EXPECT_NEAR(rms[s], r_ref[s], 1e-8);
     EXPECT_NEAR(logits[s], z_ref[s], 1e-8);
@@ -87,7 +89,7 @@ TEST(DepthRead, SpecVectorBForwardAndBackward) {
   gr.dsources = dsrc;
   gr.dqueries[0] = dw.data();
   gr.dgamma = dgamma.data();
-  k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+  k::depth_read_backward(rd, rms.data(), logits.data(), alpha.data(), gr, scratch.data());
   const double dv_ref[3][4] = {{0.890529627, -0.057744158, -0.658493554, 0.298520584},
                                {0.075216396, 0.003367939, -0.081952275, 0.039292162},
                                {0.056184052, 0.122280272, -0.300744596, -0.024313781}};
@@ -103,7 +105,7 @@ TEST(DepthRead, SpecVectorBForwardAndBackward) {
   // With w = 0 the read is the plain mean of the sources.
   std::vector<double> zero(4, 0.0);
   rd.queries[0] = zero.data();
-  k::depth_read_forward(rd, out, rms.data(), logits.data());
+  k::depth_read_forward(rd, out, rms.data(), logits.data(), alpha.data());
   const double mean_ref[] = {-0.6, -0.2, 0.1666667, 1.6666667};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i], mean_ref[i], 1e-7);
 }
@@ -150,12 +152,12 @@ void check_read_gradients(const ReadCase& c) {
     return rd;
   };
   std::vector<std::vector<double>> out(2, std::vector<double>(n_tok * d));
-  std::vector<double> rms(n_tok * c.n_sources), logits(2 * n_tok * c.n_sources);
+  std::vector<double> rms(n_tok * c.n_sources), logits(2 * n_tok * c.n_sources), alpha(2 * n_tok * c.n_sources);
   auto loss = [&]() {
     std::vector<const double*> src;
     auto rd = make(src);
     double* outs[] = {out[0].data(), out[1].data()};
-    k::depth_read_forward(rd, outs, rms.data(), logits.data());
+    k::depth_read_forward(rd, outs, rms.data(), logits.data(), alpha.data());
     double l = 0;
     for (int o = 0; o < n_out; ++o) l += weighted_sum(out[o], upstream[o]);
     return l;
@@ -178,7 +180,7 @@ void check_read_gradients(const ReadCase& c) {
     gr.dgamma = dgamma.data();
     gr.dout_norm[n_out - 1] = dnorm.data();
     gr.out[n_out - 1] = again.data();
-    k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+    k::depth_read_backward(rd, rms.data(), logits.data(), alpha.data(), gr, scratch.data());
   }
   if (c.normed_last) {
     EXPECT_EQ(again, out[n_out - 1]) << "the backward's recomputed output differs from the forward's";
@@ -228,8 +230,7 @@ TEST(DepthRead, NoInverseSqrtDScale) {
   rd.queries[0] = w.data();
   std::vector<double> h(4), rms(2), logits(2), alpha(2);
   double* out[] = {h.data(), nullptr};
-  k::depth_read_forward(rd, out, rms.data(), logits.data());
-  k::depth_weights(logits.data(), 2, false, alpha.data());
+  k::depth_read_forward(rd, out, rms.data(), logits.data(), alpha.data());
   EXPECT_GT(alpha[0], 0.98);
 }
 
@@ -262,9 +263,10 @@ TEST(DepthRead, RecomputedNormalisedOutputEqualsTheForwardBitForBit) {
     rd.queries[0] = q0.data();
     rd.queries[1] = uniform ? nullptr : q1.data();
     rd.out_norm[1] = norm_w.data();
-    std::vector<float> h0(tok * d), xv(tok * d), rms(tok * n), logits(2 * tok * n), again(tok * d, -1.0f);
+    std::vector<float> h0(tok * d), xv(tok * d), rms(tok * n), logits(2 * tok * n), alpha(2 * tok * n);
+    std::vector<float> again(tok * d, -1.0f);
     float* out[] = {h0.data(), xv.data()};
-    k::depth_read_forward(rd, out, rms.data(), logits.data());
+    k::depth_read_forward(rd, out, rms.data(), logits.data(), alpha.data());
     // Twice: into a buffer of its own, and into dout[1]'s buffer (as the model does), which must
     // change nothing else.
     std::vector<std::vector<float>> grads[2];
@@ -283,7 +285,7 @@ TEST(DepthRead, RecomputedNormalisedOutputEqualsTheForwardBitForBit) {
       gr.dgamma = dgamma.data();
       gr.dout_norm[1] = dnorm.data();
       gr.out[1] = aliased ? dxv.data() : again.data();
-      k::depth_read_backward(rd, rms.data(), logits.data(), gr, scratch.data());
+      k::depth_read_backward(rd, rms.data(), logits.data(), alpha.data(), gr, scratch.data());
       if (aliased) again = dxv;
       EXPECT_EQ(std::memcmp(again.data(), xv.data(), xv.size() * sizeof(float)), 0)
           << "uniform=" << uniform << " aliased=" << aliased;
