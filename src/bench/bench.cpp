@@ -213,25 +213,31 @@ void time_arms(const Options& o, const Plan& p, const TorchSide& torch, Measurem
       }
 }
 
-// The first arm against each other arm, in one process, alternate steps.
+// The first arm against each other arm, in one process, alternate steps; one process per pair
+// and round. A process's own interval misses what differs between processes (the arena's place
+// in memory, the cache sets its buffers fall into): on the study-size models the ratio moved by
+// ±0.6% between processes with intervals of ±0.4% (docs/performance.md), so --rounds repeats it.
 json time_pairs(const Options& o, const Plan& p) {
   json paired = json::array();
-  for (int seq : p.seqs)
-    for (std::size_t i = 1; i < o.arms.size(); ++i) {
-      const int batch = p.batch_for(o, seq);
-      std::fprintf(stderr, "bench: paired  attnres %s vs %s T=%-5d B=%-3d (one process, alternate steps) ... ",
-                   o.arms[i].c_str(), o.arms[0].c_str(), seq, batch);
-      std::fflush(stderr);
-      const ModelConfig a = arm_config(p.base, o.arms[0], seq), b = arm_config(p.base, o.arms[i], seq);
-      std::vector<std::string> argv = attnres_worker_args(o, p, a, o.arms[0], &b, o.arms[i]);
-      const std::vector<std::string> common = common_args(o, p, seq, batch);
-      argv.insert(argv.end(), common.begin(), common.end());
-      const json r = run_worker_process(argv, "paired " + o.arms[i] + " " + o.arms[0]);
-      paired.push_back(paired_summary(r, o.arms[0], o.arms[i], seq, batch));
-      const json& s = paired.back();
-      std::fprintf(stderr, "step time ratio %.3f (95%% CI %.3f-%.3f)\n", s["step_time_ratio"].get<double>(),
-                   s["ratio_ci95_low"].get<double>(), s["ratio_ci95_high"].get<double>());
-    }
+  for (int round = 0; round < o.rounds; ++round)
+    for (int seq : p.seqs)
+      for (std::size_t i = 1; i < o.arms.size(); ++i) {
+        const int batch = p.batch_for(o, seq);
+        std::fprintf(stderr,
+                     "bench: paired  round %d/%d  attnres %s vs %s T=%-5d B=%-3d (one process, alternate steps) ... ",
+                     round + 1, o.rounds, o.arms[i].c_str(), o.arms[0].c_str(), seq, batch);
+        std::fflush(stderr);
+        const ModelConfig a = arm_config(p.base, o.arms[0], seq), b = arm_config(p.base, o.arms[i], seq);
+        std::vector<std::string> argv = attnres_worker_args(o, p, a, o.arms[0], &b, o.arms[i]);
+        const std::vector<std::string> common = common_args(o, p, seq, batch);
+        argv.insert(argv.end(), common.begin(), common.end());
+        const json r = run_worker_process(argv, "paired " + o.arms[i] + " " + o.arms[0]);
+        paired.push_back(paired_summary(r, o.arms[0], o.arms[i], seq, batch));
+        json& s = paired.back();
+        s["round"] = round + 1;
+        std::fprintf(stderr, "step time ratio %.3f (95%% CI %.3f-%.3f)\n", s["step_time_ratio"].get<double>(),
+                     s["ratio_ci95_low"].get<double>(), s["ratio_ci95_high"].get<double>());
+      }
   return paired;
 }
 

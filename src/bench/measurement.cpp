@@ -59,6 +59,27 @@ Cell& Measurement::get(const std::string& impl, const std::string& arm, int seq,
   return c;
 }
 
+json paired_across_processes(const json& paired) {
+  json out = json::array();
+  for (const json& p : paired) {
+    const auto same = [&](const json& x) { return x["a"] == p["a"] && x["b"] == p["b"] && x["seq"] == p["seq"]; };
+    if (std::any_of(out.begin(), out.end(), same)) continue;
+    std::vector<double> ratios;
+    for (const json& q : paired)
+      if (same(q)) ratios.push_back(q["step_time_ratio"].get<double>());
+    if (ratios.size() < 2) continue;
+    out.push_back({{"a", p["a"]},
+                   {"b", p["b"]},
+                   {"seq", p["seq"]},
+                   {"processes", ratios.size()},
+                   {"step_time_ratio", median(ratios)},
+                   {"ratio_min", *std::min_element(ratios.begin(), ratios.end())},
+                   {"ratio_max", *std::max_element(ratios.begin(), ratios.end())},
+                   {"ratios", ratios}});
+  }
+  return out;
+}
+
 json paired_summary(const json& r, const std::string& a, const std::string& b, int seq, int batch) {
   const auto ratios = r.at("ratio_b_over_a").get<std::vector<double>>();
   const analysis::MedianInterval ratio = analysis::median_interval(ratios);

@@ -49,4 +49,9 @@ struct Measurement {
 nlohmann::json paired_summary(const nlohmann::json& worker_result, const std::string& a, const std::string& b,
                               int seq, int batch);
 
+// Per pair (a, b, seq) measured in more than one process (--rounds): each process's ratio, their
+// median and range, in the order first measured. The spread between processes is the noise a
+// single process's interval leaves out.
+nlohmann::json paired_across_processes(const nlohmann::json& paired);
+
 }  // namespace attnres::bench

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "analysis/format.hpp"
 #include "bench/flops.hpp"
 #include "model/arms.hpp"
 #include "util/machine.hpp"
@@ -261,11 +262,24 @@ void print_ratios(const json& out) {
     std::printf("\nattnres paired in one process, alternate steps (median of per-step ratios, its distribution-free\n"
                 "95%% confidence interval, range; more --steps narrow the interval):\n");
     for (const auto& r : out["paired"])
-      std::printf("  %s / %s T=%-5d step time %.3f (95%% CI %.3f-%.3f; range %.3f-%.3f over %zu step pairs)\n",
+      std::printf("  %s / %s T=%-5d %sstep time %.3f (95%% CI %.3f-%.3f; range %.3f-%.3f over %zu step pairs)\n",
                   r["b"].get<std::string>().c_str(), r["a"].get<std::string>().c_str(), r["seq"].get<int>(),
+                  out["rounds"].get<int>() > 1 ? ("round " + std::to_string(r["round"].get<int>()) + ": ").c_str() : "",
                   r["step_time_ratio"].get<double>(), r["ratio_ci95_low"].get<double>(),
                   r["ratio_ci95_high"].get<double>(), r["ratio_min"].get<double>(), r["ratio_max"].get<double>(),
                   r["ratios"].size());
+  }
+  if (!out["paired_across_processes"].empty()) {
+    std::printf("\nattnres paired, across processes (one per --rounds; each process's interval misses what differs\n"
+                "between processes, so read this spread):\n");
+    for (const auto& r : out["paired_across_processes"]) {
+      std::string each;
+      for (const auto& x : r["ratios"]) each += (each.empty() ? "" : ", ") + analysis::format_printf("%.3f", x.get<double>());
+      std::printf("  %s / %s T=%-5d step time %.3f, median of %zu processes (range %.3f-%.3f: %s)\n",
+                  r["b"].get<std::string>().c_str(), r["a"].get<std::string>().c_str(), r["seq"].get<int>(),
+                  r["step_time_ratio"].get<double>(), r["ratios"].size(), r["ratio_min"].get<double>(),
+                  r["ratio_max"].get<double>(), each.c_str());
+    }
   }
 }
 
@@ -315,6 +329,7 @@ json results_json(const Results& r) {
                     {"context_scaling_min", kTargetContextScaling}};
   out["attnres_vs_torch"] = vs_torch_json(r);
   out["paired"] = r.paired;
+  out["paired_across_processes"] = paired_across_processes(r.paired);
   out["rd_vs_block"] = rd_block_json(r);
   out["context_scaling"] = context_scaling_json(r);
   return out;

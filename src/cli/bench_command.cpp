@@ -100,7 +100,9 @@ void register_bench_command(CLI::App& app) {
       ->check(at_least(2));
   cmd->add_option("--steps", o.steps, "timed steps per run")->capture_default_str()->check(at_least(1));
   cmd->add_option("--warmup", o.warmup, "untimed steps before them")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--rounds", o.rounds, "repeat every run this many times, interleaved; step times are pooled")
+  cmd->add_option("--rounds", o.rounds,
+                  "repeat every run this many times, interleaved; step times are pooled; each paired run is a "
+                  "process per round, and their spread is reported")
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--threads", o.threads, "threads for both implementations (0: all cores)")->check(at_least(0));

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "bench/gemm_rates.hpp"
 #include "common/cli_util.hpp"
@@ -250,6 +251,44 @@ TEST(BenchContextScaling, RatiosOfTheRunsTokensPerSecond) {
   ASSERT_EQ(b.out["context_scaling"].size(), 1u);
   EXPECT_EQ(b.out["context_scaling"][0]["same_tokens_per_step"], false);
   EXPECT_NE(b.cli.output.find("(different tokens per step)"), std::string::npos) << b.cli.output;
+}
+
+// With --rounds, each paired run is a process per round (a process's interval misses what differs
+// between processes), and the spread over the processes is reported beside.
+TEST(BenchPaired, EachRoundIsAProcessAndTheirSpreadIsReported) {
+  const std::string base = "bench --preset tiny --vocab 512 --arms block,rd --seq 16 --batch 1 --steps 2 --warmup 0 "
+                           "--threads 1 --torch off";
+  const BenchRun r = bench("bench_paired_rounds", "--rounds 3", base);
+  ASSERT_EQ(r.cli.exit_code, 0);
+  const json& paired = r.out.at("paired");
+  ASSERT_EQ(paired.size(), 3u) << paired.dump();
+  std::vector<double> ratios;
+  for (int round = 1; round <= 3; ++round) {
+    const json& p = paired[static_cast<std::size_t>(round - 1)];
+    EXPECT_EQ(p.at("round"), round);
+    EXPECT_EQ(p.at("a"), "block");
+    EXPECT_EQ(p.at("b"), "rd");
+    EXPECT_EQ(p.at("ratios").size(), 2u);
+    ratios.push_back(p.at("step_time_ratio").get<double>());
+  }
+  const json& across = r.out.at("paired_across_processes");
+  ASSERT_EQ(across.size(), 1u) << across.dump();
+  EXPECT_EQ(across[0].at("processes"), 3);
+  EXPECT_EQ(across[0].at("ratios").get<std::vector<double>>(), ratios);
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(across[0].at("step_time_ratio").get<double>(), sorted[1]);
+  EXPECT_EQ(across[0].at("ratio_min").get<double>(), sorted[0]);
+  EXPECT_EQ(across[0].at("ratio_max").get<double>(), sorted[2]);
+  EXPECT_NE(r.cli.output.find("round 3: step time"), std::string::npos) << r.cli.output;
+  EXPECT_NE(r.cli.output.find("median of 3 processes"), std::string::npos) << r.cli.output;
+
+  // One round: one process, no spread to report.
+  const BenchRun one = bench("bench_paired_one_round", "", base);
+  ASSERT_EQ(one.cli.exit_code, 0);
+  EXPECT_EQ(one.out.at("paired").size(), 1u);
+  EXPECT_TRUE(one.out.at("paired_across_processes").empty());
+  EXPECT_EQ(one.cli.output.find("across processes"), std::string::npos) << one.cli.output;
 }
 
 }  // namespace
