@@ -274,7 +274,8 @@ void print_ratios(const json& out) {
                 "between processes, so read this spread):\n");
     for (const auto& r : out["paired_across_processes"]) {
       std::string each;
-      for (const auto& x : r["ratios"]) each += (each.empty() ? "" : ", ") + analysis::format_printf("%.3f", x.get<double>());
+      for (const auto& x : r["ratios"])
+        each += (each.empty() ? "" : ", ") + analysis::format_printf("%.3f", x.get<double>());
       std::printf("  %s / %s T=%-5d step time %.3f, median of %zu processes (range %.3f-%.3f: %s)\n",
                   r["b"].get<std::string>().c_str(), r["a"].get<std::string>().c_str(), r["seq"].get<int>(),
                   r["step_time_ratio"].get<double>(), r["ratios"].size(), r["ratio_min"].get<double>(),

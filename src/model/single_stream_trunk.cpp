@@ -205,7 +205,8 @@ class SingleStreamTrunk final : public Trunk<Real> {
   const Topology& topo_;
   std::vector<Real*> dwa_alpha_, dwa_dalpha_;  // DenseFormer's weights and gradients, by Topology::dwas()
   std::vector<Sublayer> sub_;
-  Real *h_final_ = nullptr, *rms_final_ = nullptr, *logits_final_ = nullptr, *alpha_final_ = nullptr;  // the final read's
+  // The final read's.
+  Real *h_final_ = nullptr, *rms_final_ = nullptr, *logits_final_ = nullptr, *alpha_final_ = nullptr;
   // RD's value route (decoupled, frozen): the read emits its normalised input directly, and the
   // backward recomputes it into dxv_ (so it is not kept per layer).
   Real *xv_ = nullptr, *dxv_ = nullptr;
