@@ -45,32 +45,6 @@ Real* grow(std::vector<Real>& v, std::size_t n) {
 }
 
 
-// x[j] = exp(x[j] - shift) for j < n; returns their sum (in a fixed order).
-inline float exp_shifted(float* x, int n, float shift) {
-  float sum = 0;
-  int j = 0;
-#if defined(__AVX2__)
-  const __m256 sh = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), sh));
-    _mm256_storeu_ps(x + j, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  alignas(32) float lane[8];
-  _mm256_store_ps(lane, acc);
-  sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-#endif
-  for (; j < n; ++j) sum += (x[j] = exp_fast(x[j] - shift));
-  return sum;
-}
-
-inline double exp_shifted(double* x, int n, double shift) {
-  double sum = 0;
-  for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
-  return sum;
-}
-
 template <class Real>
 inline Real dot(const Real* a, const Real* b, int n) {
   Real s = 0;
@@ -102,8 +76,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       for (int r = 0; r < qn; ++r) {
         Real* row = p + static_cast<std::int64_t>(r) * nk;
         const int n = s.q_pos0 + i0 + r + 1;  // causal: keys 0 .. position
-        Real m = row[0];
-        for (int j = 1; j < n; ++j) m = std::max(m, row[j]);
+        const Real m = row_max(row, n);
         const Real l = exp_shifted(row, n, m);
         const Real inv = Real(1) / l;
 #pragma omp simd

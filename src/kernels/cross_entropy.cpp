@@ -23,79 +23,19 @@ namespace attnres::kernels {
 
 namespace {
 
-// sum_j exp(row[j] - shift), in a fixed order.
-inline float sum_exp(const float* row, int n, float shift) {
-  float sum = 0;
-  int j = 0;
-#if defined(__AVX2__)
-  const __m256 sh = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
-  for (; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), sh)));
-  alignas(32) float lane[8];
-  _mm256_store_ps(lane, acc);
-  sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-#endif
-  for (; j < n; ++j) sum += exp_fast(row[j] - shift);
-  return sum;
-}
-
-inline double sum_exp(const double* row, int n, double shift) {
-  double sum = 0;
-  for (int j = 0; j < n; ++j) sum += exp_fast(row[j] - shift);
-  return sum;
-}
-
-// row[j] = exp(row[j] - shift) * scale.
-inline void exp_scale(float* row, int n, float shift, float scale) {
-  int j = 0;
-#if defined(__AVX2__)
-  const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(row + j, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), sh)), sc));
-#endif
-  for (; j < n; ++j) row[j] = exp_fast(row[j] - shift) * scale;
-}
-
-inline void exp_scale(double* row, int n, double shift, double scale) {
-  for (int j = 0; j < n; ++j) row[j] = exp_fast(row[j] - shift) * scale;
-}
-// max_j row[j], ignoring NaNs like std::max(mx, row[j]) from -inf (a NaN never compares greater).
-template <class Real>
-inline Real row_max(const Real* row, int n) {
-  Real mx = -std::numeric_limits<Real>::infinity();
-  for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-  return mx;
-}
-
-#if defined(__AVX2__)
-// On 8 lanes (GCC left the loop above scalar: one dependent vmaxss per logit, half the softmax's
-// time at a vocabulary of 8,192). The maximum of a set does not depend on the order it is taken
-// in: the same value, NaNs ignored alike (VMAXPS returns its second operand unless the first is
-// greater); only the sign of a zero maximum could differ, which changes neither x - max nor
-// max + log(sum) below.
-template <>
-inline float row_max<float>(const float* row, int n) {
-  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int j = 0;
-  for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(row + j), mx);
-  alignas(32) float lane[8];
-  _mm256_store_ps(lane, mx);
-  float m = -std::numeric_limits<float>::infinity();
-  for (float x : lane) m = std::max(m, x);
-  for (; j < n; ++j) m = std::max(m, row[j]);
-  return m;
-}
-#endif
-
 // One row of logits: returns lse - row[target]; with a gradient, row becomes
-// grad_scale * (softmax(row) - onehot(target)).
+// grad_scale * (softmax(row) - onehot(target)), as exp(row - max) * (grad_scale / sum): one
+// exponential per logit (the loss is the same bits as with exp(row - lse) taken again).
 template <class Real>
 double softmax_row(Real* row, int vocab, std::int32_t target, Real grad_scale, bool with_grad) {
-  const Real mx = row_max(row, vocab);
-  const Real lse = mx + std::log(sum_exp(row, vocab, mx));
-  const double loss = static_cast<double>(lse) - static_cast<double>(row[target]);
+  const Real mx = row_max(row, vocab), at_target = row[target];
+  const Real total = exp_shifted(row, vocab, mx);
+  const Real lse = mx + std::log(total);
+  const double loss = static_cast<double>(lse) - static_cast<double>(at_target);
   if (with_grad) {
-    exp_scale(row, vocab, lse, grad_scale);
+    const Real scale = grad_scale / total;
+#pragma omp simd
+    for (int j = 0; j < vocab; ++j) row[j] *= scale;
     row[target] -= grad_scale;
   }
   return loss;

@@ -4,9 +4,11 @@
 // SwiGLU's sigmoid); double keeps std::exp, so float64 checks stay exact.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -55,6 +57,62 @@ inline __m256 exp8(__m256 x) {
   const __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+#endif
+
+// x[j] = exp(x[j] - shift) for j < n; returns their sum in a fixed order (8 lane sums, combined
+// pairwise, then the tail). The softmax rows of attention and of the LM head's cross-entropy:
+// each exponential is taken once and kept.
+inline float exp_shifted(float* x, int n, float shift) {
+  float sum = 0;
+  int j = 0;
+#if defined(__AVX2__)
+  const __m256 sh = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), sh));
+    _mm256_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+#endif
+  for (; j < n; ++j) sum += (x[j] = exp_fast(x[j] - shift));
+  return sum;
+}
+
+inline double exp_shifted(double* x, int n, double shift) {
+  double sum = 0;
+  for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
+  return sum;
+}
+
+// max_j row[j], NaNs ignored as by std::max(m, row[j]) from -inf (a NaN never compares greater).
+template <class Real>
+inline Real row_max(const Real* row, int n) {
+  Real mx = -std::numeric_limits<Real>::infinity();
+  for (int j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+#if defined(__AVX2__)
+// On 8 lanes (GCC leaves the loop above scalar: one dependent vmaxss per element, half the
+// cross-entropy softmax's time at a vocabulary of 8,192). The maximum of a set does not depend on
+// the order it is taken in: the same value, NaNs ignored alike (VMAXPS returns its second operand
+// unless the first is greater); only the sign of a zero maximum could differ, which changes
+// neither x - max nor max + log(sum) of a softmax.
+template <>
+inline float row_max<float>(const float* row, int n) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int j = 0;
+  for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(row + j), mx);
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, mx);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float x : lane) m = std::max(m, x);
+  for (; j < n; ++j) m = std::max(m, row[j]);
+  return m;
 }
 #endif
 

@@ -11,6 +11,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
@@ -229,6 +230,86 @@ TEST(Ops, CrossEntropyGradients) {
                                   dw.data());
   EXPECT_LT(max_rel_error(dx, numeric_gradient(loss, x)), kTol);
   EXPECT_LT(max_rel_error(dw, numeric_gradient(loss, w)), kTol);
+}
+
+// The fp32 LM head and cross-entropy against float64 on the same (float) inputs, at the study's
+// vocabulary plus a tail (8,195: the 8-lane loops and their scalar ends), on every fp32 GEMM
+// backend of the machine: the loss, dX and dW within a first-order bound of each rounding step
+// (u = 2^-24): the logits' d-term dot products (error Delta <= d u sum |x w|), the exponent
+// argument z - max (the max's own Delta, one rounding), exp to 9 u (Ops.FastExpIsAccurate: 5e-7),
+// the sum's 8-lane chains of V/8 terms plus 6 roundings, the scale grad/sum and its product, and
+// the backward GEMMs (k u sum |g||w|). A missing factor or term of the softmax gradient is far
+// outside it.
+TEST(Ops, CrossEntropyFp32WithinBoundOfFloat64) {
+  const int n = 300, d = 16, V = 8195;  // n > one chunk of 256 rows
+  const double u = 0x1p-24, s = 1.0 / n;
+  const auto xd = random_vector<double>(n * d, 11), wd = random_vector<double>(V * d, 12);
+  std::vector<float> x(xd.begin(), xd.end()), w(wd.begin(), wd.end());
+  std::vector<std::int32_t> targets(n);
+  for (int i = 0; i < n; ++i) targets[i] = (i * 7919 + 13) % V;
+  // float64 on the float values, with the bound of each output.
+  double loss_ref = 0, loss_bound = 0;
+  std::vector<double> dx_ref(n * d, 0.0), dx_bound(n * d, 0.0), dw_ref(V * d, 0.0), dw_bound(V * d, 0.0);
+  std::vector<double> z(V), delta(V), p(V), err(V);
+  for (int i = 0; i < n; ++i) {
+    double mx = -1e300, dmax = 0;
+    for (int j = 0; j < V; ++j) {
+      double zz = 0, mag = 0;
+      for (int e = 0; e < d; ++e) {
+        zz += double(x[i * d + e]) * double(w[j * d + e]);
+        mag += std::fabs(double(x[i * d + e]) * double(w[j * d + e]));
+      }
+      z[j] = zz;
+      delta[j] = d * u * mag;
+      mx = std::max(mx, zz);
+      dmax = std::max(dmax, delta[j]);
+    }
+    double sum = 0, worst = 0;
+    for (int j = 0; j < V; ++j) {
+      sum += std::exp(z[j] - mx);
+      err[j] = delta[j] + dmax + u * std::fabs(z[j] - mx) + 9 * u;  // relative, of exp(z - max)
+      worst = std::max(worst, err[j]);
+    }
+    const double sum_err = worst + (V / 8 + 6) * u;
+    const int t = targets[i];
+    loss_ref += mx + std::log(sum) - z[t];
+    loss_bound += dmax + sum_err + delta[t] +
+                  u * (std::fabs(mx) + std::fabs(std::log(sum)) + std::fabs(mx + std::log(sum)) + std::fabs(z[t]));
+    for (int j = 0; j < V; ++j) {
+      p[j] = std::exp(z[j] - mx) / sum;
+      const double g = s * (p[j] - (j == t ? 1.0 : 0.0));
+      const double dg = s * p[j] * (err[j] + sum_err + 2 * u) + (j == t ? u * std::fabs(g) : 0.0);
+      for (int e = 0; e < d; ++e) {
+        dx_ref[i * d + e] += g * double(w[j * d + e]);
+        dx_bound[i * d + e] += dg * std::fabs(double(w[j * d + e])) + V * u * std::fabs(g * double(w[j * d + e]));
+        dw_ref[j * d + e] += g * double(x[i * d + e]);
+        dw_bound[j * d + e] += dg * std::fabs(double(x[i * d + e])) + n * u * std::fabs(g * double(x[i * d + e]));
+      }
+    }
+  }
+  std::vector<float> logits(256 * V);
+  std::vector<double> row_loss(256);
+  const k::CrossEntropyScratch<float> scratch{logits.data(), row_loss.data(), 256};
+  int checked = 0;
+  for (const k::Fp32Gemm gemm : {k::Fp32Gemm::openblas, k::Fp32Gemm::avx2}) {
+    if (!k::fp32_gemm_available(gemm)) continue;
+    k::set_fp32_gemm_backend(gemm);
+    std::vector<float> dx(n * d), dw(V * d, 0.0f);
+    const double loss = k::lm_head_cross_entropy<float>(x.data(), w.data(), targets.data(), n, d, V, scratch,
+                                                        float(s), dx.data(), dw.data());
+    EXPECT_LE(std::fabs(loss - loss_ref), loss_bound) << k::to_string(gemm);
+    double worst = 0;
+    for (int a = 0; a < n * d; ++a) worst = std::max(worst, std::fabs(dx[a] - dx_ref[a]) / dx_bound[a]);
+    EXPECT_LE(worst, 1.0) << k::to_string(gemm) << ": dX";
+    RecordProperty(std::string(k::to_string(gemm)) + " dX worst error / bound", std::to_string(worst));
+    worst = 0;
+    for (int a = 0; a < V * d; ++a) worst = std::max(worst, std::fabs(dw[a] - dw_ref[a]) / dw_bound[a]);
+    EXPECT_LE(worst, 1.0) << k::to_string(gemm) << ": dW";
+    RecordProperty(std::string(k::to_string(gemm)) + " dW worst error / bound", std::to_string(worst));
+    ++checked;
+  }
+  k::set_fp32_gemm_backend(k::Fp32Gemm::automatic);
+  EXPECT_GT(checked, 0);
 }
 
 TEST(Ops, EmbeddingGradients) {
