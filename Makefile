@@ -62,8 +62,10 @@ test: build
 # against the oracle and the C++ model, the C++ model against the float64 reference. Their
 # tolerances come from error bounds (tests/reference/rounding.py), so they must pass under either
 # kernel set; Fp32Golden's bit-exact hashes are recorded for the Prescott kernels on every machine
-# class (tests/model/test_fp32_golden.cpp), so it runs with those.
-BLAS_SENSITIVE_TESTS = ^python_model$$|^python_cli$$|Reference\.Float32|ReferenceUntied
+# class (tests/model/test_fp32_golden.cpp), so it runs with those. The fp32 GEMM backend follows
+# OpenBLAS' core (kernels/gemm_f32.hpp), so on AVX-512 CPUs the flip changes it too, and
+# GemmF32.BackendChoice checks the choice under both cores.
+BLAS_SENSITIVE_TESTS = ^python_model$$|^python_cli$$|Reference\.Float32|ReferenceUntied|^GemmF32\.BackendChoice$$
 test-blas-flip: build
 	@if [ -n "$${OPENBLAS_CORETYPE+set}" ]; then flip="env -u OPENBLAS_CORETYPE"; what="unset (was $$OPENBLAS_CORETYPE)"; \
 	  else flip="env OPENBLAS_CORETYPE=Haswell"; what="Haswell (was unset)"; fi; \

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include <cblas.h>
 
 #include "kernels/scratch.hpp"
 #include "util/error.hpp"
@@ -44,7 +47,7 @@ Fp32Gemm choose_backend() {
     require(fp32_gemm_available(b), "ATTNRES_FP32_GEMM=", env, ": not available on this CPU");
     if (b != Fp32Gemm::automatic) return b;
   }
-  return cpu_has_avx2_fma() && !cpu_has_avx512f() ? Fp32Gemm::avx2 : Fp32Gemm::openblas;
+  return cpu_has_avx2_fma() && !openblas_runs_avx512() ? Fp32Gemm::avx2 : Fp32Gemm::openblas;
 }
 
 Fp32Gemm g_override = Fp32Gemm::automatic;
@@ -64,6 +67,23 @@ Fp32Gemm parse_fp32_gemm(const std::string& text) {
   for (Fp32Gemm b : {Fp32Gemm::automatic, Fp32Gemm::openblas, Fp32Gemm::avx2})
     if (text == to_string(b)) return b;
   fail("unknown fp32 GEMM backend '", text, "' (expected automatic, openblas or avx2)");
+}
+
+// OpenBLAS' core decides, not the CPU's flags: OPENBLAS_CORETYPE may force an AVX2 or older core
+// on an AVX-512 CPU (the CLI forces Haswell where OpenBLAS 0.3.21 does not know the CPU), and
+// there this kernel is the faster one. The names are OpenBLAS 0.3.21's; a name not listed counts
+// as AVX-512 on an AVX-512 CPU (a newer OpenBLAS naming a newer core).
+bool openblas_runs_avx512() {
+  const char* name = openblas_get_corename();
+  const std::string core = name != nullptr ? name : "";
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == c) return true;
+  for (const char* c : {"Haswell", "Zen", "Sandybridge", "Nehalem", "Core2", "Penryn", "Dunnington", "Prescott",
+                        "Atom", "Nano", "Barcelona", "Bobcat", "Bulldozer", "Piledriver", "Steamroller",
+                        "Excavator", "Opteron", "Opteron_SSE3", "Athlon", "Katmai", "Coppermine", "Northwood",
+                        "Banias"})
+    if (core == c) return false;
+  return cpu_has_avx512f();
 }
 
 bool fp32_gemm_available(Fp32Gemm backend) {

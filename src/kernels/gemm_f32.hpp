@@ -17,11 +17,12 @@
 // checks this order bit for bit and its error against float64 beside OpenBLAS' (as accurate).
 //
 // Backends, chosen once per process (fp32_gemm_backend()):
-//   avx2      this kernel: CPUs with AVX2 and FMA but without AVX-512F (AMD Zen 2/3, and Zen 4
-//             VMs that hide AVX-512, Intel Haswell to Comet Lake), where OpenBLAS' kernels are
-//             256 bits wide too;
-//   openblas  cblas_sgemm: everywhere else (AVX-512 CPUs, whose OpenBLAS kernels are twice as
-//             wide, and CPUs without AVX2), and on request.
+//   avx2      this kernel: CPUs with AVX2 and FMA where OpenBLAS' sgemm kernels are 256 bits wide
+//             or narrower (AMD Zen 2/3, Zen 4 VMs that hide AVX-512, Intel Haswell to Comet Lake,
+//             and AVX-512 CPUs whose OpenBLAS core is an older one, as OPENBLAS_CORETYPE=Haswell
+//             forces: 1.03-1.25x OpenBLAS' Haswell kernels on Zen 4);
+//   openblas  cblas_sgemm: where OpenBLAS runs AVX-512 kernels (core SkylakeX, Cooperlake or
+//             SapphireRapids: on Zen 4 1.6-2.0x this kernel), on CPUs without AVX2, and on request.
 // ATTNRES_FP32_GEMM=avx2|openblas forces one (avx2: an error where the CPU lacks AVX2 or FMA).
 #pragma once
 
@@ -42,8 +43,12 @@ Fp32Gemm parse_fp32_gemm(const std::string& text);
 bool fp32_gemm_available(Fp32Gemm backend);
 
 // The backend `automatic` runs: ATTNRES_FP32_GEMM when set, else avx2 on CPUs with AVX2 and FMA
-// but no AVX-512F, else openblas.
+// where OpenBLAS runs no AVX-512 kernels (its core, openblas_get_corename()), else openblas.
 Fp32Gemm fp32_gemm_backend();
+
+// Whether OpenBLAS runs AVX-512 sgemm kernels in this process (its core: SkylakeX, Cooperlake or
+// SapphireRapids; an unknown name on an AVX-512 CPU counts as one).
+bool openblas_runs_avx512();
 
 // For tests and benchmarks: makes `automatic` mean `backend` from now on (automatic: back to the
 // process's choice). Not thread-safe; call it between steps.

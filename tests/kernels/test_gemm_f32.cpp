@@ -4,6 +4,7 @@
 // independence of the thread count and of the call's shape; its error against float64 beside
 // OpenBLAS' (the new order is as accurate); and the backend switch of the Linear GEMMs.
 #include <gtest/gtest.h>
+#include <cblas.h>
 
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -280,6 +282,20 @@ TEST(GemmF32, BackendChoice) {
   const char* forced = std::getenv("ATTNRES_FP32_GEMM");
   if (forced != nullptr && forced[0] != '\0' && k::parse_fp32_gemm(forced) != k::Fp32Gemm::automatic) {
     EXPECT_EQ(chosen, k::parse_fp32_gemm(forced));
+  }
+  // OpenBLAS' core decides: an AVX2 core (forced or found) gets the avx2 kernel where the CPU has
+  // one; an AVX-512 core keeps OpenBLAS.
+  const std::string core = openblas_get_corename();
+  if (core == "Haswell" || core == "Zen" || core == "Prescott") {
+    EXPECT_FALSE(k::openblas_runs_avx512()) << core;
+  }
+  if (core == "SkylakeX" || core == "Cooperlake") {
+    EXPECT_TRUE(k::openblas_runs_avx512()) << core;
+  }
+  if (forced == nullptr || forced[0] == '\0' || k::parse_fp32_gemm(forced) == k::Fp32Gemm::automatic) {
+    EXPECT_EQ(chosen, k::fp32_gemm_available(k::Fp32Gemm::avx2) && !k::openblas_runs_avx512() ? k::Fp32Gemm::avx2
+                                                                                             : k::Fp32Gemm::openblas)
+        << "OpenBLAS core " << core;
   }
   EXPECT_EQ(k::parse_fp32_gemm("avx2"), k::Fp32Gemm::avx2);
   EXPECT_EQ(k::parse_fp32_gemm("openblas"), k::Fp32Gemm::openblas);
