@@ -6,10 +6,9 @@
 #include <cstring>
 #include <string>
 
-#include <cblas.h>
-
 #include "kernels/scratch.hpp"
 #include "util/error.hpp"
+#include "util/machine.hpp"
 #include "util/threads.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -74,8 +73,7 @@ Fp32Gemm parse_fp32_gemm(const std::string& text) {
 // there this kernel is the faster one. The names are OpenBLAS 0.3.21's; a name not listed counts
 // as AVX-512 on an AVX-512 CPU (a newer OpenBLAS naming a newer core).
 bool openblas_runs_avx512() {
-  const char* name = openblas_get_corename();
-  const std::string core = name != nullptr ? name : "";
+  const std::string core = openblas_core();
   for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
     if (core == c) return true;
   for (const char* c : {"Haswell", "Zen", "Sandybridge", "Nehalem", "Core2", "Penryn", "Dunnington", "Prescott",
