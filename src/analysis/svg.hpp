@@ -30,6 +30,7 @@ class Svg {
             const std::string& tooltip = "");
   void circle(double cx, double cy, double r, const std::string& fill, const std::string& extra = "",
               const std::string& tooltip = "");
+  // An open line through the points (an SVG path in relative steps, svg.cpp says why).
   void polyline(const std::vector<Point>& points, const std::string& stroke, double width,
                 const std::string& extra = "");
   void text(double x, double y, const std::string& s, const std::string& extra = "");

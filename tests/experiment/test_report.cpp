@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 #include "experiment/fixture.hpp"
 #include "analysis/plots.hpp"
@@ -213,6 +214,42 @@ TEST(Report, NiceTicks) {
   EXPECT_EQ(std::count(c.begin(), c.end(), 0.0), 1);
   EXPECT_EQ(arm_color("rd", 5), "#D55E00");
   EXPECT_EQ(arm_color("mystery", 0), arm_color("other", 0));
+}
+
+// A curve is an SVG path in relative steps: walking the steps from the start visits every point
+// at px's resolution (no drift over many steps), and the text is shorter than absolute points.
+TEST(Report, PolylineIsARelativePathThroughEveryPoint) {
+  std::vector<Point> points;
+  for (int i = 0; i < 240; ++i) points.emplace_back(84.0 + 3.0251 * i, 300.0 - 90.0 * std::exp(-i / 40.0) + 0.37 * (i % 7));
+  points.emplace_back(-0.04, -12.96);  // a negative coordinate, and a step of whole pixels
+  Svg svg(1000, 380, "curve");
+  svg.polyline(points, "#000", 1.2);
+  const std::string text = svg.str();
+  const auto d0 = text.find("d=\"M");
+  ASSERT_NE(d0, std::string::npos) << text.substr(0, 300);
+  const std::string d = text.substr(d0 + 3, text.find('"', d0 + 3) - d0 - 3);  // from the M
+  const auto l = d.find('l');
+  ASSERT_NE(l, std::string::npos);
+  double x = 0, y = 0;
+  ASSERT_EQ(std::sscanf(d.c_str() + 1, "%lf,%lf", &x, &y), 2);
+  EXPECT_NEAR(x, points[0].first, 0.05);
+  EXPECT_NEAR(y, points[0].second, 0.05);
+  std::istringstream steps(d.substr(l + 1));
+  std::string step;
+  std::size_t i = 1;
+  for (; steps >> step; ++i) {
+    double dx = 0, dy = 0;
+    ASSERT_EQ(std::sscanf(step.c_str(), "%lf,%lf", &dx, &dy), 2) << step;
+    x += dx;
+    y += dy;
+    ASSERT_LT(i, points.size());
+    EXPECT_NEAR(x, points[i].first, 0.05 + 1e-9) << "point " << i;
+    EXPECT_NEAR(y, points[i].second, 0.05 + 1e-9) << "point " << i;
+  }
+  EXPECT_EQ(i, points.size());
+  std::string absolute;
+  for (const auto& [px_, py_] : points) absolute += px(px_) + "," + px(py_) + " ";
+  EXPECT_LT(d.size(), absolute.size() * 3 / 4);
 }
 
 int run_cli(const std::string& args, std::string* output) {
