@@ -1,9 +1,10 @@
 // The fp32 Linear GEMMs of the study-size models (issue #32: d64 x 12 and d128 x 8, batch 8 x 256
 // = 2,048 tokens, SwiGLU 5d, the LM head's 256-row chunks of a 8,192 vocabulary; and the `small`
-// preset's, d 256) on OpenBLAS' sgemm and on the project's AVX2 kernel (kernels/gemm_f32.hpp), beside sgemm 1024^3 (the MFU
-// reference of `attnres bench`), one thread unless --threads N.
+// preset's, d 256) on OpenBLAS' sgemm and on the project's own kernel (kernels/gemm_f32.hpp) with
+// its AVX2 and, where the CPU has them, its AVX-512 tiles, beside sgemm 1024^3 (the MFU reference
+// of `attnres bench`), one thread unless --threads N.
 //
-// Built for a shared machine: the two implementations alternate call by call, and each reports
+// Built for a shared machine: the implementations alternate call by call, and each reports
 // its fastest call (GFLOP/s of the minimum time over --reps calls, after a warm-up; with one
 // thread the thread's CPU time, else wall time). Single calls last 0.1-5 ms, so the fastest of
 // many is the rate of an undisturbed call even while other processes share the cores; the
@@ -91,12 +92,17 @@ int main(int argc, char** argv) {
   }
   attnres::set_num_threads(threads);
   const bool cpu_clock = attnres::num_threads() == 1;
-  const bool avx2 = k::fp32_gemm_available(k::Fp32Gemm::avx2);
-  std::printf("threads %d (%s); automatic fp32 GEMM backend: %s%s\n", attnres::num_threads(),
-              cpu_clock ? "thread CPU time per call" : "wall time per call", k::to_string(k::fp32_gemm_backend()),
-              avx2 ? "" : " (no AVX2/FMA: avx2 not timed)");
-  std::printf("%-16s %22s %4s  %22s  %22s  %6s\n", "shape", "m x n x k", "op", "openblas best (median)",
-              "avx2 best (median)", "ratio");
+  std::vector<k::Fp32Gemm> impls;  // those this CPU has; the ratios are to the first (OpenBLAS)
+  for (const k::Fp32Gemm b : {k::Fp32Gemm::openblas, k::Fp32Gemm::avx2, k::Fp32Gemm::avx512})
+    if (k::fp32_gemm_available(b)) impls.push_back(b);
+  std::printf("threads %d (%s); automatic fp32 GEMM backend: %s; GFLOP/s of the fastest (median) call\n",
+              attnres::num_threads(), cpu_clock ? "thread CPU time per call" : "wall time per call",
+              k::to_string(k::fp32_gemm_backend()));
+  std::printf("%-16s %22s %4s", "shape", "m x n x k", "op");
+  for (const k::Fp32Gemm b : impls) std::printf("  %17s", k::to_string(b));
+  for (std::size_t i = 1; i < impls.size(); ++i)
+    std::printf("  %9s", (std::string(k::to_string(impls[i])) + "/ob").c_str());
+  std::printf("\n");
   attnres::Rng rng(7, "gemm bench");
   for (const Shape& s : shapes()) {
     if (!filter.empty() && s.name.find(filter) == std::string::npos && s.name != "cube_1024") continue;
@@ -115,14 +121,15 @@ int main(int argc, char** argv) {
     const bool acc = s.ta;  // the weight gradients accumulate
     const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
     const int n = s.name == "cube_1024" ? std::max(10, reps / 10) : reps;
-    std::vector<double> t[2];
+    std::vector<std::vector<double>> t(impls.size());
     for (int r = -3; r < n; ++r)
-      for (int impl = 0; impl < (avx2 ? 2 : 1); ++impl) {
+      for (std::size_t impl = 0; impl < impls.size(); ++impl) {
         const float* aa = a.data() + (next % a_sets) * static_cast<std::size_t>(s.m * s.k);
         const float* bb = b.data() + (next % b_sets) * static_cast<std::size_t>(s.k * s.n);
         float* cc = c.data() + (next++ % copies) * static_cast<std::size_t>(s.m * s.n);
+        k::set_fp32_gemm_backend(impls[impl]);
         const double t0 = now(cpu_clock);
-        if (impl == 0)
+        if (impls[impl] == k::Fp32Gemm::openblas)
           k::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, aa, lda, bb, ldb, acc ? 1.0f : 0.0f, cc, s.n);
         else
           k::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, aa, lda, bb, ldb, acc, cc, s.n);
@@ -130,21 +137,19 @@ int main(int argc, char** argv) {
         if (r >= 0) t[impl].push_back(dt);
         if (acc) std::fill(cc, cc + s.m * s.n, 0.0f);  // keep the sums bounded
       }
-    double best[2] = {0, 0}, median[2] = {0, 0};
-    for (int impl = 0; impl < 2; ++impl) {
-      if (t[impl].empty()) continue;
-      std::sort(t[impl].begin(), t[impl].end());
-      best[impl] = flops / t[impl].front() / 1e9;
-      median[impl] = flops / t[impl][t[impl].size() / 2] / 1e9;
-    }
-    char shape[64], ob[64], av[64];
+    k::set_fp32_gemm_backend(k::Fp32Gemm::automatic);
+    char shape[64];
     std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", static_cast<long long>(s.m), static_cast<long long>(s.n),
                   static_cast<long long>(s.k));
-    std::snprintf(ob, sizeof ob, "%7.1f (%5.1f)", best[0], median[0]);
-    std::snprintf(av, sizeof av, "%7.1f (%5.1f)", best[1], median[1]);
-    const char* op = s.ta ? "ATB" : s.tb ? "ABT" : "AB";
-    std::printf("%-16s %22s %4s  %22s  %22s  %5.2fx\n", s.name.c_str(), shape, op, ob, avx2 ? av : "-",
-                avx2 ? best[1] / best[0] : 0.0);
+    std::printf("%-16s %22s %4s", s.name.c_str(), shape, s.ta ? "ATB" : s.tb ? "ABT" : "AB");
+    std::vector<double> best(impls.size());
+    for (std::size_t impl = 0; impl < impls.size(); ++impl) {
+      std::sort(t[impl].begin(), t[impl].end());
+      best[impl] = flops / t[impl].front() / 1e9;
+      std::printf("  %7.1f (%7.1f)", best[impl], flops / t[impl][t[impl].size() / 2] / 1e9);
+    }
+    for (std::size_t impl = 1; impl < impls.size(); ++impl) std::printf("  %8.2fx", best[impl] / best[0]);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;

@@ -27,7 +27,7 @@ double gemm_rate(bool bf16, const ShapeRate& s, int reps) {
   for (int r = 0; r <= reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     if (bf16) kernels::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
-    else if (kernels::fp32_gemm_backend() == kernels::Fp32Gemm::avx2)  // what the model's Linear layers run
+    else if (kernels::own_fp32_gemm())  // what the model's Linear layers run
       kernels::gemm_f32(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta != 0.0f, c.data(), s.n);
     else kernels::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

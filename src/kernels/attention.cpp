@@ -30,7 +30,7 @@ template <class Real>
 void block_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, Real alpha, const Real* a,
                 std::int64_t lda, const Real* b, std::int64_t ldb, Real beta, Real* c, std::int64_t ldc) {
   if constexpr (std::is_same_v<Real, float>) {
-    if (fp32_gemm_backend() == Fp32Gemm::avx2) {
+    if (own_fp32_gemm()) {
       gemm_f32(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta != 0.0f, c, ldc);
       return;
     }

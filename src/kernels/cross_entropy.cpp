@@ -185,7 +185,7 @@ double lm_head_cross_entropy(const Real* x, const Real* w, const std::int32_t* t
   if constexpr (std::is_same_v<Real, float>) {
     if (precision == MatmulPrecision::bf16)
       return lm_head_cross_entropy_bf16(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
-    if (fp32_gemm_backend() == Fp32Gemm::avx2)
+    if (own_fp32_gemm())
       return lm_head_cross_entropy_f32(x, w, targets, n, d, vocab, scratch, grad_scale, dx, dw);
   }
   const LinearHead<Real> head{w, dw, d, vocab, precision};

@@ -36,7 +36,7 @@ void linear_gemm(MatmulPrecision precision, bool trans_a, bool trans_b, std::int
     }
   }
   if constexpr (std::is_same_v<Real, float>) {
-    if (fp32_gemm_backend() == Fp32Gemm::avx2) {
+    if (own_fp32_gemm()) {
       gemm_f32(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
       return;
     }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/avx512_tiles.hpp"
 #include "kernels/scratch.hpp"
 #include "util/error.hpp"
 #include "util/machine.hpp"
@@ -40,12 +41,24 @@ bool cpu_has_avx512f() {
 #endif
 }
 
+// What the AVX-512 tile's target names (ATTNRES_AVX512_TARGET), and a compiler that builds it.
+bool cpu_has_avx512_tile() {
+#if ATTNRES_AVX2_CODE && ATTNRES_AVX512_CODE
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
 Fp32Gemm choose_backend() {
   if (const char* env = std::getenv("ATTNRES_FP32_GEMM"); env != nullptr && env[0] != '\0') {
     const Fp32Gemm b = parse_fp32_gemm(env);
     require(fp32_gemm_available(b), "ATTNRES_FP32_GEMM=", env, ": not available on this CPU");
     if (b != Fp32Gemm::automatic) return b;
   }
+  if (cpu_has_avx512_tile()) return Fp32Gemm::avx512;
   return cpu_has_avx2_fma() && !openblas_runs_avx512() ? Fp32Gemm::avx2 : Fp32Gemm::openblas;
 }
 
@@ -58,14 +71,15 @@ const char* to_string(Fp32Gemm backend) {
     case Fp32Gemm::automatic: return "automatic";
     case Fp32Gemm::openblas: return "openblas";
     case Fp32Gemm::avx2: return "avx2";
+    case Fp32Gemm::avx512: return "avx512";
   }
   return "?";
 }
 
 Fp32Gemm parse_fp32_gemm(const std::string& text) {
-  for (Fp32Gemm b : {Fp32Gemm::automatic, Fp32Gemm::openblas, Fp32Gemm::avx2})
+  for (Fp32Gemm b : {Fp32Gemm::automatic, Fp32Gemm::openblas, Fp32Gemm::avx2, Fp32Gemm::avx512})
     if (text == to_string(b)) return b;
-  fail("unknown fp32 GEMM backend '", text, "' (expected automatic, openblas or avx2)");
+  fail("unknown fp32 GEMM backend '", text, "' (expected automatic, openblas, avx2 or avx512)");
 }
 
 // OpenBLAS' core decides, not the CPU's flags: OPENBLAS_CORETYPE may force an AVX2 or older core
@@ -92,6 +106,10 @@ bool fp32_gemm_available(Fp32Gemm backend) {
       static const bool ok = cpu_has_avx2_fma();
       return ok;
     }
+    case Fp32Gemm::avx512: {
+      static const bool ok = cpu_has_avx512_tile();
+      return ok;
+    }
   }
   return false;
 }
@@ -113,10 +131,9 @@ void set_fp32_gemm_backend(Fp32Gemm backend) {
 
 namespace {
 
-constexpr int kNr = 16;           // columns of a register tile: two 8-lane vectors
-constexpr int kMr = 6;            // rows of a register tile (12 accumulators)
+constexpr int kNr = 16;           // columns of a packed panel of op(B): two 8-lane vectors, one 16-lane
 constexpr std::int64_t kKc = 256;  // k per pass: a B panel of 16 KB stays in L1 across a row block
-constexpr std::int64_t kMc = 96;   // rows per task, at most (16 tiles): an A block of <= 96 KB stays in L2
+constexpr std::int64_t kMc = 96;   // rows per task, at most (16 or 8 tiles): an A block of <= 96 KB stays in L2
 constexpr std::int64_t kNc = 256;  // columns per task (16 panels)
 
 // The register tile holds MR rows of two 8-lane accumulators as named variables (GCC spilled an
@@ -179,7 +196,7 @@ ATTNRES_AVX2_TARGET void tile(std::int64_t kc, const float* a, std::int64_t lda,
     return;
   }
   // A partial tile: through an aligned copy, element by element (the same sums).
-  alignas(32) float t[kMr * kNr];
+  alignas(32) float t[6 * kNr];
 #define ATTNRES_SPILL(i)                          \
   if constexpr (MR > i) {                         \
     _mm256_store_ps(t + i * kNr, r##i##a);        \
@@ -193,19 +210,106 @@ ATTNRES_AVX2_TARGET void tile(std::int64_t kc, const float* a, std::int64_t lda,
 }
 #undef ATTNRES_ROWS
 
-template <bool TA>
-ATTNRES_AVX2_TARGET void tile_rows(int rows, std::int64_t kc, const float* a, std::int64_t lda, const float* b,
-                                   std::int64_t bs, float* c, std::int64_t ldc, int valid, bool load_c,
+// The AVX2 tiles: 6 rows x one panel (16 columns).
+struct Avx2Tiles {
+  static constexpr int kRows = 6;
+  static constexpr int kPanels = 1;
+  template <bool TA>
+  ATTNRES_AVX2_TARGET static void run(int rows, std::int64_t kc, const float* a, std::int64_t lda, const float* b0,
+                                      const float*, float* c, std::int64_t ldc, int valid, bool load_c, float alpha) {
+    switch (rows) {
+      case 6: tile<6, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+      case 5: tile<5, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+      case 4: tile<4, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+      case 3: tile<3, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+      case 2: tile<2, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+      default: tile<1, TA>(kc, a, lda, b0, kNr, c, ldc, valid, load_c, alpha); break;
+    }
+  }
+};
+
+#if ATTNRES_AVX512_CODE
+// The AVX-512 tile: MR rows x NP panels (16 or 32 columns), one 16-lane accumulator per row and
+// panel, the same sums as the AVX2 tile (each element's chain is the same fma sequence; only more
+// elements are in flight): t = fma(a(i, k), b(k, j), t) in k order from 0, then c = fma(alpha, t, c)
+// or alpha * t. b0 and b1 are the two panels' rows for this k pass ([k][16] each); columns >= valid
+// are masked off in C.
+#define ATTNRES_ROWS12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+template <int MR, int NP, bool TA>
+ATTNRES_AVX512_TARGET void tile512(std::int64_t kc, const float* a, std::int64_t lda, const float* b0,
+                                   const float* b1, float* c, std::int64_t ldc, int valid, bool load_c,
                                    float alpha) {
+  for (int i = 0; i < MR; ++i) {
+    __builtin_prefetch(c + i * ldc, 1, 3);
+    if constexpr (NP == 2) __builtin_prefetch(c + i * ldc + 2 * kNr - 1, 1, 3);
+  }
+  __m512 r0a, r0b, r1a, r1b, r2a, r2b, r3a, r3b, r4a, r4b, r5a, r5b, r6a, r6b, r7a, r7b, r8a, r8b, r9a, r9b, r10a,
+      r10b, r11a, r11b;
+  r0a = r0b = r1a = r1b = r2a = r2b = r3a = r3b = r4a = r4b = r5a = r5b = r6a = r6b = r7a = r7b = r8a = r8b = r9a =
+      r9b = r10a = r10b = r11a = r11b = _mm512_setzero_ps();
+#define ATTNRES_FMA(i)                                                   \
+  if constexpr (MR > i) {                                                \
+    const __m512 x = _mm512_set1_ps(TA ? a[i] : a[i * lda + k]);         \
+    r##i##a = _mm512_fmadd_ps(x, v0, r##i##a);                           \
+    if constexpr (NP == 2) r##i##b = _mm512_fmadd_ps(x, v1, r##i##b);    \
+  }
+  for (std::int64_t k = 0; k < kc; ++k) {
+    const __m512 v0 = _mm512_loadu_ps(b0 + k * kNr);
+    const __m512 v1 = NP == 2 ? _mm512_loadu_ps(b1 + k * kNr) : v0;
+    ATTNRES_ROWS12(ATTNRES_FMA)
+    if constexpr (TA) a += lda;
+  }
+#undef ATTNRES_FMA
+  const __m512 al = _mm512_set1_ps(alpha);
+  const __mmask16 m0 = valid >= kNr ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
+  const __mmask16 m1 =
+      valid >= 2 * kNr ? __mmask16(0xffff) : valid <= kNr ? __mmask16(0) : __mmask16((1u << (valid - kNr)) - 1);
+#define ATTNRES_STORE(i)                                                                          \
+  if constexpr (MR > i) {                                                                         \
+    float* ci = c + i * ldc;                                                                      \
+    if (load_c) {                                                                                 \
+      r##i##a = _mm512_fmadd_ps(al, r##i##a, _mm512_maskz_loadu_ps(m0, ci));                      \
+      if constexpr (NP == 2) r##i##b = _mm512_fmadd_ps(al, r##i##b, _mm512_maskz_loadu_ps(m1, ci + kNr)); \
+    } else if (alpha != 1.0f) {                                                                   \
+      r##i##a = _mm512_mul_ps(al, r##i##a);                                                       \
+      if constexpr (NP == 2) r##i##b = _mm512_mul_ps(al, r##i##b);                                \
+    }                                                                                             \
+    _mm512_mask_storeu_ps(ci, m0, r##i##a);                                                       \
+    if constexpr (NP == 2) _mm512_mask_storeu_ps(ci + kNr, m1, r##i##b);                          \
+  }
+  ATTNRES_ROWS12(ATTNRES_STORE)
+#undef ATTNRES_STORE
+}
+#undef ATTNRES_ROWS12
+
+template <int NP, bool TA>
+ATTNRES_AVX512_TARGET void tile512_rows(int rows, std::int64_t kc, const float* a, std::int64_t lda, const float* b0,
+                                        const float* b1, float* c, std::int64_t ldc, int valid, bool load_c,
+                                        float alpha) {
   switch (rows) {
-    case 6: tile<6, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
-    case 5: tile<5, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
-    case 4: tile<4, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
-    case 3: tile<3, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
-    case 2: tile<2, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
-    default: tile<1, TA>(kc, a, lda, b, bs, c, ldc, valid, load_c, alpha); break;
+#define ATTNRES_CASE(r) \
+  case r: tile512<r, NP, TA>(kc, a, lda, b0, b1, c, ldc, valid, load_c, alpha); break;
+    ATTNRES_CASE(12) ATTNRES_CASE(11) ATTNRES_CASE(10) ATTNRES_CASE(9) ATTNRES_CASE(8) ATTNRES_CASE(7)
+    ATTNRES_CASE(6) ATTNRES_CASE(5) ATTNRES_CASE(4) ATTNRES_CASE(3) ATTNRES_CASE(2)
+#undef ATTNRES_CASE
+    default: tile512<1, NP, TA>(kc, a, lda, b0, b1, c, ldc, valid, load_c, alpha); break;
   }
 }
+
+// The AVX-512 tiles: 12 rows x two panels (32 columns; one panel for an odd last one).
+struct Avx512Tiles {
+  static constexpr int kRows = 12;
+  static constexpr int kPanels = 2;
+  template <bool TA>
+  static void run(int rows, std::int64_t kc, const float* a, std::int64_t lda, const float* b0, const float* b1,
+                  float* c, std::int64_t ldc, int valid, bool load_c, float alpha) {
+    if (b1 != nullptr)
+      tile512_rows<2, TA>(rows, kc, a, lda, b0, b1, c, ldc, valid, load_c, alpha);
+    else
+      tile512_rows<1, TA>(rows, kc, a, lda, b0, b0, c, ldc, valid, load_c, alpha);
+  }
+};
+#endif  // ATTNRES_AVX512_CODE
 
 // Panel p of op(B) (columns 16p .. 16p+15, zero beyond n) as [k][16], from B stored [n, k]
 // (trans_b) or [k, n]; k rows from b (which points at the first of them).
@@ -297,30 +401,42 @@ ATTNRES_AVX2_TARGET void pack_a_block(const Problem& pr, std::int64_t i0, std::i
   }
 }
 
-// The rows [i0, i1) and panels [p0, p1) of C, k pass by k pass.
-ATTNRES_AVX2_TARGET void run_block(const Problem& pr, std::int64_t i0, std::int64_t i1, std::int64_t p0,
-                                   std::int64_t p1) {
+// The rows [i0, i1) and panels [p0, p1) of C, k pass by k pass, Tiles::kPanels panels at a time.
+template <class Tiles>
+void run_block(const Problem& pr, std::int64_t i0, std::int64_t i1, std::int64_t p0, std::int64_t p1) {
+  constexpr int np = Tiles::kPanels;
   thread_local Scratch<float> apack, bpack;
   float* ablock = pr.pack_a ? apack.get(static_cast<std::size_t>(kApack * kKc)) : nullptr;
-  float* bpanel = pr.packed_b == nullptr ? bpack.get(static_cast<std::size_t>(kKc * kNr)) : nullptr;
+  float* bpanels = pr.packed_b == nullptr ? bpack.get(static_cast<std::size_t>(np * kKc * kNr)) : nullptr;
   for (std::int64_t k0 = 0; k0 < pr.k; k0 += kKc) {
     const std::int64_t kc = std::min(kKc, pr.k - k0);
     const bool load_c = pr.accumulate || k0 > 0;
     if (pr.pack_a) pack_a_block(pr, i0, i1, k0, kc, ablock);
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const float* bp = pr.packed_b != nullptr ? pr.packed_b + (p * pr.k + k0) * kNr : bpanel;
-      if (pr.packed_b == nullptr)
-        pack_panel(pr.trans_b, pr.n, kc, pr.trans_b ? pr.b + k0 : pr.b + k0 * pr.ldb, pr.ldb, p, bpanel);
-      const int valid = static_cast<int>(std::min<std::int64_t>(kNr, pr.n - p * kNr));
-      for (std::int64_t i = i0; i < i1; i += kMr) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(kMr, i1 - i));
+    for (std::int64_t p = p0; p < p1; p += np) {
+      const int count = static_cast<int>(std::min<std::int64_t>(np, p1 - p));  // panels in this tile
+      const float* bp[2] = {nullptr, nullptr};
+      for (int q = 0; q < count; ++q) {
+        if (pr.packed_b != nullptr) {
+          bp[q] = pr.packed_b + ((p + q) * pr.k + k0) * kNr;
+        } else {
+          pack_panel(pr.trans_b, pr.n, kc, pr.trans_b ? pr.b + k0 : pr.b + k0 * pr.ldb, pr.ldb, p + q,
+                     bpanels + q * kKc * kNr);
+          bp[q] = bpanels + q * kKc * kNr;
+        }
+      }
+      const int valid = static_cast<int>(std::min<std::int64_t>(count * kNr, pr.n - p * kNr));
+      for (std::int64_t i = i0; i < i1; i += Tiles::kRows) {
+        const int rows = static_cast<int>(std::min<std::int64_t>(Tiles::kRows, i1 - i));
         float* c = pr.c + i * pr.ldc + p * kNr;
         if (pr.pack_a)
-          tile_rows<true>(rows, kc, ablock + (i - i0), kApack, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
+          Tiles::template run<true>(rows, kc, ablock + (i - i0), kApack, bp[0], bp[1], c, pr.ldc, valid, load_c,
+                                    pr.alpha);
         else if (pr.trans_a)
-          tile_rows<true>(rows, kc, pr.a + k0 * pr.lda + i, pr.lda, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
+          Tiles::template run<true>(rows, kc, pr.a + k0 * pr.lda + i, pr.lda, bp[0], bp[1], c, pr.ldc, valid, load_c,
+                                    pr.alpha);
         else
-          tile_rows<false>(rows, kc, pr.a + i * pr.lda + k0, pr.lda, bp, kNr, c, pr.ldc, valid, load_c, pr.alpha);
+          Tiles::template run<false>(rows, kc, pr.a + i * pr.lda + k0, pr.lda, bp[0], bp[1], c, pr.ldc, valid,
+                                     load_c, pr.alpha);
       }
     }
   }
@@ -339,10 +455,11 @@ namespace {
 std::int64_t row_blocks(std::int64_t m) { return (m + kMc - 1) / kMc; }
 
 // The tasks (row block, panel block) of one problem, each summed by one thread.
-void run_tasks(const Problem& pr) {
+template <class Tiles>
+void run_tasks_with(const Problem& pr) {
   const std::int64_t panels = (pr.n + kNr - 1) / kNr;
   const std::int64_t mblocks = row_blocks(pr.m);
-  const std::int64_t mc = ((pr.m + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;
+  const std::int64_t mc = ((pr.m + mblocks - 1) / mblocks + Tiles::kRows - 1) / Tiles::kRows * Tiles::kRows;
   const std::int64_t pblocks = (panels + kNc / kNr - 1) / (kNc / kNr);
   const std::int64_t tasks = mblocks * pblocks;
   const bool parallel = tasks > 1 && pr.m * pr.n * pr.k >= (std::int64_t(1) << 18);
@@ -351,8 +468,16 @@ void run_tasks(const Problem& pr) {
     const std::int64_t mb = t % mblocks, pb = t / mblocks;
     const std::int64_t i0 = mb * mc, i1 = std::min(pr.m, i0 + mc);
     const std::int64_t p0 = pb * (kNc / kNr), p1 = std::min(panels, p0 + kNc / kNr);
-    run_block(pr, i0, i1, p0, p1);
+    run_block<Tiles>(pr, i0, i1, p0, p1);
   }
+}
+
+// The AVX-512 tiles when the backend is avx512, else the AVX2 tiles: the same sums either way.
+void run_tasks(const Problem& pr) {
+#if ATTNRES_AVX512_CODE
+  if (fp32_gemm_backend() == Fp32Gemm::avx512) return run_tasks_with<Avx512Tiles>(pr);
+#endif
+  run_tasks_with<Avx2Tiles>(pr);
 }
 
 bool k_zero(std::int64_t m, std::int64_t n, bool accumulate, float* c, std::int64_t ldc) {

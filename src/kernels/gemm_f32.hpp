@@ -1,4 +1,4 @@
-// The fp32 Linear GEMMs of float models on the project's own AVX2 + FMA kernel, in place of
+// The fp32 Linear GEMMs of float models on the project's own kernel (AVX2 or AVX-512 tiles), in place of
 // OpenBLAS' sgemm: the study-size shapes (width 64-128), whose short reductions (k = 64) leave
 // OpenBLAS spending a fifth of its time packing both operands and zeroing C before its kernel
 // adds into it. Here op(B) is packed (a Linear's weight, once per call; a weight gradient's
@@ -16,14 +16,21 @@
 // even and odd k), so the two backends differ in the last bits; tests/kernels/test_gemm_f32.cpp
 // checks this order bit for bit and its error against float64 beside OpenBLAS' (as accurate).
 //
+// The order does not depend on the vector width either: the kernel has two tile sets, 6 rows x 16
+// columns on 8-lane AVX2 and 12 rows x 32 columns on 16-lane AVX-512, each element still one fma
+// chain per pass, so the two give the same bits (tests/kernels/test_gemm_f32.cpp runs every case
+// on both; tests/model/test_fp32_golden.cpp holds them to the same training hashes).
+//
 // Backends, chosen once per process (fp32_gemm_backend()):
-//   avx2      this kernel: CPUs with AVX2 and FMA where OpenBLAS' sgemm kernels are 256 bits wide
-//             or narrower (AMD Zen 2/3, Zen 4 VMs that hide AVX-512, Intel Haswell to Comet Lake,
-//             and AVX-512 CPUs whose OpenBLAS core is an older one, as OPENBLAS_CORETYPE=Haswell
-//             forces: 1.03-1.25x OpenBLAS' Haswell kernels on Zen 4);
-//   openblas  cblas_sgemm: where OpenBLAS runs AVX-512 kernels (core SkylakeX, Cooperlake or
-//             SapphireRapids: on Zen 4 1.6-2.0x this kernel), on CPUs without AVX2, and on request.
-// ATTNRES_FP32_GEMM=avx2|openblas forces one (avx2: an error where the CPU lacks AVX2 or FMA).
+//   avx512    this kernel on AVX-512 tiles: CPUs with AVX-512 F/BW/VL/DQ (Skylake-SP and later,
+//             Zen 4 and later). On Zen 4 1.02-1.17x OpenBLAS' own AVX-512 (Cooperlake) sgemm at the
+//             study shapes, 1.7-2.1x its Haswell kernels (bench/gemm_f32_bench.cpp);
+//   avx2      this kernel on AVX2 tiles: CPUs with AVX2 and FMA, without AVX-512, where OpenBLAS'
+//             sgemm kernels are 256 bits wide or narrower (AMD Zen 2/3, Zen 4 VMs that hide
+//             AVX-512, Intel Haswell to Comet Lake: 1.03-1.25x OpenBLAS' Haswell kernels on Zen 4);
+//   openblas  cblas_sgemm: CPUs without AVX2, an OpenBLAS core with AVX-512 kernels on a CPU that
+//             lacks one of the AVX-512 subsets above, and on request.
+// ATTNRES_FP32_GEMM=avx512|avx2|openblas forces one (an error where the CPU lacks its instructions).
 #pragma once
 
 #include <cstdint>
@@ -36,15 +43,20 @@ namespace attnres::kernels {
 enum class Fp32Gemm {
   automatic,  // fp32_gemm_backend()
   openblas,
-  avx2,
+  avx2,    // the own kernel on 8-lane AVX2 + FMA tiles
+  avx512,  // the own kernel on 16-lane AVX-512 tiles: the same sums as avx2, bit for bit
 };
-const char* to_string(Fp32Gemm backend);  // "automatic", "openblas", "avx2"
+const char* to_string(Fp32Gemm backend);  // "automatic", "openblas", "avx2", "avx512"
 Fp32Gemm parse_fp32_gemm(const std::string& text);
 bool fp32_gemm_available(Fp32Gemm backend);
 
-// The backend `automatic` runs: ATTNRES_FP32_GEMM when set, else avx2 on CPUs with AVX2 and FMA
-// where OpenBLAS runs no AVX-512 kernels (its core, openblas_get_corename()), else openblas.
+// The backend `automatic` runs: ATTNRES_FP32_GEMM when set, else avx512 on CPUs with AVX-512
+// F/BW/VL/DQ, else avx2 on CPUs with AVX2 and FMA where OpenBLAS runs no AVX-512 kernels (its
+// core, openblas_get_corename()), else openblas.
 Fp32Gemm fp32_gemm_backend();
+
+// Whether fp32 GEMMs run gemm_f32 below (the backend is avx2 or avx512) rather than OpenBLAS.
+inline bool own_fp32_gemm() { return fp32_gemm_backend() != Fp32Gemm::openblas; }
 
 // Whether OpenBLAS runs AVX-512 sgemm kernels in this process (its core: SkylakeX, Cooperlake or
 // SapphireRapids; an unknown name on an AVX-512 CPU counts as one).
@@ -55,7 +67,8 @@ bool openblas_runs_avx512();
 void set_fp32_gemm_backend(Fp32Gemm backend);
 
 // C[m,n] = op(A) op(B) (+ C when accumulate), row-major, op = transpose when the flag is set, in
-// the summation order above. The avx2 kernel; `fp32_gemm_available(Fp32Gemm::avx2)` must hold.
+// the summation order above, on the AVX-512 tiles when the backend is avx512, else on the AVX2
+// tiles; `fp32_gemm_available(Fp32Gemm::avx2)` must hold.
 void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
               std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c, std::int64_t ldc);
 

@@ -1,5 +1,6 @@
-// The fp32 GEMM backends (kernels/gemm_f32.hpp): the AVX2 kernel's exact summation order (an fma
-// chain per element and pass of 256 k, added to C) against a scalar reproduction, bit for bit, over
+// The fp32 GEMM backends (kernels/gemm_f32.hpp): the own kernel's exact summation order (an fma
+// chain per element and pass of 256 k, added to C), with its AVX2 tiles and its AVX-512 tiles each
+// (whichever the CPU has), against a scalar reproduction, bit for bit, over
 // every transpose combination, odd sizes, padded leading dimensions and k longer than a pass; its
 // independence of the thread count and of the call's shape; its error against float64 beside
 // OpenBLAS' (the new order is as accurate); and the backend switch of the Linear GEMMs.
@@ -60,7 +61,7 @@ Operands make(const Case& cs, std::uint64_t seed) {
   return o;
 }
 
-void run_avx2(const Case& cs, const Operands& o, std::vector<float>& c) {
+void run_own(const Case& cs, const Operands& o, std::vector<float>& c) {
   c = o.c;
   if (cs.alpha == 1.0f)
     k::gemm_f32(cs.ta, cs.tb, cs.m, cs.n, cs.k, o.a.data(), cs.lda(), o.b.data(), cs.ldb(), cs.accumulate, c.data(),
@@ -118,19 +119,39 @@ std::string describe(const Case& c) {
          (c.alpha != 1.0f ? " alpha " + std::to_string(c.alpha) : "");
 }
 
+// The own kernel's tile sets this CPU has (avx2, avx512); each test runs under each in turn.
+std::vector<k::Fp32Gemm> own_backends() {
+  std::vector<k::Fp32Gemm> out;
+  for (const k::Fp32Gemm b : {k::Fp32Gemm::avx2, k::Fp32Gemm::avx512})
+    if (k::fp32_gemm_available(b)) out.push_back(b);
+  return out;
+}
+
+// The backend for one scope, back to automatic after it.
+struct UseBackend {
+  explicit UseBackend(k::Fp32Gemm b) { k::set_fp32_gemm_backend(b); }
+  ~UseBackend() { k::set_fp32_gemm_backend(k::Fp32Gemm::automatic); }
+  UseBackend(const UseBackend&) = delete;
+  UseBackend& operator=(const UseBackend&) = delete;
+};
+
 bool have_avx2() { return k::fp32_gemm_available(k::Fp32Gemm::avx2); }
 
 }  // namespace
 
 TEST(GemmF32, ExactSummationOrder) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2/FMA on this machine";
-  std::uint64_t seed = 1;
-  for (const Case& cs : cases()) {
-    const Operands o = make(cs, seed++);
-    std::vector<float> got;
-    run_avx2(cs, o, got);
-    const std::vector<float> want = reference_order(cs, o);
-    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << describe(cs);
+  for (const k::Fp32Gemm backend : own_backends()) {
+    const UseBackend use(backend);
+    std::uint64_t seed = 1;
+    for (const Case& cs : cases()) {
+      const Operands o = make(cs, seed++);
+      std::vector<float> got;
+      run_own(cs, o, got);
+      const std::vector<float> want = reference_order(cs, o);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << k::to_string(backend) << ": " << describe(cs);
+    }
   }
 }
 
@@ -142,11 +163,15 @@ TEST(GemmF32, LeavesPaddingAlone) {
   cs.k = 9;
   cs.pad = 5;
   Operands o = make(cs, 3);
-  std::vector<float> got;
-  run_avx2(cs, o, got);
-  for (std::int64_t i = 0; i < cs.m; ++i)
-    for (std::int64_t j = cs.n; j < cs.ldc(); ++j)
-      EXPECT_EQ(got[static_cast<std::size_t>(i * cs.ldc() + j)], o.c[static_cast<std::size_t>(i * cs.ldc() + j)]);
+  for (const k::Fp32Gemm backend : own_backends()) {
+    const UseBackend use(backend);
+    std::vector<float> got;
+    run_own(cs, o, got);
+    for (std::int64_t i = 0; i < cs.m; ++i)
+      for (std::int64_t j = cs.n; j < cs.ldc(); ++j)
+        EXPECT_EQ(got[static_cast<std::size_t>(i * cs.ldc() + j)], o.c[static_cast<std::size_t>(i * cs.ldc() + j)])
+            << k::to_string(backend);
+  }
 }
 
 TEST(GemmF32, KZero) {
@@ -174,13 +199,16 @@ TEST(GemmF32, DeterministicAcrossThreadCounts) {
     cs.k = kk;
     const Operands o = make(cs, 11);
     std::vector<float> first;
+    for (const k::Fp32Gemm backend : own_backends())
     for (int threads : {1, 2, 3, 5}) {
+      const UseBackend use(backend);
       set_num_threads(threads);
       std::vector<float> got;
-      run_avx2(cs, o, got);
+      run_own(cs, o, got);
       if (first.empty()) first = got;
       EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float))) << describe(cs) << ", "
-                                                                                        << threads << " threads";
+                                                                                        << threads << " threads, "
+                                                                                        << k::to_string(backend);
     }
   }
   set_num_threads(saved);
@@ -196,13 +224,17 @@ TEST(GemmF32, RowIndependentOfTheCallShape) {
   cs.n = 90;
   cs.k = 300;
   const Operands o = make(cs, 5);
+  for (const k::Fp32Gemm backend : own_backends()) {
+  const UseBackend use(backend);
   std::vector<float> all;
-  run_avx2(cs, o, all);
+  run_own(cs, o, all);
   for (std::int64_t row : {0, 7, 49}) {
     std::vector<float> one(static_cast<std::size_t>(cs.n));
     k::gemm_f32(false, true, 1, cs.n, cs.k, o.a.data() + row * cs.lda(), cs.lda(), o.b.data(), cs.ldb(), false,
                 one.data(), cs.n);
-    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + row * cs.ldc(), one.size() * sizeof(float))) << "row " << row;
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + row * cs.ldc(), one.size() * sizeof(float)))
+        << "row " << row << ", " << k::to_string(backend);
+  }
   }
 }
 
@@ -226,7 +258,7 @@ TEST(GemmF32, AsAccurateAsOpenBlas) {
     cs.k = kk;
     const Operands o = make(cs, 21);
     std::vector<float> mine;
-    run_avx2(cs, o, mine);
+    run_own(cs, o, mine);
     std::vector<float> blas = o.c;
     k::gemm<float>(ta, tb, m, n, kk, 1.0f, o.a.data(), cs.lda(), o.b.data(), cs.ldb(), 0.0f, blas.data(), cs.ldc());
     double err_mine = 0, err_blas = 0, worst_ratio = 0;
@@ -265,13 +297,17 @@ TEST(GemmF32, PackedBMatchesUnpacked) {
       cs.pad = 2;
       cs.accumulate = acc;
       const Operands o = make(cs, 17);
+      for (const k::Fp32Gemm backend : own_backends()) {
+      const UseBackend use(backend);
       std::vector<float> want;
-      run_avx2(cs, o, want);
+      run_own(cs, o, want);
       k::Fp32PackedB packed;
       packed.pack(tb, cs.n, cs.k, o.b.data(), cs.ldb());
       std::vector<float> got = o.c;
       k::gemm_f32_packed(cs.m, 1.0f, o.a.data(), cs.lda(), packed, acc, got.data(), cs.ldc());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << describe(cs);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << describe(cs) << ", " << k::to_string(backend);
+      }
     }
 }
 
@@ -283,8 +319,9 @@ TEST(GemmF32, BackendChoice) {
   if (forced != nullptr && forced[0] != '\0' && k::parse_fp32_gemm(forced) != k::Fp32Gemm::automatic) {
     EXPECT_EQ(chosen, k::parse_fp32_gemm(forced));
   }
-  // OpenBLAS' core decides: an AVX2 core (forced or found) gets the avx2 kernel where the CPU has
-  // one; an AVX-512 core keeps OpenBLAS.
+  // The AVX-512 tiles wherever the CPU has them (1.0-1.2x OpenBLAS' AVX-512 kernels at the study
+  // shapes); else OpenBLAS' core decides: an AVX2 core (forced or found) gets the avx2 tiles where
+  // the CPU has them; an AVX-512 core keeps OpenBLAS.
   const std::string core = openblas_get_corename();
   if (core == "Haswell" || core == "Zen" || core == "Prescott") {
     EXPECT_FALSE(k::openblas_runs_avx512()) << core;
@@ -293,16 +330,20 @@ TEST(GemmF32, BackendChoice) {
     EXPECT_TRUE(k::openblas_runs_avx512()) << core;
   }
   if (forced == nullptr || forced[0] == '\0' || k::parse_fp32_gemm(forced) == k::Fp32Gemm::automatic) {
-    EXPECT_EQ(chosen, k::fp32_gemm_available(k::Fp32Gemm::avx2) && !k::openblas_runs_avx512() ? k::Fp32Gemm::avx2
-                                                                                             : k::Fp32Gemm::openblas)
-        << "OpenBLAS core " << core;
+    const k::Fp32Gemm want = k::fp32_gemm_available(k::Fp32Gemm::avx512) ? k::Fp32Gemm::avx512
+                             : k::fp32_gemm_available(k::Fp32Gemm::avx2) && !k::openblas_runs_avx512()
+                                 ? k::Fp32Gemm::avx2
+                                 : k::Fp32Gemm::openblas;
+    EXPECT_EQ(chosen, want) << "OpenBLAS core " << core;
   }
   EXPECT_EQ(k::parse_fp32_gemm("avx2"), k::Fp32Gemm::avx2);
+  EXPECT_EQ(k::parse_fp32_gemm("avx512"), k::Fp32Gemm::avx512);
   EXPECT_EQ(k::parse_fp32_gemm("openblas"), k::Fp32Gemm::openblas);
   EXPECT_THROW(k::parse_fp32_gemm("mkl"), Error);
 }
 
-// The Linear GEMMs follow the backend: avx2 in the documented order, openblas exactly cblas_sgemm.
+// The Linear GEMMs follow the backend: avx2 and avx512 in the documented order, openblas exactly
+// cblas_sgemm.
 TEST(GemmF32, LinearFollowsTheBackend) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2/FMA on this machine";
   const std::int64_t n = 37, in = 70, out = 45;
@@ -319,6 +360,13 @@ TEST(GemmF32, LinearFollowsTheBackend) {
   k::gemm_f32(false, true, n, out, in, x.data(), in, w.data(), in, false, want.data(), out);
   k::gemm<float>(false, true, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, want_blas.data(), out);
   EXPECT_EQ(0, std::memcmp(y_avx2.data(), want.data(), want.size() * sizeof(float)));
+  if (k::fp32_gemm_available(k::Fp32Gemm::avx512)) {  // the AVX-512 tiles: the same sums
+    std::vector<float> y_avx512(want.size());
+    k::set_fp32_gemm_backend(k::Fp32Gemm::avx512);
+    k::linear_forward(y_avx512.data(), x.data(), w.data(), n, in, out);
+    k::set_fp32_gemm_backend(k::Fp32Gemm::automatic);
+    EXPECT_EQ(0, std::memcmp(y_avx512.data(), want.data(), want.size() * sizeof(float)));
+  }
   EXPECT_EQ(0, std::memcmp(y_blas.data(), want_blas.data(), want.size() * sizeof(float)));
   // double models keep BLAS whatever the backend
   std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), yd(static_cast<std::size_t>(n * out));

@@ -291,7 +291,7 @@ TEST(Ops, CrossEntropyFp32WithinBoundOfFloat64) {
   std::vector<double> row_loss(256);
   const k::CrossEntropyScratch<float> scratch{logits.data(), row_loss.data(), 256};
   int checked = 0;
-  for (const k::Fp32Gemm gemm : {k::Fp32Gemm::openblas, k::Fp32Gemm::avx2}) {
+  for (const k::Fp32Gemm gemm : {k::Fp32Gemm::openblas, k::Fp32Gemm::avx2, k::Fp32Gemm::avx512}) {
     if (!k::fp32_gemm_available(gemm)) continue;
     k::set_fp32_gemm_backend(gemm);
     std::vector<float> dx(n * d), dw(V * d, 0.0f);
