@@ -23,8 +23,11 @@
 //
 // Backends, chosen once per process (fp32_gemm_backend()):
 //   avx512    this kernel on AVX-512 tiles: CPUs with AVX-512 F/BW/VL/DQ (Skylake-SP and later,
-//             Zen 4 and later). On Zen 4 1.02-1.17x OpenBLAS' own AVX-512 (Cooperlake) sgemm at the
-//             study shapes, 1.7-2.1x its Haswell kernels (bench/gemm_f32_bench.cpp);
+//             Zen 4 and later). Measured on an AMD EPYC Zen 5 VM (bench/gemm_f32_bench.cpp, hot
+//             caches): 1.04-1.18x OpenBLAS' own AVX-512 (Cooperlake) sgemm at the d64 study
+//             shapes, 0.91-1.12x at d128, 0.72-0.98x on attention's small block products, 1.7-2.1x
+//             OpenBLAS' Haswell kernels; a training step runs as fast as on OpenBLAS' AVX-512
+//             kernels (docs/performance.md), with the AVX2 tiles' bits;
 //   avx2      this kernel on AVX2 tiles: CPUs with AVX2 and FMA, without AVX-512, where OpenBLAS'
 //             sgemm kernels are 256 bits wide or narrower (AMD Zen 2/3, Zen 4 VMs that hide
 //             AVX-512, Intel Haswell to Comet Lake: 1.03-1.25x OpenBLAS' Haswell kernels on Zen 4);

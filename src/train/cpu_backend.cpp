@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "dist/tree_sum.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "model/model.hpp"
 #include "model/safetensors.hpp"
 #include "optim/adamw.hpp"
@@ -37,8 +39,12 @@ class CpuModelBackend : public Interface {
   const ModelConfig& config() const override { return model_.config(); }
   const ParamLayout& layout() const override { return model_.layout(); }
   std::string describe() const override {
+    // The matmul kernels decide the last bits of a run (docs/training.md, "CPU kernels and the
+    // environment"), so the log names them.
+    const bool bf16 = model_.matmul_precision() == kernels::MatmulPrecision::bf16;
     return concat("cpu, ", num_threads(), num_threads() == 1 ? " thread" : " threads",
-                  model_.matmul_precision() == kernels::MatmulPrecision::bf16 ? ", bf16 matmuls" : "");
+                  bf16 ? concat(", bf16 matmuls (", kernels::to_string(kernels::bf16_backend()), ")")
+                       : concat(", fp32 matmuls (", kernels::to_string(kernels::fp32_gemm_backend()), ")"));
   }
 
   using Interface::load_weights;

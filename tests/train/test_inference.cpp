@@ -13,6 +13,7 @@
 #include "common/model_util.hpp"
 #include "data/loader.hpp"
 #include "experiment/diagnostics.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "model/model.hpp"
 #include "model/safetensors.hpp"
 #include "model/topology.hpp"
@@ -55,6 +56,10 @@ TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
   EXPECT_EQ(nlohmann::json(backend->config()), nlohmann::json(c));
   EXPECT_EQ(backend->layout().total(), model.layout().total());
   EXPECT_EQ(backend->describe().rfind("cpu, ", 0), 0u) << backend->describe();
+  // It names the kernels that decide a run's last bits.
+  EXPECT_NE(backend->describe().find(concat("fp32 matmuls (", kernels::to_string(kernels::fp32_gemm_backend()), ")")),
+            std::string::npos)
+      << backend->describe();
 
   // Loss, and the routing of that pass.
   const std::vector<std::int32_t> tokens = random_tokens(B, T, c.vocab_size, 11);
