@@ -110,6 +110,19 @@ std::vector<Case> cases() {
               c.alpha = alpha;
               out.push_back(c);
             }
+  // A k-major A with rows 512 floats or more apart is copied block by block (the LM head's weight
+  // gradient): with B packed whole (m > 384) and per task (m <= 384, a wide padding).
+  for (const auto& [m, n, kk, pad] : {std::array<std::int64_t, 4>{520, 33, 270, 0}, {100, 40, 300, 500}})
+    for (bool acc : {false, true}) {
+      Case c;
+      c.ta = true;
+      c.m = m;
+      c.n = n;
+      c.k = kk;
+      c.pad = pad;
+      c.accumulate = acc;
+      out.push_back(c);
+    }
   return out;
 }
 
