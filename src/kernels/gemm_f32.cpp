@@ -425,8 +425,12 @@ void run_block(const Problem& pr, std::int64_t i0, std::int64_t i1, std::int64_t
         }
       }
       const int valid = static_cast<int>(std::min<std::int64_t>(count * kNr, pr.n - p * kNr));
-      for (std::int64_t i = i0; i < i1; i += Tiles::kRows) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(Tiles::kRows, i1 - i));
+      // The block's rows in tiles of near-equal height (64 rows: 11, 11, 11, 11, 10, 10 rather than
+      // five of 12 and one of 4, whose 8 accumulators cannot hide the FMA latency).
+      const std::int64_t rows_total = i1 - i0, tiles = (rows_total + Tiles::kRows - 1) / Tiles::kRows;
+      for (std::int64_t t = 0; t < tiles; ++t) {
+        const std::int64_t i = i0 + rows_total * t / tiles;
+        const int rows = static_cast<int>(i0 + rows_total * (t + 1) / tiles - i);
         float* c = pr.c + i * pr.ldc + p * kNr;
         if (pr.pack_a)
           Tiles::template run<true>(rows, kc, ablock + (i - i0), kApack, bp[0], bp[1], c, pr.ldc, valid, load_c,
