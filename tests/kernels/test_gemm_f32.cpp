@@ -98,31 +98,14 @@ std::vector<Case> cases() {
                                      {101, 50, 600}})
         for (std::int64_t pad : {0, 3})
           for (bool acc : {false, true})
-            for (float alpha : {1.0f, 0.125f, -1.7f}) {
-              Case c;
-              c.ta = ta;
-              c.tb = tb;
-              c.m = m;
-              c.n = n;
-              c.k = kk;
-              c.pad = pad;
-              c.accumulate = acc;
-              c.alpha = alpha;
-              out.push_back(c);
-            }
+            for (float alpha : {1.0f, 0.125f, -1.7f})
+              out.push_back(
+                  {.ta = ta, .tb = tb, .m = m, .n = n, .k = kk, .pad = pad, .accumulate = acc, .alpha = alpha});
   // A k-major A with rows 512 floats or more apart is copied block by block (the LM head's weight
   // gradient): with B packed whole (m > 384) and per task (m <= 384, a wide padding).
   for (const auto& [m, n, kk, pad] : {std::array<std::int64_t, 4>{520, 33, 270, 0}, {100, 40, 300, 500}})
-    for (bool acc : {false, true}) {
-      Case c;
-      c.ta = true;
-      c.m = m;
-      c.n = n;
-      c.k = kk;
-      c.pad = pad;
-      c.accumulate = acc;
-      out.push_back(c);
-    }
+    for (bool acc : {false, true})
+      out.push_back({.ta = true, .m = m, .n = n, .k = kk, .pad = pad, .accumulate = acc});
   return out;
 }
 
