@@ -316,8 +316,8 @@ TEST(GemmF32, BackendChoice) {
     EXPECT_EQ(chosen, k::parse_fp32_gemm(forced));
   }
   // The AVX-512 tiles wherever the CPU has them (as fast as OpenBLAS' AVX-512 kernels in a
-  // training step, with the AVX2 tiles' bits); else OpenBLAS' core decides: an AVX2 core (forced or found) gets the avx2 tiles where
-  // the CPU has them; an AVX-512 core keeps OpenBLAS.
+  // training step, with the AVX2 tiles' bits); else OpenBLAS' core decides: an AVX2 core (forced
+  // or found) gets the avx2 tiles where the CPU has them; an AVX-512 core keeps OpenBLAS.
   const std::string core = openblas_get_corename();
   if (core == "Haswell" || core == "Zen" || core == "Prescott") {
     EXPECT_FALSE(k::openblas_runs_avx512()) << core;
