@@ -1,7 +1,10 @@
 // Causal multi-head attention in blocks of 64 queries: a block's scores against the keys it
 // sees are one GEMM, its softmax is exact (no online rescaling), and the product with V another
 // GEMM, so memory is O(T) per thread and no T x T matrix is ever stored. The backward
-// recomputes probabilities from the saved log-sum-exp.
+// recomputes probabilities from the saved log-sum-exp, in tiles of 64 queries x 256 keys (a key
+// block's dK and dV stay in cache while the later query blocks add to them). On the own fp32 GEMM
+// (kernels/gemm_f32.hpp) each head's K and V are packed once, and the results are those of one
+// product per query block over all its keys, bit for bit (tests/kernels/test_gemm_f32.cpp).
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include "kernels/scratch.hpp"
 #include "util/error.hpp"
 #include "util/machine.hpp"
+#include "util/tasks.hpp"
 #include "util/threads.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -132,7 +133,7 @@ void set_fp32_gemm_backend(Fp32Gemm backend) {
 namespace {
 
 constexpr int kNr = 16;           // columns of a packed panel of op(B): two 8-lane vectors, one 16-lane
-constexpr std::int64_t kKc = 256;  // k per pass: a B panel of 16 KB stays in L1 across a row block
+constexpr std::int64_t kKc = kFp32GemmPass;  // k per pass: a B panel of 16 KB stays in L1 across a row block
 constexpr std::int64_t kMc = 96;   // rows per task, at most (16 or 8 tiles): an A block of <= 96 KB stays in L2
 constexpr std::int64_t kNc = 256;  // columns per task (16 panels)
 
@@ -375,7 +376,8 @@ struct Problem {
   std::int64_t lda;
   const float* b;
   std::int64_t ldb;
-  const float* packed_b;  // all panels of op(B), [panel][k][16]; null: packed per task and k pass
+  const float* packed_b;  // all panels of op(B), [panel][packed_k][16]; null: packed per task and k pass
+  std::int64_t packed_k;  // rows of each packed panel (> k where the product uses a block of a packed op(B))
   bool pack_a;            // op(A) k-major with rows far apart: copied per task and k pass
   bool accumulate;
   float alpha;
@@ -417,7 +419,7 @@ void run_block(const Problem& pr, std::int64_t i0, std::int64_t i1, std::int64_t
       const float* bp[2] = {nullptr, nullptr};
       for (int q = 0; q < count; ++q) {
         if (pr.packed_b != nullptr) {
-          bp[q] = pr.packed_b + ((p + q) * pr.k + k0) * kNr;
+          bp[q] = pr.packed_b + ((p + q) * pr.packed_k + k0) * kNr;
         } else {
           pack_panel(pr.trans_b, pr.n, kc, pr.trans_b ? pr.b + k0 : pr.b + k0 * pr.ldb, pr.ldb, p + q,
                      bpanels + q * kKc * kNr);
@@ -466,14 +468,12 @@ void run_tasks_with(const Problem& pr) {
   const std::int64_t mc = ((pr.m + mblocks - 1) / mblocks + Tiles::kRows - 1) / Tiles::kRows * Tiles::kRows;
   const std::int64_t pblocks = (panels + kNc / kNr - 1) / (kNc / kNr);
   const std::int64_t tasks = mblocks * pblocks;
-  const bool parallel = tasks > 1 && pr.m * pr.n * pr.k >= (std::int64_t(1) << 18);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t t = 0; t < tasks; ++t) {
+  for_each_task(tasks, tasks > 1 && pr.m * pr.n * pr.k >= (std::int64_t(1) << 18), [&](std::int64_t t) {
     const std::int64_t mb = t % mblocks, pb = t / mblocks;
     const std::int64_t i0 = mb * mc, i1 = std::min(pr.m, i0 + mc);
     const std::int64_t p0 = pb * (kNc / kNr), p1 = std::min(panels, p0 + kNc / kNr);
     run_block<Tiles>(pr, i0, i1, p0, p1);
-  }
+  });
 }
 
 // The AVX-512 tiles when the backend is avx512, else the AVX2 tiles: the same sums either way.
@@ -493,8 +493,8 @@ bool k_zero(std::int64_t m, std::int64_t n, bool accumulate, float* c, std::int6
 // Every panel of op(B) into out ([panel][k][16]).
 void pack_all(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb, float* out) {
   const std::int64_t panels = (n + kNr - 1) / kNr;
-#pragma omp parallel for schedule(static) if (panels > 1 && n * k >= kParallelMin)
-  for (std::int64_t p = 0; p < panels; ++p) pack_panel(trans_b, n, k, b, ldb, p, out + p * k * kNr);
+  for_each_task(panels, panels > 1 && n * k >= kParallelMin,
+                [&](std::int64_t p) { pack_panel(trans_b, n, k, b, ldb, p, out + p * k * kNr); });
 }
 
 }  // namespace
@@ -506,14 +506,15 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
   if (m <= 0 || n <= 0) return;
   if (k <= 0 && k_zero(m, n, accumulate, c, ldc)) return;
   // op(B) is packed whole, once per call, when many row blocks reuse it (a Linear's forward and
-  // input gradient: B is the weight). For a weight gradient (A^T B, both stored k-major, m small)
-  // each task packs the panel of the current k pass into L1 instead: no extra pass over the
-  // activations in memory. op(A) is read in place, except a k-major A with rows 512 floats or
+  // input gradient: B is the weight) or when it is one pass long (attention's dK and dV: each row
+  // block would pack the same panels again). For a weight gradient (A^T B, both stored k-major,
+  // m small, k long) each task packs the panel of the current k pass into L1 instead: no extra
+  // pass over the activations in memory. op(A) is read in place, except a k-major A with rows 512 floats or
   // more apart (the LM head's gradient), whose row blocks are copied per k pass: read in place,
   // its rows fall into a few cache sets (measured, bench/gemm_f32_bench.cpp: packing every A
   // cost more than it saved).
-  const bool whole_b = !trans_a || row_blocks(m) > 4;
-  Problem pr{trans_a, trans_b, m, n, k, a, lda, b, ldb, nullptr, trans_a && lda >= 512, accumulate, alpha, c, ldc};
+  const bool whole_b = !trans_a || row_blocks(m) > 4 || k <= kKc;
+  Problem pr{trans_a, trans_b, m, n, k, a, lda, b, ldb, nullptr, k, trans_a && lda >= 512, accumulate, alpha, c, ldc};
   thread_local Scratch<float> pack;
   if (whole_b) {
     float* out = pack.get(static_cast<std::size_t>((n + kNr - 1) / kNr * k * kNr));
@@ -533,10 +534,16 @@ void Fp32PackedB::pack(bool trans_b, std::int64_t n, std::int64_t k, const float
 }
 
 void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
-                     bool accumulate, float* c, std::int64_t ldc) {
-  if (m <= 0 || b.n() <= 0) return;
-  if (b.k() <= 0 && k_zero(m, b.n(), accumulate, c, ldc)) return;
-  Problem pr{false, false, m, b.n(), b.k(), a, lda, nullptr, 0, b.panels_, false, accumulate, alpha, c, ldc};
+                     const Fp32Block& blk, bool accumulate, float* c, std::int64_t ldc) {
+  require(blk.k0 >= 0 && blk.n0 >= 0 && blk.k >= 0 && blk.n >= 0 && blk.k0 % kKc == 0 && blk.n0 % kNr == 0 &&
+              blk.k0 + blk.k <= b.k() && blk.n0 + blk.n <= b.n(),
+          "gemm_f32_packed: rows ", blk.k0, " + ", blk.k, ", columns ", blk.n0, " + ", blk.n,
+          " are not a block of the packed ", b.k(), " x ", b.n(), " (rows from a multiple of ", kKc,
+          ", columns from a multiple of ", kNr, ")");
+  if (m <= 0 || blk.n <= 0) return;
+  if (blk.k <= 0 && k_zero(m, blk.n, accumulate, c, ldc)) return;
+  const float* panels = b.panels_ + (blk.n0 / kNr * b.k() + blk.k0) * kNr;
+  Problem pr{false, false, m, blk.n, blk.k, a, lda, nullptr, 0, panels, b.k(), false, accumulate, alpha, c, ldc};
   run_tasks(pr);
 }
 
@@ -556,10 +563,16 @@ void Fp32PackedB::pack(bool, std::int64_t, std::int64_t, const float*, std::int6
   fail("gemm_f32: this build has no AVX2 code");
 }
 
-void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, bool, float*, std::int64_t) {
+void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, const Fp32Block&, bool,
+                     float*, std::int64_t) {
   fail("gemm_f32: this build has no AVX2 code");
 }
 
 #endif  // ATTNRES_AVX2_CODE
+
+void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
+                     bool accumulate, float* c, std::int64_t ldc) {
+  gemm_f32_packed(m, alpha, a, lda, b, Fp32Block{.k = b.k(), .n = b.n()}, accumulate, c, ldc);
+}
 
 }  // namespace attnres::kernels

@@ -43,6 +43,9 @@
 
 namespace attnres::kernels {
 
+// k per pass of the summation order above.
+inline constexpr std::int64_t kFp32GemmPass = 256;
+
 enum class Fp32Gemm {
   automatic,  // fp32_gemm_backend()
   openblas,
@@ -81,6 +84,12 @@ void gemm_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, bool accumulate, float* c,
               std::int64_t ldc);
 
+// A block of a packed op(B): rows [k0, k0 + k), columns [n0, n0 + n), k0 a multiple of
+// kFp32GemmPass (a pass of the summation order) and n0 of 16 (a panel).
+struct Fp32Block {
+  std::int64_t k0 = 0, k = 0, n0 = 0, n = 0;
+};
+
 // op(B) packed once for several products that share it (the LM head's weight across its row
 // chunks); the results are those of gemm_f32 with the same B, bit for bit. B must stay unchanged
 // while the packing is in use.
@@ -92,8 +101,8 @@ class Fp32PackedB {
   std::int64_t k() const { return k_; }
 
  private:
-  friend void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, bool, float*,
-                              std::int64_t);
+  friend void gemm_f32_packed(std::int64_t, float, const float*, std::int64_t, const Fp32PackedB&, const Fp32Block&,
+                              bool, float*, std::int64_t);
   std::int64_t n_ = 0, k_ = 0;
   const float* panels_ = nullptr;
   Scratch<float> storage_;
@@ -102,5 +111,11 @@ class Fp32PackedB {
 // C[m, b.n()] = alpha A op(B) (+ C when accumulate), A stored [m, b.k()] (not transposed).
 void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
                      bool accumulate, float* c, std::int64_t ldc);
+
+// C[m, blk.n] = alpha A op(B)[blk] (+ C when accumulate), A stored [m, blk.k]: bit for bit gemm_f32
+// on that block of op(B). Attention packs a head's K and V once and multiplies each query block by
+// the keys it sees.
+void gemm_f32_packed(std::int64_t m, float alpha, const float* a, std::int64_t lda, const Fp32PackedB& b,
+                     const Fp32Block& blk, bool accumulate, float* c, std::int64_t ldc);
 
 }  // namespace attnres::kernels

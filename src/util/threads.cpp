@@ -1,4 +1,5 @@
 #include "util/threads.hpp"
+#include "util/tasks.hpp"
 
 #include <omp.h>
 
@@ -13,5 +14,7 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+bool fork_team(bool worth) { return worth && omp_get_level() == 0 && omp_get_max_threads() > 1; }
 
 }  // namespace attnres

@@ -3,7 +3,9 @@
 // (whichever the CPU has), against a scalar reproduction, bit for bit, over
 // every transpose combination, odd sizes, padded leading dimensions and k longer than a pass; its
 // independence of the thread count and of the call's shape; its error against float64 beside
-// OpenBLAS' (the new order is as accurate); and the backend switch of the Linear GEMMs.
+// OpenBLAS' (the new order is as accurate); products with blocks of a packed op(B), and attention's
+// products (K and V packed per head, the backward in key tiles) in the order of one product per
+// query block; and the backend switch of the Linear GEMMs.
 #include <gtest/gtest.h>
 #include <cblas.h>
 
@@ -15,8 +17,11 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "kernels/attention.hpp"
+#include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_f32.hpp"
 #include "util/error.hpp"
@@ -305,6 +310,130 @@ TEST(GemmF32, PackedBMatchesUnpacked) {
           << describe(cs) << ", " << k::to_string(backend);
       }
     }
+}
+
+// Attention multiplies by blocks of a head's packed K^T, V^T, K or V (the keys a query block sees,
+// a key block): the bits of gemm_f32 on that block of op(B), and of the documented order.
+TEST(GemmF32, PackedBlockMatchesUnpacked) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2/FMA on this machine";
+  const std::int64_t big_k = 600, big_n = 150;
+  for (bool tb : {false, true}) {
+    const Case big{.tb = tb, .m = 1, .n = big_n, .k = big_k, .pad = 3};
+    const std::vector<float> b = make(big, 23).b;
+    k::Fp32PackedB packed;
+    packed.pack(tb, big_n, big_k, b.data(), big.ldb());
+    const k::Fp32Block blocks[] = {{.k = big_k, .n = big_n}, {.k = 270, .n = 97},        {.k = 64, .n = 150},
+                                   {.k0 = 256, .k = 257, .n0 = 32, .n = 16},             {.k0 = 512, .k = 88, .n0 = 144, .n = 6},
+                                   {.k = 1, .n = 1},         {.k0 = 256, .k = 0, .n0 = 16, .n = 5}};
+    for (const k::Fp32Block& blk : blocks)
+      for (bool acc : {false, true}) {
+        // The block's case: its own A and C; B at the block's first element, with big's leading dimension.
+        Case cs{.tb = tb, .m = 70, .n = blk.n, .k = blk.k, .accumulate = acc, .alpha = 0.125f};
+        cs.pad = big.ldb() - (tb ? cs.k : cs.n);
+        Operands o = make(cs, 29);
+        const std::int64_t first = tb ? blk.n0 * big.ldb() + blk.k0 : blk.k0 * big.ldb() + blk.n0;
+        o.b.assign(b.begin() + first, b.end());
+        const std::vector<float> order = reference_order(cs, o);
+        for (const k::Fp32Gemm backend : own_backends()) {
+          const UseBackend use(backend);
+          std::vector<float> want;
+          run_own(cs, o, want);
+          std::vector<float> got = o.c;
+          k::gemm_f32_packed(cs.m, cs.alpha, o.a.data(), cs.lda(), packed, blk, acc, got.data(), cs.ldc());
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+              << describe(cs) << " at row " << blk.k0 << ", column " << blk.n0 << ", " << k::to_string(backend);
+          if (cs.k > 0) {  // (k = 0 clears C; the reproduction covers k > 0)
+            EXPECT_EQ(0, std::memcmp(got.data(), order.data(), got.size() * sizeof(float)))
+                << describe(cs) << " at row " << blk.k0 << ", column " << blk.n0 << ", " << k::to_string(backend);
+          }
+        }
+      }
+    // Outside op(B), or not at a pass and a panel: an error.
+    std::vector<float> c(static_cast<std::size_t>(big_n + 1));
+    for (const k::Fp32Block& bad : {k::Fp32Block{.k = big_k, .n = big_n + 1}, k::Fp32Block{.k0 = 512, .k = 89, .n = 1},
+                                    k::Fp32Block{.k0 = 100, .k = 1, .n = 1}, k::Fp32Block{.k = 1, .n0 = 8, .n = 1}})
+      EXPECT_THROW(k::gemm_f32_packed(1, 1.0f, b.data(), big_k, packed, bad, false, c.data(), big_n + 1), Error);
+  }
+}
+
+// Attention on the own fp32 kernel (float models): K and V packed once per head, the backward in
+// tiles of 64 queries x 256 keys. Its outputs must be, bit for bit, those of one gemm_f32 product
+// per query block over all the keys the block sees (the kernel's order before the tiles, and the
+// documented order of kernels/gemm_f32.hpp): a reproduction with those products, for sequences of
+// one to three key blocks. D = dO . O is exact here (O and dO on a grid of 1/8: any summation
+// order), so the reproduction does not depend on the kernel's dot product.
+TEST(GemmF32, AttentionKeepsTheOrderOfOneProductPerQueryBlock) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2/FMA on this machine";
+  const int B = 2, H = 2, hd = 32, d = H * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const int T : {70, 300, 530}) {
+    Rng rng(static_cast<std::uint64_t>(T), "attention order test");
+    const auto uniform = [&](std::size_t n) {
+      std::vector<float> x(n);
+      for (auto& e : x) e = static_cast<float>(rng.uniform() * 2 - 1);
+      return x;
+    };
+    const auto grid = [&](std::size_t n) {  // multiples of 1/8 in [-1, 1]
+      std::vector<float> x(n);
+      for (auto& e : x) e = static_cast<float>(std::floor(rng.uniform() * 17) - 8) / 8.0f;
+      return x;
+    };
+    const std::size_t n = static_cast<std::size_t>(B) * T * d;
+    const std::vector<float> q = uniform(n), kk = uniform(n), v = uniform(n), dout = grid(n), out = grid(n);
+    std::vector<float> lse(static_cast<std::size_t>(B) * H * T);
+    for (auto& e : lse) e = static_cast<float>(2 + 3 * rng.uniform());
+    const k::AttentionShape shape{B, T, T, H, hd, 0};
+    for (const k::Fp32Gemm backend : own_backends()) {
+      const UseBackend use(backend);
+      // The reproduction: per (batch, head) and query block, whole rows of scores.
+      std::vector<float> want_out(n), want_dq(n), want_dk(n, 0.0f), want_dv(n, 0.0f);
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h) {
+          const std::int64_t base = static_cast<std::int64_t>(b) * T * d + h * hd;
+          for (int i0 = 0; i0 < T; i0 += 64) {
+            const int qn = std::min(64, T - i0), nk = i0 + qn;
+            const std::int64_t qrow = base + static_cast<std::int64_t>(i0) * d;
+            std::vector<float> p(static_cast<std::size_t>(qn) * nk), ds(p.size());
+            k::gemm_f32(false, true, qn, nk, hd, scale, q.data() + qrow, d, kk.data() + base, d, false, p.data(), nk);
+            for (int r = 0; r < qn; ++r) {  // the forward's softmax
+              float* row = p.data() + static_cast<std::size_t>(r) * nk;
+              const int keys = i0 + r + 1;
+              const float l = k::exp_shifted(row, keys, k::row_max(row, keys));
+              const float inv = 1.0f / l;
+              for (int j = 0; j < nk; ++j) row[j] = j < keys ? row[j] * inv : 0.0f;
+            }
+            k::gemm_f32(false, false, qn, hd, nk, 1.0f, p.data(), nk, v.data() + base, d, false, want_out.data() + qrow, d);
+            k::gemm_f32(false, true, qn, nk, hd, scale, q.data() + qrow, d, kk.data() + base, d, false, p.data(), nk);
+            k::gemm_f32(false, true, qn, nk, hd, 1.0f, dout.data() + qrow, d, v.data() + base, d, false, ds.data(), nk);
+            for (int r = 0; r < qn; ++r) {
+              float* prow = p.data() + static_cast<std::size_t>(r) * nk;
+              float* srow = ds.data() + static_cast<std::size_t>(r) * nk;
+              const int keys = i0 + r + 1;
+              const std::int64_t row = qrow + static_cast<std::int64_t>(r) * d;
+              k::exp_shifted(prow, keys, lse[static_cast<std::size_t>((b * H + h) * T + i0 + r)]);
+              double D = 0;
+              for (int e = 0; e < hd; ++e) D += double(dout[static_cast<std::size_t>(row + e)]) * out[static_cast<std::size_t>(row + e)];
+              for (int j = 0; j < nk; ++j) {
+                srow[j] = j < keys ? prow[j] * (srow[j] - static_cast<float>(D)) : 0.0f;
+                if (j >= keys) prow[j] = 0.0f;
+              }
+            }
+            k::gemm_f32(false, false, qn, hd, nk, scale, ds.data(), nk, kk.data() + base, d, false, want_dq.data() + qrow, d);
+            k::gemm_f32(true, false, nk, hd, qn, scale, ds.data(), nk, q.data() + qrow, d, true, want_dk.data() + base, d);
+            k::gemm_f32(true, false, nk, hd, qn, 1.0f, p.data(), nk, dout.data() + qrow, d, true, want_dv.data() + base, d);
+          }
+        }
+      std::vector<float> got_out(n), got_lse(lse.size()), dq(n), dk(n), dv(n);
+      k::attention_forward(got_out.data(), got_lse.data(), q.data(), kk.data(), v.data(), shape);
+      k::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), kk.data(), v.data(), out.data(),
+                            lse.data(), shape);
+      const std::string what = "T = " + std::to_string(T) + ", " + k::to_string(backend);
+      EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), n * sizeof(float))) << "out, " << what;
+      EXPECT_EQ(0, std::memcmp(dq.data(), want_dq.data(), n * sizeof(float))) << "dq, " << what;
+      EXPECT_EQ(0, std::memcmp(dk.data(), want_dk.data(), n * sizeof(float))) << "dk, " << what;
+      EXPECT_EQ(0, std::memcmp(dv.data(), want_dv.data(), n * sizeof(float))) << "dv, " << what;
+    }
+  }
 }
 
 TEST(GemmF32, BackendChoice) {
