@@ -163,61 +163,63 @@ std::vector<double> naive_attention(const std::vector<double>& q, const std::vec
       }
   return out;
 }
+
+// One float64 attention problem (batch B, T positions, H heads of hd), its inputs random from
+// `seed` on: the kernel's forward as a loss (the output weighted by `up`) and its backward.
+struct AttentionProblem {
+  int B, T, H, hd, d;
+  std::vector<double> q, kk, v, up, out, lse, dq, dk, dv;
+  AttentionProblem(int B_, int T_, int H_, int hd_, int seed)
+      : B(B_), T(T_), H(H_), hd(hd_), d(H_ * hd_), q(random_vector<double>(B * T * d, seed)),
+        kk(random_vector<double>(B * T * d, seed + 1)), v(random_vector<double>(B * T * d, seed + 2)),
+        up(random_vector<double>(B * T * d, seed + 3)), out(B * T * d), lse(B * H * T), dq(B * T * d),
+        dk(B * T * d), dv(B * T * d) {}
+  k::AttentionShape shape() const { return {B, T, T, H, hd, 0}; }
+  double loss() {
+    k::attention_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), shape());
+    return weighted_sum(out, up);
+  }
+  // The forward (checked against naive_attention), then the backward of the loss.
+  void forward_backward() {
+    loss();
+    EXPECT_LT(max_rel_error(out, naive_attention(q, kk, v, B, T, H, hd)), 1e-12);
+    k::attention_backward(dq.data(), dk.data(), dv.data(), up.data(), q.data(), kk.data(), v.data(), out.data(),
+                          lse.data(), shape());
+  }
+};
 }  // namespace
 
 TEST(Ops, AttentionMatchesNaiveAndGradients) {
-  const int B = 2, T = 70, H = 2, hd = 4, d = H * hd;  // T > one key tile
-  auto q = random_vector<double>(B * T * d, 1), kk = random_vector<double>(B * T * d, 2);
-  auto v = random_vector<double>(B * T * d, 3), up = random_vector<double>(B * T * d, 4);
-  const k::AttentionShape shape{B, T, T, H, hd, 0};
-  std::vector<double> out(B * T * d), lse(B * H * T);
-  auto loss = [&] {
-    k::attention_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), shape);
-    return weighted_sum(out, up);
-  };
-  loss();
-  EXPECT_LT(max_rel_error(out, naive_attention(q, kk, v, B, T, H, hd)), 1e-12);
-  std::vector<double> dq(B * T * d), dk(B * T * d), dv(B * T * d);
-  k::attention_backward(dq.data(), dk.data(), dv.data(), up.data(), q.data(), kk.data(), v.data(), out.data(),
-                        lse.data(), shape);
-  EXPECT_LT(max_rel_error(dq, numeric_gradient(loss, q)), 1e-6);
-  EXPECT_LT(max_rel_error(dk, numeric_gradient(loss, kk)), 1e-6);
-  EXPECT_LT(max_rel_error(dv, numeric_gradient(loss, v)), 1e-6);
+  AttentionProblem a(2, 70, 2, 4, 1);  // T > one query block
+  a.forward_backward();
+  const auto loss = [&] { return a.loss(); };
+  EXPECT_LT(max_rel_error(a.dq, numeric_gradient(loss, a.q)), 1e-6);
+  EXPECT_LT(max_rel_error(a.dk, numeric_gradient(loss, a.kk)), 1e-6);
+  EXPECT_LT(max_rel_error(a.dv, numeric_gradient(loss, a.v)), 1e-6);
 }
 
 // Past one key block of the backward (256 keys): its tiles at key offsets > 0. A full numeric
 // gradient costs too much here, so directional derivatives: (L(x + e u) - L(x - e u)) / 2e against
 // <dL/dx, u> for a random u, per input (central differences: error O(e^2) ~ 1e-10).
 TEST(Ops, AttentionGradientsPastOneKeyBlock) {
-  const int B = 1, T = 300, H = 2, hd = 4, d = H * hd;
-  auto q = random_vector<double>(B * T * d, 11), kk = random_vector<double>(B * T * d, 12);
-  auto v = random_vector<double>(B * T * d, 13), up = random_vector<double>(B * T * d, 14);
-  const k::AttentionShape shape{B, T, T, H, hd, 0};
-  std::vector<double> out(B * T * d), lse(B * H * T);
-  auto loss = [&] {
-    k::attention_forward(out.data(), lse.data(), q.data(), kk.data(), v.data(), shape);
-    return weighted_sum(out, up);
-  };
-  loss();
-  EXPECT_LT(max_rel_error(out, naive_attention(q, kk, v, B, T, H, hd)), 1e-12);
-  std::vector<double> dq(B * T * d), dk(B * T * d), dv(B * T * d);
-  k::attention_backward(dq.data(), dk.data(), dv.data(), up.data(), q.data(), kk.data(), v.data(), out.data(),
-                        lse.data(), shape);
+  AttentionProblem a(1, 300, 2, 4, 11);
+  a.forward_backward();
   const double e = 1e-5;
   int seed = 20;
-  for (auto [x, grad, name] : {std::tuple{&q, &dq, "q"}, std::tuple{&kk, &dk, "k"}, std::tuple{&v, &dv, "v"}}) {
-    const auto u = random_vector<double>(B * T * d, seed++);
+  for (auto [x, grad, name] :
+       {std::tuple{&a.q, &a.dq, "q"}, std::tuple{&a.kk, &a.dk, "k"}, std::tuple{&a.v, &a.dv, "v"}}) {
+    const auto u = random_vector<double>(a.q.size(), seed++);
     for (int half = 0; half < 2; ++half) {  // u on the first 256 positions, then on the rest
       double directional = 0;
       std::vector<double> w(u.size(), 0.0);
       for (std::size_t i = 0; i < u.size(); ++i)
-        if ((static_cast<int>(i) / d >= 256) == (half == 1)) w[i] = u[i];
+        if ((static_cast<int>(i) / a.d >= 256) == (half == 1)) w[i] = u[i];
       for (std::size_t i = 0; i < w.size(); ++i) directional += (*grad)[i] * w[i];
       const std::vector<double> x0 = *x;
       for (std::size_t i = 0; i < w.size(); ++i) (*x)[i] = x0[i] + e * w[i];
-      const double plus = loss();
+      const double plus = a.loss();
       for (std::size_t i = 0; i < w.size(); ++i) (*x)[i] = x0[i] - e * w[i];
-      const double minus = loss();
+      const double minus = a.loss();
       *x = x0;
       EXPECT_NEAR((plus - minus) / (2 * e), directional, 1e-7 * (1 + std::abs(directional)))
           << "d" << name << ", positions " << (half == 0 ? "0-255" : "256-299");
