@@ -1,12 +1,14 @@
 // The depth read against the spec's §6.1 vectors and finite differences (float64).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <vector>
 
 #include "common/test_util.hpp"
 #include "kernels/depth_read.hpp"
+#include "kernels/row_ops.hpp"
 
 using namespace attnres;
 using namespace attnres::testing;
@@ -294,4 +296,28 @@ TEST(DepthRead, RecomputedNormalisedOutputEqualsTheForwardBitForBit) {
     }
     EXPECT_EQ(grads[0], grads[1]) << "uniform=" << uniform;
   }
+}
+
+TEST(DepthRead, RmsScalesGiveRmsScalesBitsOneAtATime) {
+  // The forward takes the sources' RMS factors 8 at a time (row_ops.hpp); each must be the bits
+  // of rms_scale on its own sum, for every count (tails of 1-7) and for sums from 0 to large, so
+  // that Fp32Golden's hashes do not depend on how the sums are grouped.
+  const auto base = random_vector<double>(23, 7, 3.0);
+  for (const float eps : {1e-6f, 1e-5f, 0.0f})
+    for (const int d : {64, 37, 1})
+      for (int n = 1; n <= 23; ++n) {
+        std::vector<float> sums(static_cast<std::size_t>(n) + 1, -7.0f);  // one guard past the end
+        for (int i = 1; i < n; ++i) {
+          const double x = base[static_cast<std::size_t>(i)];
+          sums[static_cast<std::size_t>(i)] = static_cast<float>(x * x * std::pow(10.0, i % 9 - 3));
+        }
+        sums[0] = 0.0f;
+        std::vector<float> one_at_a_time(sums);
+        for (int i = 0; i < n; ++i)
+          one_at_a_time[static_cast<std::size_t>(i)] = k::rms_scale(sums[static_cast<std::size_t>(i)], d, eps);
+        k::rms_scales(sums.data(), n, d, eps);
+        EXPECT_EQ(std::memcmp(sums.data(), one_at_a_time.data(), sums.size() * sizeof(float)), 0)
+            << "n=" << n << " d=" << d << " eps=" << eps;
+        EXPECT_EQ(sums[static_cast<std::size_t>(n)], -7.0f) << "wrote past the end, n=" << n;
+      }
 }
