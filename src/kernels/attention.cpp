@@ -98,6 +98,7 @@ template <class Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, const AttentionShape& s) {
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd;
   const Real scale = Real(1) / std::sqrt(Real(hd));
+  const bool wide = fp32_wide_lanes();
   const std::int64_t blocks = (s.q_len + kQueryBlock - 1) / kQueryBlock, tasks = s.batch * nh * blocks;
   const std::int64_t work = s.batch * nh * std::int64_t(s.q_len) * (s.q_pos0 + s.q_len) * hd;
   const int keys = s.q_pos0 + s.q_len;
@@ -129,7 +130,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
         Real* row = p + static_cast<std::int64_t>(r) * nk;
         const int n = s.q_pos0 + i0 + r + 1;  // causal: keys 0 .. position
         const Real m = row_max(row, n);
-        const Real l = exp_shifted(row, n, m);
+        const Real l = exp_shifted(row, n, m, wide);
         const Real inv = Real(1) / l;
 #pragma omp simd
         for (int j = 0; j < n; ++j) row[j] *= inv;
@@ -146,6 +147,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
                         const Real* out, const Real* lse, const AttentionShape& s) {
   const int hd = s.head_dim, nh = s.n_heads, d = nh * hd, T = s.q_len;
   const Real scale = Real(1) / std::sqrt(Real(hd));
+  const bool wide = fp32_wide_lanes();
   // One task per (batch, head), which alone sums the head's dK and dV. Its keys go in blocks of
   // kKeyBlock and each key block meets the query blocks that see it, in order, one tile of P and
   // dS at a time: the key block's rows of dK and dV stay in cache while every later query block
@@ -184,7 +186,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
             Real* prow = p + static_cast<std::int64_t>(r) * kTileLd;
             Real* srow = ds + static_cast<std::int64_t>(r) * kTileLd;
             const int n = std::min(cols, i0 + r + 1 - j0);  // causal: keys j0 .. position
-            exp_shifted(prow, n, lse[(b * nh + h) * T + i0 + r]);
+            exp_shifted(prow, n, lse[(b * nh + h) * T + i0 + r], wide);
             std::fill(prow + n, prow + cols, Real(0));
             const Real Di = D[i0 + r];
 #pragma omp simd

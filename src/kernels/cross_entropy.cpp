@@ -29,7 +29,7 @@ namespace {
 template <class Real>
 double softmax_row(Real* row, int vocab, std::int32_t target, Real grad_scale, bool with_grad) {
   const Real mx = row_max(row, vocab), at_target = row[target];
-  const Real total = exp_shifted(row, vocab, mx);
+  const Real total = exp_shifted(row, vocab, mx, false);
   const Real lse = mx + std::log(total);
   const double loss = static_cast<double>(lse) - static_cast<double>(at_target);
   if (with_grad) {
@@ -42,29 +42,46 @@ double softmax_row(Real* row, int vocab, std::int32_t target, Real grad_scale, b
 }
 
 #if ATTNRES_AVX512_CODE
-// One row of logits on 16 lanes: returns lse - row[target]; with a gradient, row becomes
-// grad_scale * (softmax(row) - onehot(target)). exp(x - max) is computed once and kept.
+// softmax_row on 16 lanes. The maximum and the scaling are the same bits in any width. The sum
+// of the exponentials: on 16 lane sums for bf16 models (its own order), or in exp_shifted's order
+// for fp32 (exp_shifted_avx512: the same bits as the 8-lane softmax_row, so the avx512 backend
+// keeps the avx2 backend's training hashes). Whole steps unmasked, the last one masked (a masked
+// store every step is slow on AMD Zen).
+template <bool ExpShiftedOrder>
 ATTNRES_AVX512_TARGET double softmax_row_avx512(float* row, int vocab, std::int32_t target, float grad_scale,
                                                  bool with_grad) {
   using namespace avx512;
+  const int full = vocab / 16 * 16;
+  const __mmask16 last = lanes(vocab - full);
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int j = 0; j < vocab; j += 16) mx = _mm512_mask_max_ps(mx, lanes(vocab - j), mx, _mm512_maskz_loadu_ps(lanes(vocab - j), row + j));
+  for (int j = 0; j < full; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx);
+  if (last != 0) mx = _mm512_mask_max_ps(mx, last, _mm512_maskz_loadu_ps(last, row + full), mx);
   const float m = reduce_max(mx), at_target = row[target];
-  const __m512 shift = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < vocab; j += 16) {
-    const __mmask16 valid = lanes(vocab - j);
-    const __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, row + j), shift)));
-    sum = _mm512_add_ps(sum, e);
-    if (with_grad) _mm512_mask_storeu_ps(row + j, valid, e);
+  float total;
+  if constexpr (ExpShiftedOrder) {
+    total = exp_shifted_avx512(row, vocab, m);
+  } else {
+    const __m512 shift = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < full; j += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift));
+      sum = _mm512_add_ps(sum, e);
+      _mm512_storeu_ps(row + j, e);
+    }
+    if (last != 0) {
+      const __m512 e = _mm512_maskz_mov_ps(last, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(last, row + full), shift)));
+      sum = _mm512_add_ps(sum, e);
+      _mm512_mask_storeu_ps(row + full, last, e);
+    }
+    total = reduce_add(sum);
   }
-  const float total = reduce_add(sum);
   const float lse = m + std::log(total);
   const double loss = static_cast<double>(lse) - static_cast<double>(at_target);
   if (with_grad) {
     const __m512 scale = _mm512_set1_ps(grad_scale / total);
-    for (int j = 0; j < vocab; j += 16)
-      _mm512_mask_storeu_ps(row + j, lanes(vocab - j), _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(vocab - j), row + j), scale));
+    for (int j = 0; j < full; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), scale));
+    if (last != 0)
+      _mm512_mask_storeu_ps(row + full, last, _mm512_mul_ps(_mm512_maskz_loadu_ps(last, row + full), scale));
     row[target] -= grad_scale;
   }
   return loss;
@@ -117,10 +134,14 @@ struct Fp32Head {
   const Fp32PackedB& w_n;  // W for dX
   float* dw;
   int d, vocab;
+  bool wide;  // the softmax on 16 lanes (fp32_wide_lanes()): the same bits
   void logits(float* out, const float* x, std::int64_t rows) const {
     gemm_f32_packed(rows, 1.0f, x, d, w_t, false, out, vocab);
   }
   double row(float* logits, std::int32_t target, float grad_scale, bool with_grad) const {
+#if ATTNRES_AVX512_CODE
+    if (wide) return softmax_row_avx512<true>(logits, vocab, target, grad_scale, with_grad);
+#endif
     return softmax_row(logits, vocab, target, grad_scale, with_grad);
   }
   void backward(float* dx, const float* dlogits, const float* x, std::int64_t rows) const {
@@ -135,7 +156,7 @@ double lm_head_cross_entropy_f32(const float* x, const float* w, const std::int3
   thread_local Fp32PackedB w_t, w_n;
   w_t.pack(true, vocab, d, w, d);
   if (dx != nullptr) w_n.pack(false, d, vocab, w, d);
-  const Fp32Head head{w_t, w_n, dw, d, vocab};
+  const Fp32Head head{w_t, w_n, dw, d, vocab, fp32_wide_lanes()};
   return chunked_cross_entropy(head, x, targets, n, d, vocab, scratch, grad_scale, dx);
 }
 
@@ -153,7 +174,7 @@ struct Bf16Head {
   }
   double row(float* logits, std::int32_t target, float grad_scale, bool with_grad) const {
 #if ATTNRES_AVX512_CODE
-    if (wide) return softmax_row_avx512(logits, vocab, target, grad_scale, with_grad);
+    if (wide) return softmax_row_avx512<false>(logits, vocab, target, grad_scale, with_grad);
 #endif
     return softmax_row(logits, vocab, target, grad_scale, with_grad);
   }

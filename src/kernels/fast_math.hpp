@@ -60,13 +60,23 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__)
+// exp_shifted below on 16 AVX-512 lanes, the same bits (kernels/fast_math.cpp). Only for CPUs with
+// AVX-512 F/BW/VL/DQ: callers pass wide = fp32_wide_lanes() (kernels/gemm_f32.hpp).
+float exp_shifted_avx512(float* x, int n, float shift);
+#endif
+
 // x[j] = exp(x[j] - shift) for j < n; returns their sum in a fixed order (8 lane sums, combined
 // pairwise, then the tail). The softmax rows of attention and of the LM head's cross-entropy:
-// each exponential is taken once and kept.
-inline float exp_shifted(float* x, int n, float shift) {
+// each exponential is taken once and kept. wide: on 16 lanes (fp32_wide_lanes()), the same bits.
+inline float exp_shifted(float* x, int n, float shift, bool wide) {
+  (void)wide;
   float sum = 0;
   int j = 0;
 #if defined(__AVX2__)
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (wide) return exp_shifted_avx512(x, n, shift);
+#endif
   const __m256 sh = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
   for (; j + 8 <= n; j += 8) {
@@ -82,7 +92,7 @@ inline float exp_shifted(float* x, int n, float shift) {
   return sum;
 }
 
-inline double exp_shifted(double* x, int n, double shift) {
+inline double exp_shifted(double* x, int n, double shift, bool /*wide: float only*/) {
   double sum = 0;
   for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
   return sum;

@@ -398,7 +398,7 @@ TEST(GemmF32, AttentionKeepsTheOrderOfOneProductPerQueryBlock) {
             for (int r = 0; r < qn; ++r) {  // the forward's softmax
               float* row = p.data() + static_cast<std::size_t>(r) * nk;
               const int keys = i0 + r + 1;
-              const float l = k::exp_shifted(row, keys, k::row_max(row, keys));
+              const float l = k::exp_shifted(row, keys, k::row_max(row, keys), k::fp32_wide_lanes());
               const float inv = 1.0f / l;
               for (int j = 0; j < nk; ++j) row[j] = j < keys ? row[j] * inv : 0.0f;
             }
@@ -410,7 +410,8 @@ TEST(GemmF32, AttentionKeepsTheOrderOfOneProductPerQueryBlock) {
               float* srow = ds.data() + static_cast<std::size_t>(r) * nk;
               const int keys = i0 + r + 1;
               const std::int64_t row = qrow + static_cast<std::int64_t>(r) * d;
-              k::exp_shifted(prow, keys, lse[static_cast<std::size_t>((b * H + h) * T + i0 + r)]);
+              const float row_lse = lse[static_cast<std::size_t>((b * H + h) * T + i0 + r)];
+              k::exp_shifted(prow, keys, row_lse, k::fp32_wide_lanes());
               double D = 0;
               for (int e = 0; e < hd; ++e) D += double(dout[static_cast<std::size_t>(row + e)]) * out[static_cast<std::size_t>(row + e)];
               for (int j = 0; j < nk; ++j) {

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -21,6 +23,12 @@ using namespace attnres::testing;
 namespace k = attnres::kernels;
 
 constexpr double kTol = 1e-7;
+
+namespace {
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
 
 TEST(Ops, LinearGradients) {
   const int n = 5, in = 4, out = 3;
@@ -333,12 +341,24 @@ TEST(Ops, CrossEntropyFp32WithinBoundOfFloat64) {
   std::vector<double> row_loss(256);
   const k::CrossEntropyScratch<float> scratch{logits.data(), row_loss.data(), 256};
   int checked = 0;
+  double avx2_loss = 0;
+  std::vector<float> avx2_dx, avx2_dw;
   for (const k::Fp32Gemm gemm : {k::Fp32Gemm::openblas, k::Fp32Gemm::avx2, k::Fp32Gemm::avx512}) {
     if (!k::fp32_gemm_available(gemm)) continue;
     k::set_fp32_gemm_backend(gemm);
     std::vector<float> dx(n * d), dw(V * d, 0.0f);
     const double loss = k::lm_head_cross_entropy<float>(x.data(), w.data(), targets.data(), n, d, V, scratch,
                                                         float(s), dx.data(), dw.data());
+    if (gemm == k::Fp32Gemm::avx2) {
+      avx2_loss = loss;
+      avx2_dx = dx;
+      avx2_dw = dw;
+    } else if (gemm == k::Fp32Gemm::avx512 && !avx2_dx.empty()) {
+      // The AVX-512 tiles and the 16-lane softmax rows keep the AVX2 backend's bits.
+      EXPECT_EQ(loss, avx2_loss);
+      EXPECT_TRUE(same_bits(dx, avx2_dx)) << "dX";
+      EXPECT_TRUE(same_bits(dw, avx2_dw)) << "dW";
+    }
     EXPECT_LE(std::fabs(loss - loss_ref), loss_bound) << k::to_string(gemm);
     double worst = 0;
     for (int a = 0; a < n * d; ++a) worst = std::max(worst, std::fabs(dx[a] - dx_ref[a]) / dx_bound[a]);
@@ -378,4 +398,71 @@ TEST(Ops, FastExpIsAccurate) {
   EXPECT_LT(worst, 5e-7);  // a few ulp of float
   EXPECT_EQ(kernels::exp_fast(0.0f), 1.0f);
   EXPECT_LT(kernels::exp_fast(-1e30f), 1e-37f);  // -inf-like inputs underflow to ~0
+}
+
+namespace {
+// Arguments for the lane comparisons: spread over exp's whole range (the clamps at -87 and 88
+// included), small ones, and the special values, in a random order.
+std::vector<float> lane_test_inputs(std::size_t n, std::uint64_t seed) {
+  const auto wide = random_vector<double>(n, seed, 120.0), small = random_vector<double>(n, seed + 1, 2.0);
+  const float special[] = {0.0f, -0.0f, 87.0f, -87.0f, 88.0f, -88.0f, 87.5f, -87.5f, 1e-30f, -1e-30f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = i % 7 == 3 ? special[(i / 7) % std::size(special)] : static_cast<float>(i % 2 == 0 ? wide[i] : small[i]);
+  return x;
+}
+
+}  // namespace
+
+// The avx512 fp32 backend runs SwiGLU on 16 lanes (kernels/swiglu.cpp), avx2 on 8; the training
+// hashes of tests/model/test_fp32_golden.cpp hold for both only if every element has the same
+// bits. Lengths cover every tail of 8 and 16, the scalar tail, and several tasks of 4,096.
+TEST(FastMath, SwigluOnSixteenLanesGivesEightLanesBits) {
+  if (!k::fp32_gemm_available(k::Fp32Gemm::avx512) || !k::fp32_gemm_available(k::Fp32Gemm::avx2))
+    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ";
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n = 1; n <= 40; ++n) lengths.push_back(n);
+  for (std::int64_t n : {1000, 4096, 4104, 8192 + 13, 70001}) lengths.push_back(n);
+  for (const std::int64_t n : lengths) {
+    const auto size = static_cast<std::size_t>(n);
+    const auto gate = lane_test_inputs(size, 11), up = lane_test_inputs(size, 12), dact = lane_test_inputs(size, 13);
+    std::vector<float> act[2], dgate[2], dup[2];
+    for (int wide = 0; wide < 2; ++wide) {
+      k::set_fp32_gemm_backend(wide != 0 ? k::Fp32Gemm::avx512 : k::Fp32Gemm::avx2);
+      ASSERT_EQ(k::fp32_wide_lanes(), wide != 0);
+      act[wide].assign(size, -1.0f);
+      dgate[wide].assign(size, -1.0f);
+      dup[wide].assign(size, -1.0f);
+      k::swiglu_forward(act[wide].data(), gate.data(), up.data(), n);
+      k::swiglu_backward(dgate[wide].data(), dup[wide].data(), dact.data(), gate.data(), up.data(), n);
+    }
+    k::set_fp32_gemm_backend(k::Fp32Gemm::automatic);
+    EXPECT_TRUE(same_bits(act[0], act[1])) << "forward, n = " << n;
+    EXPECT_TRUE(same_bits(dgate[0], dgate[1])) << "dgate, n = " << n;
+    EXPECT_TRUE(same_bits(dup[0], dup[1])) << "dup, n = " << n;
+  }
+}
+
+// exp_shifted on 16 lanes against 8 (the fp32 softmax rows of attention and the cross-entropy):
+// the stored exponentials and their sum, bit for bit, for every tail and a vocabulary-sized row.
+TEST(FastMath, ExpShiftedOnSixteenLanesGivesEightLanesBits) {
+  if (!k::fp32_gemm_available(k::Fp32Gemm::avx512)) GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ";
+  std::vector<int> lengths;
+  for (int n = 0; n <= 70; ++n) lengths.push_back(n);
+  for (int n : {256, 8192, 8197}) lengths.push_back(n);
+  for (const int n : lengths)
+    for (const float shift : {0.0f, 3.5f, -20.0f}) {
+      // Logits as a softmax sees them (finite, mostly near the shift), and the full test range.
+      for (const bool finite : {true, false}) {
+        auto x = finite ? converted<float>(random_vector<double>(static_cast<std::size_t>(n), 21, 8.0))
+                        : lane_test_inputs(static_cast<std::size_t>(n), 22);
+        auto y = x;
+        const float narrow = k::exp_shifted(x.data(), n, shift, false), wide = k::exp_shifted(y.data(), n, shift, true);
+        EXPECT_TRUE(same_bits({narrow}, {wide}))
+            << "sum, n = " << n << ", shift " << shift << ": " << narrow << " vs " << wide;
+        EXPECT_TRUE(same_bits(x, y)) << "values, n = " << n << ", shift " << shift;
+      }
+    }
 }
