@@ -5,14 +5,13 @@
 
 namespace attnres::kernels {
 
-#if defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__)
 #if ATTNRES_AVX512_CODE
 // exp_shifted's 8-lane loop, 16 values per step: each lane's exponential is exp8's arithmetic
 // (exp16 spells out the multiply-adds GCC contracts exp8's into), and the two halves of a step
 // are added to the 8 lane sums one after the other, low half first, as exp8's loop adds two of
 // its steps; values past the last multiple of 8 take the scalar tail, as there. So the stored
 // exponentials and the sum are exp_shifted's bits (FastMath.ExpShiftedOnSixteenLanesGivesEightLanesBits).
-// 1.4x faster over a row of 8,192 logits on Zen 5 (the dependent adds bound it).
+// 0.64x the 8-lane loop's time over rows of 8,192 on Zen 5 (docs/performance.md).
 ATTNRES_AVX512_TARGET float exp_shifted_avx512(float* x, int n, float shift) {
   const __m512 sh = _mm512_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
@@ -35,9 +34,6 @@ ATTNRES_AVX512_TARGET float exp_shifted_avx512(float* x, int n, float shift) {
   for (j = vec; j < n; ++j) sum += (x[j] = exp_fast(x[j] - shift));
   return sum;
 }
-#else
-float exp_shifted_avx512(float* x, int n, float shift) { return exp_shifted(x, n, shift, false); }
-#endif
 #endif
 
 }  // namespace attnres::kernels

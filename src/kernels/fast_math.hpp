@@ -4,6 +4,9 @@
 // SwiGLU's sigmoid); double keeps std::exp, so float64 checks stay exact.
 #pragma once
 
+// First: it includes <immintrin.h> with GCC 12's false-positive warnings silenced (see there).
+#include "kernels/avx512_tiles.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,7 +17,25 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/gemm_f32.hpp"
+
+// The 16-lane copies of the 8-lane loops below and in kernels/swiglu.cpp exist where the 8-lane
+// loops do (an AVX2 build: -march=native on an AVX2 CPU) and the compiler can target AVX-512.
+#if defined(__AVX2__) && ATTNRES_AVX512_CODE
+#define ATTNRES_WIDE_LANES 1
+#else
+#define ATTNRES_WIDE_LANES 0
+#endif
+
 namespace attnres::kernels {
+
+inline constexpr bool kWideLanesBuilt = ATTNRES_WIDE_LANES != 0;
+
+// Whether the float kernels with vector code of their own (SwiGLU, the fp32 softmax rows'
+// exponentials) run on 16 AVX-512 lanes rather than 8 AVX2 lanes: with the avx512 fp32 backend
+// (kernels/gemm_f32.hpp), in builds that have both. Each gives the other's bits (their tests
+// compare them), so the avx2 backend's training hashes hold for both.
+inline bool fp32_wide_lanes() { return kWideLanesBuilt && fp32_gemm_backend() == Fp32Gemm::avx512; }
 
 #pragma omp declare simd
 inline float exp_fast(float x) {
@@ -60,9 +81,9 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
-#if defined(__AVX2__) && defined(__x86_64__) && defined(__GNUC__)
-// exp_shifted below on 16 AVX-512 lanes, the same bits (kernels/fast_math.cpp). Only for CPUs with
-// AVX-512 F/BW/VL/DQ: callers pass wide = fp32_wide_lanes() (kernels/gemm_f32.hpp).
+#if ATTNRES_AVX512_CODE
+// exp_shifted's 8-lane loop below on 16 AVX-512 lanes, the same bits (kernels/fast_math.cpp).
+// Only for CPUs with AVX-512 F/BW/VL/DQ: callers pass wide = fp32_wide_lanes().
 float exp_shifted_avx512(float* x, int n, float shift);
 #endif
 
@@ -73,10 +94,10 @@ inline float exp_shifted(float* x, int n, float shift, bool wide) {
   (void)wide;
   float sum = 0;
   int j = 0;
-#if defined(__AVX2__)
-#if defined(__x86_64__) && defined(__GNUC__)
+#if ATTNRES_WIDE_LANES
   if (wide) return exp_shifted_avx512(x, n, shift);
 #endif
+#if defined(__AVX2__)
   const __m256 sh = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
   for (; j + 8 <= n; j += 8) {

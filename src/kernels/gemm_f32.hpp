@@ -28,7 +28,8 @@
 //             shapes, 0.91-1.12x at d128, 0.72-0.98x on attention's small block products, 1.7-2.1x
 //             OpenBLAS' Haswell kernels; a training step runs as fast as on OpenBLAS' AVX-512
 //             kernels (docs/performance.md), with the AVX2 tiles' bits; SwiGLU and the fp32
-//             softmax exponentials then also run on 16 lanes (fp32_wide_lanes(), the same bits);
+//             softmax exponentials then also run on 16 lanes (fp32_wide_lanes() in
+//             kernels/fast_math.hpp, the same bits);
 //   avx2      this kernel on AVX2 tiles: CPUs with AVX2 and FMA, without AVX-512, where OpenBLAS'
 //             sgemm kernels are 256 bits wide or narrower (AMD Zen 2/3, Zen 4 VMs that hide
 //             AVX-512, Intel Haswell to Comet Lake: 1.03-1.25x OpenBLAS' Haswell kernels on Zen 4);
@@ -64,11 +65,6 @@ Fp32Gemm fp32_gemm_backend();
 
 // Whether fp32 GEMMs run gemm_f32 below (the backend is avx2 or avx512) rather than OpenBLAS.
 inline bool own_fp32_gemm() { return fp32_gemm_backend() != Fp32Gemm::openblas; }
-
-// Whether the float kernels with vector code of their own (SwiGLU, the fp32 softmax rows'
-// exponentials) run on 16 AVX-512 lanes rather than 8 AVX2 lanes: with the avx512 backend. Each
-// gives the other's bits (their tests compare them), so the avx2 backend's training hashes hold.
-inline bool fp32_wide_lanes() { return fp32_gemm_backend() == Fp32Gemm::avx512; }
 
 // Whether OpenBLAS runs AVX-512 sgemm kernels in this process (its core: SkylakeX, Cooperlake or
 // SapphireRapids; an unknown name on an AVX-512 CPU counts as one).

@@ -8,7 +8,6 @@
 #include "kernels/avx512_tiles.hpp"
 
 #include "kernels/fast_math.hpp"
-#include "kernels/gemm_f32.hpp"
 
 namespace attnres::kernels {
 
@@ -45,7 +44,7 @@ inline __m256 sigmoid8(__m256 g) {
   return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
 }
 
-#if ATTNRES_AVX512_CODE
+#if ATTNRES_WIDE_LANES
 // The 8-lane loops' arithmetic on 16 lanes, written operation for operation as there, so each
 // lane gets the same bits (exp16 spells out the multiply-adds GCC contracts exp8's into;
 // FastMath.SwigluOnSixteenLanesGivesEightLanesBits compares them). Elements [i0, i1); a last
@@ -107,7 +106,7 @@ constexpr std::int64_t kWideBlock = 4096;
 template <>
 void swiglu_forward<float>(float* act, const float* gate, const float* up, std::int64_t n) {
   const std::int64_t vec = n / 8 * 8;
-#if ATTNRES_AVX512_CODE
+#if ATTNRES_WIDE_LANES
   if (fp32_wide_lanes()) {
     const std::int64_t blocks = (vec + kWideBlock - 1) / kWideBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
@@ -129,7 +128,7 @@ template <>
 void swiglu_backward<float>(float* dgate, float* dup, const float* dact, const float* gate, const float* up,
                             std::int64_t n) {
   const std::int64_t vec = n / 8 * 8;
-#if ATTNRES_AVX512_CODE
+#if ATTNRES_WIDE_LANES
   if (fp32_wide_lanes()) {
     const std::int64_t blocks = (vec + kWideBlock - 1) / kWideBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)

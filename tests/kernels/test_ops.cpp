@@ -353,7 +353,7 @@ TEST(Ops, CrossEntropyFp32WithinBoundOfFloat64) {
       avx2_loss = loss;
       avx2_dx = dx;
       avx2_dw = dw;
-    } else if (gemm == k::Fp32Gemm::avx512 && !avx2_dx.empty()) {
+    } else if (gemm == k::Fp32Gemm::avx512 && k::kWideLanesBuilt && !avx2_dx.empty()) {
       // The AVX-512 tiles and the 16-lane softmax rows keep the AVX2 backend's bits.
       EXPECT_EQ(loss, avx2_loss);
       EXPECT_TRUE(same_bits(dx, avx2_dx)) << "dX";
@@ -420,8 +420,8 @@ std::vector<float> lane_test_inputs(std::size_t n, std::uint64_t seed) {
 // hashes of tests/model/test_fp32_golden.cpp hold for both only if every element has the same
 // bits. Lengths cover every tail of 8 and 16, the scalar tail, and several tasks of 4,096.
 TEST(FastMath, SwigluOnSixteenLanesGivesEightLanesBits) {
-  if (!k::fp32_gemm_available(k::Fp32Gemm::avx512) || !k::fp32_gemm_available(k::Fp32Gemm::avx2))
-    GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ";
+  if (!k::kWideLanesBuilt || !k::fp32_gemm_available(k::Fp32Gemm::avx512) || !k::fp32_gemm_available(k::Fp32Gemm::avx2))
+    GTEST_SKIP() << "needs an AVX2 build (-march=native) on a CPU with AVX-512 F/BW/VL/DQ";
   std::vector<std::int64_t> lengths;
   for (std::int64_t n = 1; n <= 40; ++n) lengths.push_back(n);
   for (std::int64_t n : {1000, 4096, 4104, 8192 + 13, 70001}) lengths.push_back(n);
@@ -448,7 +448,8 @@ TEST(FastMath, SwigluOnSixteenLanesGivesEightLanesBits) {
 // exp_shifted on 16 lanes against 8 (the fp32 softmax rows of attention and the cross-entropy):
 // the stored exponentials and their sum, bit for bit, for every tail and a vocabulary-sized row.
 TEST(FastMath, ExpShiftedOnSixteenLanesGivesEightLanesBits) {
-  if (!k::fp32_gemm_available(k::Fp32Gemm::avx512)) GTEST_SKIP() << "needs a CPU with AVX-512 F/BW/VL/DQ";
+  if (!k::kWideLanesBuilt || !k::fp32_gemm_available(k::Fp32Gemm::avx512))
+    GTEST_SKIP() << "needs an AVX2 build (-march=native) on a CPU with AVX-512 F/BW/VL/DQ";
   std::vector<int> lengths;
   for (int n = 0; n <= 70; ++n) lengths.push_back(n);
   for (int n : {256, 8192, 8197}) lengths.push_back(n);
