@@ -127,8 +127,9 @@ struct LinearHead {
   }
 };
 
-// fp32 on the AVX2 GEMM backend (kernels/gemm_f32.hpp): LinearHead's products, bit for bit, with
-// the weight packed once per call for the logits and once for dX instead of once per chunk.
+// fp32 on the own GEMM kernel (kernels/gemm_f32.hpp, AVX2 or AVX-512 tiles): LinearHead's
+// products, bit for bit, with the weight packed once per call for the logits and once for dX
+// instead of once per chunk.
 struct Fp32Head {
   const Fp32PackedB& w_t;  // op(B) = W^T for the logits
   const Fp32PackedB& w_n;  // W for dX
