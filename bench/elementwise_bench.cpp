@@ -23,8 +23,8 @@ namespace {
 // Picks the lanes (through the fp32 backend, as a training run does); false when the CPU lacks them.
 bool use_lanes(benchmark::State& state, int lanes) {
   const k::Fp32Gemm backend = lanes == 16 ? k::Fp32Gemm::avx512 : k::Fp32Gemm::avx2;
-  if (!k::fp32_gemm_available(backend)) {
-    state.SkipWithError("this CPU lacks the instructions");
+  if (!k::fp32_gemm_available(backend) || (lanes == 16 && !k::kWideLanesBuilt)) {
+    state.SkipWithError("this CPU or build lacks the instructions (16 lanes: an AVX2 build on an AVX-512 CPU)");
     return false;
   }
   k::set_fp32_gemm_backend(backend);
@@ -61,8 +61,8 @@ void BM_Swiglu(benchmark::State& state) {
 void BM_ExpShifted(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1));
   const bool wide = state.range(2) == 16;
-  if (wide && !k::fp32_gemm_available(k::Fp32Gemm::avx512)) {
-    state.SkipWithError("this CPU lacks AVX-512");
+  if (wide && (!k::kWideLanesBuilt || !k::fp32_gemm_available(k::Fp32Gemm::avx512))) {
+    state.SkipWithError("16 lanes need an AVX2 build on an AVX-512 CPU");
     return;
   }
   auto x = uniform(static_cast<std::size_t>(rows) * n, 0, 1, 4);

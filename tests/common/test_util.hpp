@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <vector>
@@ -19,6 +20,12 @@ std::vector<Real> random_vector(std::size_t n, std::uint64_t seed, double scale 
   std::vector<Real> v(n);
   for (auto& x : v) x = static_cast<Real>(rng.normal() * scale);
   return v;
+}
+
+// Whether two buffers hold the same bits (NaN payloads and signed zeros included).
+template <class Real>
+bool same_bits(const std::vector<Real>& a, const std::vector<Real>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Real)) == 0;
 }
 
 // max |a - b| / max |b|: a dropped term shows up as an O(1) error.

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -23,12 +22,6 @@ using namespace attnres::testing;
 namespace k = attnres::kernels;
 
 constexpr double kTol = 1e-7;
-
-namespace {
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-}  // namespace
 
 TEST(Ops, LinearGradients) {
   const int n = 5, in = 4, out = 3;
@@ -461,7 +454,7 @@ TEST(FastMath, ExpShiftedOnSixteenLanesGivesEightLanesBits) {
                         : lane_test_inputs(static_cast<std::size_t>(n), 22);
         auto y = x;
         const float narrow = k::exp_shifted(x.data(), n, shift, false), wide = k::exp_shifted(y.data(), n, shift, true);
-        EXPECT_TRUE(same_bits({narrow}, {wide}))
+        EXPECT_TRUE(same_bits(std::vector<float>{narrow}, std::vector<float>{wide}))
             << "sum, n = " << n << ", shift " << shift << ": " << narrow << " vs " << wide;
         EXPECT_TRUE(same_bits(x, y)) << "values, n = " << n << ", shift " << shift;
       }
