@@ -18,6 +18,7 @@
 #include "model/kv_cache.hpp"
 #include "model/param_layout.hpp"
 #include "model/sublayers.hpp"
+#include "util/huge_pages.hpp"
 #include "model/topology.hpp"
 #include "model/trunk.hpp"
 #include "model/weights.hpp"
@@ -95,11 +96,12 @@ class Model {
   bool with_grad_;
   bool final_norm_;  // the family's record says whether the model has one (gr: no, model/arms.hpp)
   Topology topo_;
-  std::vector<Real> params_;
-  std::vector<Real> grads_;
+  // The flat buffers and the arena a step sweeps, on huge pages where the kernel offers them.
+  HugePageVector<Real> params_;
+  HugePageVector<Real> grads_;
   ModelWeights<Real> w_;
   ModelWeights<Real> g_;
-  std::vector<Real> arena_;
+  HugePageVector<Real> arena_;
   SublayerBodies<Real> bodies_;
   TrunkBuffers<Real> trunk_buffers_;  // the embedding and the gradient scratch the trunk shares
   std::unique_ptr<Trunk<Real>> trunk_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/param_layout.hpp"
+#include "util/huge_pages.hpp"
 
 namespace attnres {
 
@@ -44,7 +45,7 @@ class AdamW {
   };
   AdamWConfig config_;
   std::vector<Range> ranges_;
-  std::vector<Real> m_, v_;
+  HugePageVector<Real> m_, v_;  // on huge pages where the kernel offers them
   std::int64_t t_ = 0;
 };
 
