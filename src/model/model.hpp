@@ -18,10 +18,10 @@
 #include "model/kv_cache.hpp"
 #include "model/param_layout.hpp"
 #include "model/sublayers.hpp"
-#include "util/huge_pages.hpp"
 #include "model/topology.hpp"
 #include "model/trunk.hpp"
 #include "model/weights.hpp"
+#include "util/huge_pages.hpp"
 
 namespace attnres {
 

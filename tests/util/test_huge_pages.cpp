@@ -4,27 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <new>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/cli_util.hpp"
 #include "util/huge_pages.hpp"
 
 using namespace attnres;
+using attnres::testing::read_file;
 
 namespace {
 
 std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-
-std::string read_file(const char* path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The THPeligible value of the mapping in /proc/self/smaps that holds p: 0 or 1, or -1 where the
 // kernel does not report it.
