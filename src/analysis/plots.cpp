@@ -53,12 +53,23 @@ std::string arm_color(const std::string& arm, std::size_t index) {
       {"prenorm", "#6b7280"},  {"full", "#E69F00"},     {"block", "#0072B2"},    {"rd", "#D55E00"},
       {"rd-tied", "#56B4E9"},  {"rd-average", "#009E73"}, {"rd-frozen", "#CC79A7"}};
   static constexpr const char* kCycle[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"};
+  if (is_twin(arm)) {
+    // A twin: its original's colour halfway to grey, so "block~" is never another arm's colour.
+    const std::string base = arm_color(twin_original(arm), index);
+    std::string out = "#";
+    for (int i = 0; i < 3; ++i) {
+      const int c = std::stoi(base.substr(1 + 2 * i, 2), nullptr, 16);
+      out += format_printf("%02X", (c + 0xB0) / 2);
+    }
+    return out;
+  }
   if (const auto it = kKnown.find(arm); it != kKnown.end()) return it->second;
   return kCycle[index % std::size(kCycle)];
 }
 
 std::string arm_color(const ExperimentSummary& s, const std::string& arm) {
-  const auto it = std::find(s.spec.arms.begin(), s.spec.arms.end(), arm);
+  // A twin takes its original's place in the cycle (then its tint).
+  const auto it = std::find(s.spec.arms.begin(), s.spec.arms.end(), is_twin(arm) ? twin_original(arm) : arm);
   return arm_color(arm, static_cast<std::size_t>(it - s.spec.arms.begin()));
 }
 

@@ -26,11 +26,13 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
   // row is the noise floor, named in every other sentence).
   const Comparison& last = s.milestones.back();
   for (const auto& a : last.arms) {
-    if (a.is_baseline || (last.noise_floor && a.arm == last.noise_floor->twin)) continue;
-    std::string line = verdict_sentence(s, last, a) + ".";
+    if (a.is_baseline || is_twin(a.arm)) continue;
+    std::string line = answer_line(s, a.arm) + ".";
+    const bool answered = s.sequential && s.sequential->design.primary == a.arm &&
+                          (s.sequential->outcome == "resolved" || s.sequential->outcome == "futile");
     if (a.stats.n >= 2 && !identical_to_baseline(a))
       line += concat(" Perplexity ", format_percent(a.ppl_change, 2), ".");
-    if (a.power.available && a.stats.p_value >= kPowerAlpha)
+    if (!answered && a.power.available && a.stats.p_value >= kPowerAlpha)
       line += concat(" These seeds detect |ΔNLL| ≥ ", format_number(a.power.mde, 4), " with 80% probability.");
     out.push_back(line);
   }
@@ -43,6 +45,9 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
                          format_number(f.sd, 4), " over ", f.n, " seeds: the spread that rounding-sized differences "
                          "alone give one pair of runs by this budget."));
   }
+  for (const results::NoiseFloor& f : last.arm_floors)
+    out.push_back(concat("Noise floor of ", twin_original(f.twin), ": ", f.twin, " against it, ΔNLL mean ",
+                         format_signed(f.mean, 4), ", sd ", format_number(f.sd, 4), " over ", f.n, " seeds."));
   if (auto ranking = ranking_sentence(s)) out.push_back(std::move(*ranking));
   for (const auto& r : s.routing) {
     if (!std::isnan(r.max_weight))
@@ -192,6 +197,9 @@ std::string render_markdown(const ExperimentSummary& s) {
   if (!s.missing.empty())
     out += "> **Missing runs** (no result.json; statistics use the seeds finished in both the arm and the baseline): " +
            missing_line(s) + "\n\n";
+  if (!s.not_needed.empty())
+    out += concat("> The sequential study stopped (", s.sequential->outcome, "): ", s.not_needed.size(),
+                  " runs of later seeds were not needed.\n\n");
   const auto keys = key_results(s);
   if (!keys.empty()) {
     out += "## Key results\n\n";
@@ -212,6 +220,11 @@ std::string render_html(const ExperimentSummary& s) {
   h += "<h1>Paired experiment report</h1>\n<p class=\"meta\"><span class=\"path\">" + escape_html(s.dir) +
        "</span></p>\n";
   h += "<p class=\"meta\">" + escape_html(meta_line(s)) + "</p>\n";
+  if (!s.not_needed.empty())
+    h += "<p class=\"lead\">" +
+         escape_html(concat("The sequential study stopped (", s.sequential->outcome, "): ", s.not_needed.size(),
+                            " runs of later seeds were not needed.")) +
+         "</p>\n";
   if (!s.missing.empty())
     h += "<div class=\"warn\"><strong>Missing runs</strong> (no result.json): " + escape_html(missing_line(s)) +
          ". Statistics use the seeds finished in both the arm and the baseline.</div>\n";
@@ -249,7 +262,7 @@ std::string render_html(const ExperimentSummary& s) {
   if (s.sequential) {
     h += "<h2>Sequential seeds</h2>\n<p class=\"lead\">The seeds are run in looks; after each, the primary "
          "comparison is tested against boundaries that spend the type-I error over the looks, so that stopping "
-         "early keeps it at α. " + escape_html(sequential_clause(*s.sequential)) + ".</p>\n";
+         "early keeps it at α. Outcome: " + escape_html(sequential_clause(*s.sequential)) + ".</p>\n";
     h += table_titled("Sequential seeds");
   }
   if (!s.twin_drift.empty()) {
@@ -268,7 +281,7 @@ std::string render_html(const ExperimentSummary& s) {
            "</figcaption></figure>\n";
     h += table_titled("Baseline and twin");
   }
-  h += table_titled("Unstable runs") + table_titled("Instability of every run");
+  h += table_titled("Unstable runs") + table_titled("Instability of every run") + table_titled("Failed runs");
 
   if (!s.routing.empty()) {
     h += "<h2>Depth routing</h2>\n";

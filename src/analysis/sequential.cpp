@@ -337,11 +337,16 @@ Decision decide(const SequentialDesign& design, std::span<const double> differen
 
 double sd_upper_confidence_limit(double sd, int n, double level) {
   require(n >= 2, "sd upper limit: needs at least 2 values (got ", n, ")");
+  return sd_upper_confidence_limit_dof(sd, n - 1, level);
+}
+
+double sd_upper_confidence_limit_dof(double sd, double dof, double level) {
+  require(dof > 0 && std::isfinite(dof), "sd upper limit: needs positive degrees of freedom (got ", dof, ")");
   require(sd >= 0 && std::isfinite(sd), "sd upper limit: the sd must be finite and non-negative (got ", sd, ")");
   require(level > 0 && level < 1, "sd upper limit: level must lie in (0, 1) (got ", level, ")");
-  // (n − 1) s² / σ² ~ χ²_{n−1}: P(σ <= s √((n−1)/χ²_{1−level})) = P(χ² >= χ²_{1−level}) = level.
-  const double q = bm::quantile(bm::chi_squared_distribution<double, Policy>(n - 1), 1 - level);
-  return sd * std::sqrt((n - 1) / q);
+  // dof s² / σ² ~ χ²_dof: P(σ <= s √(dof/χ²_{1−level})) = P(χ² >= χ²_{1−level}) = level.
+  const double q = bm::quantile(bm::chi_squared_distribution<double, Policy>(dof), 1 - level);
+  return sd * std::sqrt(dof / q);
 }
 
 SequentialPower sequential_power(const SequentialDesign& design, const SequentialBoundaries& bounds, double effect,

@@ -148,6 +148,8 @@ TCalibration calibrate_t_looks(const SequentialDesign& design, int simulations =
 // sd · √((n − 1) / χ²_{1 − level, n − 1}), χ²_q the q-quantile, so that P(σ <= limit) = level
 // for normal data. Planning with it (level 0.8 or 0.9) guards against a pilot sd that came out low.
 double sd_upper_confidence_limit(double sd, int n, double level);
+// The same from an sd with `dof` degrees of freedom (not necessarily whole: Satterthwaite's).
+double sd_upper_confidence_limit_dof(double sd, double dof, double level);
 
 // How the sequential power treats the per-seed sd:
 //  known_sd:     the z-approximation: the looks test Z_k against c_k as if σ were known (optimistic

@@ -6,6 +6,8 @@
 #include <map>
 
 #include "analysis/depth_summary.hpp"
+#include "analysis/floor.hpp"
+#include "analysis/format.hpp"
 #include "analysis/sequential.hpp"
 #include "analysis/stats.hpp"
 #include "model/arms.hpp"
@@ -26,17 +28,34 @@ results::PowerSummary power_summary(const PowerEstimate& p) {
   return {p.available, p.reason, p.mde, p.seeds_for_paper, p.seeds_for_user};
 }
 
-// With the baseline's twin among the arms: its paired statistics are the comparison's noise floor,
-// and every other arm says whether its 95% CI lies inside ±(the floor's sd).
-void add_noise_floor(Comparison& c, const std::string& baseline) {
-  const ArmComparison* twin = c.find(twin_of(baseline));
-  if (twin == nullptr) return;
-  c.noise_floor = results::NoiseFloor{twin->arm, twin->stats.n, twin->stats.mean, twin->stats.sd};
-  const results::NoiseFloor& f = *c.noise_floor;
+// The floors of the comparison: each twin "<arm>~" against its arm, per seed finished in both.
+void add_noise_floors(Comparison& c, const std::string& baseline) {
+  for (const ArmComparison& t : c.arms) {
+    if (!is_twin(t.arm)) continue;
+    const ArmComparison* original = c.find(twin_original(t.arm));
+    if (original == nullptr) continue;
+    std::vector<double> d;
+    for (const SeedValue& v : t.values)
+      for (const SeedValue& o : original->values)
+        if (o.seed == v.seed) d.push_back(v.value - o.value);
+    const PairedStats p = paired_stats(d);
+    const results::NoiseFloor f{t.arm, p.n, p.n > 0 ? p.mean : results::kNotAvailable,
+                                p.n >= 2 ? p.sd : results::kNotAvailable};
+    if (original->arm == baseline) c.noise_floor = f;
+    else c.arm_floors.push_back(f);
+  }
+}
+
+// Every compared arm (not the baseline, not a twin) against the floors of the baseline's twin and
+// its own, with its fixed-sample intervals (a sequential primary's are replaced after the looks).
+void add_floor_tests(Comparison& c, double margin) {
   for (ArmComparison& a : c.arms) {
-    if (a.is_baseline || a.arm == twin->arm) continue;
-    if (f.n >= 2 && a.stats.n >= 2 && std::isfinite(f.sd) && std::isfinite(a.stats.ci_low) && std::isfinite(a.stats.ci_high))
-      a.within_noise_floor = std::max(std::abs(a.stats.ci_low), std::abs(a.stats.ci_high)) <= f.sd;
+    if (a.is_baseline || is_twin(a.arm) || a.stats.n < 2) continue;
+    std::vector<results::NoiseFloor> twins;
+    if (c.noise_floor) twins.push_back(*c.noise_floor);
+    for (const results::NoiseFloor& f : c.arm_floors)
+      if (twin_original(f.twin) == a.arm) twins.push_back(f);
+    a.floor = floor_test(a.stats, twins, margin, fixed_sample_interval(a.stats));
   }
 }
 
@@ -79,7 +98,8 @@ Comparison compare(const ExperimentSummary& s, const std::string& split, std::in
     }
     c.arms.push_back(std::move(a));
   }
-  add_noise_floor(c, s.spec.baseline);
+  add_noise_floors(c, s.spec.baseline);
+  add_floor_tests(c, floor_margin(s.spec, s.user_effect));
   return c;
 }
 
@@ -188,10 +208,75 @@ RunResult read_run_result(const std::string& path, const ExperimentSpec& spec, c
 
 namespace {
 
+std::vector<double> losses_of(const RunResult& r) {
+  std::vector<double> out;
+  out.reserve(r.curve.size());
+  for (const auto& p : r.curve) out.push_back(p.train_loss);
+  return out;
+}
+
+// The failure rule over every finished run with a curve (results::FailureRule): each run's verdict,
+// the counts per arm with Fisher's exact test against the baseline, and the last validation
+// milestone compared again without the seeds in which an arm or the baseline failed.
+void summarize_failures(ExperimentSummary& s) {
+  if (!s.spec.failure) return;
+  const results::FailureRule& rule = *s.spec.failure;
+  // The baseline's reference: the step-wise median of its runs' curves (those of the common length).
+  std::vector<std::vector<double>> baseline_curves;
+  for (const RunResult* r : s.finished_runs(s.spec.baseline))
+    if (!r->curve.empty()) baseline_curves.push_back(losses_of(*r));
+  std::erase_if(baseline_curves, [&](const std::vector<double>& c) { return c.size() != baseline_curves.front().size(); });
+  const std::vector<double> median = median_curve(baseline_curves);
+  for (const RunResult& r : s.runs) {
+    if (r.curve.empty()) continue;
+    std::vector<double> reference;
+    const bool is_baseline = r.arm == s.spec.baseline || r.arm == twin_of(s.spec.baseline);
+    if (is_baseline) {
+      if (baseline_curves.size() >= 3) reference = median;  // a median of fewer is no reference
+    } else if (const RunResult* b = s.find_run(s.spec.baseline, r.seed); b && b->curve.size() == r.curve.size()) {
+      reference = losses_of(*b);
+    }
+    const auto inst = results::run_instability(r);
+    const double clipped = inst ? inst->clipped_fraction : results::kNotAvailable;
+    s.failures.push_back(run_failure(r.arm, r.seed, r.curve, clipped,
+                                     reference.size() == r.curve.size() ? reference : std::vector<double>{}, rule));
+  }
+  const auto count = [&](const std::string& arm) {
+    results::ArmFailures c;
+    c.arm = arm;
+    for (const auto& f : s.failures)
+      if (f.arm == arm) {
+        ++c.runs;
+        c.failed += f.failed ? 1 : 0;
+      }
+    return c;
+  };
+  const results::ArmFailures base = count(s.spec.baseline);
+  for (const auto& arm : s.spec.arms) {
+    results::ArmFailures c = count(arm);
+    if (arm != s.spec.baseline)
+      c.fisher_p = fisher_exact_two_sided(c.failed, c.runs - c.failed, base.failed, base.runs - base.failed);
+    s.failure_counts.push_back(c);
+  }
+  // The secondary analysis: the failed runs left out, and with the baseline's every arm's run of that seed.
+  if (s.milestones.empty() || std::none_of(s.failures.begin(), s.failures.end(), [](const auto& f) { return f.failed; }))
+    return;
+  ExperimentSummary kept = s;
+  kept.runs.clear();
+  for (const RunResult& r : s.runs) {
+    const auto failed = [&](const std::string& arm) {
+      return std::any_of(s.failures.begin(), s.failures.end(),
+                         [&](const auto& f) { return f.failed && f.arm == arm && f.seed == r.seed; });
+    };
+    if (!failed(r.arm) && !failed(s.spec.baseline)) kept.runs.push_back(r);
+  }
+  s.without_failures = compare(kept, "val", s.spec.milestones.back(), val_nll_at);
+}
+
 // Reads the runs of s (its spec and group set) and computes its statistics.
 void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   for (const auto& arm : s.spec.arms) {
-    for (const auto seed : s.spec.seeds) {
+    for (const auto seed : s.spec.seeds_of("", arm)) {
       if (main != nullptr && s.reused_baseline && arm == s.spec.baseline) {
         if (const RunResult* r = main->find_run(arm, seed)) s.runs.push_back(*r);
         else s.missing.push_back({arm, seed});
@@ -211,9 +296,51 @@ void summarize_arms(ExperimentSummary& s, const ExperimentSummary* main) {
   s.twin_drift = summarize_twin_drift(s);
   for (const RunResult& r : s.runs)
     if (const auto inst = results::run_instability(r)) s.instability.push_back({r.arm, r.seed, *inst});
+  summarize_failures(s);
 }
 
 }  // namespace
+
+namespace {
+
+// A sequential study's look, where it matters beyond the sequential table: the primary arm's floor
+// test at the last milestone uses the look's repeated CI, and once the study stopped (resolved or
+// futile) the runs of the seeds after that look are not needed rather than missing.
+void apply_sequential_outcome(ExperimentSummary& s) {
+  if (!s.sequential || s.sequential->look < 0 || s.milestones.empty()) return;
+  const results::SequentialSummary& q = *s.sequential;
+  const results::SequentialLook& look = q.looks[static_cast<std::size_t>(q.look)];
+  Comparison& last = s.milestones.back();
+  for (ArmComparison& a : last.arms)
+    if (a.arm == q.design.primary && a.floor) {
+      std::vector<results::NoiseFloor> twins;
+      if (last.noise_floor) twins.push_back(*last.noise_floor);
+      for (const results::NoiseFloor& f : last.arm_floors)
+        if (twin_original(f.twin) == a.arm) twins.push_back(f);
+      const std::string level = format_number(100 * (1 - q.design.alpha), 0);
+      const FloorInterval rci{look.ci_low, look.ci_high, look.ci_low, look.ci_high, "repeated " + level + "% CI"};
+      a.floor = floor_test(a.stats, twins, a.floor->margin, rci);
+    }
+  if (q.outcome != "resolved" && q.outcome != "futile") return;
+  std::vector<std::int64_t> needed(s.spec.seeds.begin(),
+                                   s.spec.seeds.begin() + std::min<std::size_t>(s.spec.seeds.size(), look.n));
+  const auto move_unneeded = [&](ExperimentSummary& x) {
+    std::erase_if(x.missing, [&](const RunKey& k) {
+      if (std::find(needed.begin(), needed.end(), k.seed) != needed.end()) return false;
+      x.not_needed.push_back(k);
+      return true;
+    });
+  };
+  move_unneeded(s);
+  for (GroupResults& g : s.groups) move_unneeded(g.summary);
+}
+
+}  // namespace
+
+bool ExperimentSummary::failed(const std::string& arm, std::int64_t seed) const {
+  return std::any_of(failures.begin(), failures.end(),
+                     [&](const results::RunFailure& f) { return f.failed && f.arm == arm && f.seed == seed; });
+}
 
 ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& options) {
   require(fs::is_directory(dir), "experiment directory '", dir, "' does not exist");
@@ -233,7 +360,9 @@ ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& 
     gs.reused_baseline = g.baseline_from_main;
     gs.spec.arms = g.arms;
     gs.spec.baseline = g.baseline;
-    gs.spec.seeds = s.spec.seeds;
+    gs.spec.seeds = s.spec.seeds_of(g.name, "");
+    gs.spec.failure = s.spec.failure;
+    gs.spec.floor_margin = floor_margin(s.spec, options.effect);
     gs.spec.tokens = g.tokens;
     gs.spec.milestones = g.milestones;
     gs.spec.preset = s.spec.preset;
@@ -245,6 +374,7 @@ ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& 
     summarize_arms(gs, &s);
     s.groups.push_back(std::move(out));
   }
+  apply_sequential_outcome(s);
   return s;
 }
 
@@ -267,6 +397,10 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.systems = s.systems;
   out.twin_drift = s.twin_drift;
   out.instability = s.instability;
+  out.not_needed_runs = s.not_needed;
+  out.failures = s.failures;
+  out.failure_counts = s.failure_counts;
+  out.without_failures = s.without_failures;
 }
 
 }  // namespace

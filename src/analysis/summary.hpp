@@ -61,6 +61,14 @@ struct ExperimentSummary {
   std::vector<results::RunInstability> instability;  // every finished run with a curve, in run order
   // The arm's seeds (of those finished) that the instability rule flags.
   std::vector<std::int64_t> unstable_seeds(const std::string& arm) const;
+  // With a failure rule (ExperimentSpec::failure): every run's verdict, the counts per arm, and the
+  // last validation milestone without the failed seeds (the secondary analysis).
+  std::vector<results::RunFailure> failures;
+  std::vector<results::ArmFailures> failure_counts;
+  std::optional<Comparison> without_failures;
+  // Runs a sequential study that stopped (resolved, futile) did not need: not missing.
+  std::vector<RunKey> not_needed;
+  bool failed(const std::string& arm, std::int64_t seed) const;
   std::vector<GroupResults> groups;    // main only: one per experiment.json group, in its order
   // Main only, with sequential seeds: the looks of the primary comparison and the decision.
   std::optional<results::SequentialSummary> sequential;

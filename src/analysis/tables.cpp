@@ -46,10 +46,12 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
   Table t;
   t.title = title;
   if (tokens_column) t.header.push_back("tokens");
-  const bool floor = std::any_of(rows.begin(), rows.end(), [](const Comparison* c) { return c->noise_floor.has_value(); });
+  const bool floor = std::any_of(rows.begin(), rows.end(), [](const Comparison* c) {
+    return std::any_of(c->arms.begin(), c->arms.end(), [](const ArmComparison& a) { return a.floor.has_value(); });
+  });
   for (const char* h : {"arm", "seeds", "mean NLL", "ΔNLL ± sd", "95% CI", "p", "wins", "ppl change"})
     t.header.push_back(h);
-  if (floor) t.header.push_back("in floor");
+  if (floor) t.header.push_back("floor");
   t.left_columns = tokens_column ? 2 : 1;
   for (const Comparison* c : rows) {
     for (const auto& a : c->arms) {
@@ -66,7 +68,7 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
       row.push_back(a.is_baseline ? "" : format_p_value(a.stats.p_value));
       row.push_back(a.is_baseline ? "" : concat(a.stats.wins, "/", a.stats.n));
       row.push_back(a.is_baseline ? "" : format_percent(a.ppl_change, 2));
-      if (floor) row.push_back(a.within_noise_floor ? (*a.within_noise_floor ? "yes" : "no") : "");
+      if (floor) row.push_back(a.floor ? a.floor->state : "");
       t.rows.push_back(std::move(row));
     }
   }
@@ -75,11 +77,18 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
              " per seed finished in both (negative: the arm is better); mean ± sample sd over those seeds."),
       "95% CI: mean ± t(0.975, n−1)·sd/√n; p: two-sided paired t-test; wins: seeds where the arm's NLL is lower.",
       "ppl change = exp(mean ΔNLL) − 1 (negative: lower perplexity). n/a: fewer than two paired seeds."};
-  if (std::any_of(rows.begin(), rows.end(), [](const Comparison* c) { return c->noise_floor.has_value(); })) {
-    const std::string twin = twin_of(s.spec.baseline);
-    t.notes.push_back(concat(twin, " is ", s.spec.baseline, "'s twin (the same model, seed and data order, initial weights "
-                             "perturbed at a relative ", format_printf("%.0e", s.spec.twin_perturbation),
-                             "): its ΔNLL ± sd is the noise floor. in floor: the arm's 95% CI lies inside ±(that sd)."));
+  if (floor) {
+    const Comparison& c = *rows.back();
+    std::string margin;
+    for (const auto& a : c.arms)
+      if (a.floor) margin = format_number(a.floor->margin, 4);
+    t.notes.push_back(concat("A twin \"<arm>~\" is its arm trained again with the initial weights perturbed at a relative ",
+                             format_printf("%.0e", s.spec.twin_perturbation),
+                             ": its ΔNLL against its arm is that arm's noise floor. floor: the arm against the floors of ",
+                             s.spec.baseline, "~ and its own twin — beyond (its interval excludes 0, or its seeds' "
+                             "differences vary more than rounding makes them: F test at 5%), inside (neither, and its "
+                             "90% CI lies within the margin ±", margin, ": indistinguishable from rounding) or "
+                             "undetermined (neither: the interval is wider than the margin)."));
   }
   if (std::find(s.spec.arms.begin(), s.spec.arms.end(), "rd-average") != s.spec.arms.end())
     t.notes.push_back("rd-average is symmetric: both queries start at zero and receive identical gradients, so it "
@@ -202,6 +211,35 @@ std::optional<Table> instability_table(const ExperimentSummary& s, bool every_ru
   return t;
 }
 
+// The failure rule fixed before the runs (results::FailureRule): per arm, the failed runs and Fisher's
+// exact test against the baseline; each failed run with its reason; the secondary analysis.
+std::optional<Table> failure_table(const ExperimentSummary& s) {
+  if (s.failure_counts.empty() || !s.spec.failure) return std::nullopt;
+  const results::FailureRule& rule = *s.spec.failure;
+  Table t;
+  t.title = "Failed runs (the rule was fixed before the runs)";
+  t.header = {"arm", "failed", "Fisher p", "which", "without them: ΔNLL [95% CI]"};
+  t.left_columns = 1;
+  for (const auto& c : s.failure_counts) {
+    std::string which;
+    for (const auto& f : s.failures)
+      if (f.arm == c.arm && f.failed) which += concat(which.empty() ? "" : "; ", "seed ", f.seed, ": ", f.reason);
+    std::string secondary;
+    if (s.without_failures)
+      if (const ArmComparison* w = s.without_failures->find(c.arm); w && !w->is_baseline && w->stats.n >= 2)
+        secondary = concat(format_signed(w->stats.mean, 4), " ", ci_cell(*w), " over ", w->stats.n, " seeds");
+    t.rows.push_back({c.arm, concat(c.failed, "/", c.runs), c.arm == s.spec.baseline ? "" : format_p_value(c.fisher_p),
+                      which, secondary});
+  }
+  t.notes = {concat("A run failed when more than ", format_percent(rule.clipped_fraction, 0).substr(1),
+                    " of its steps were clipped, or when its training loss, averaged over ", rule.stall_steps,
+                    " consecutive steps, sat more than ", format_number(rule.stall_nats, 2),
+                    " nats above its reference (the baseline's run of the same seed; for the baseline and its twin the "
+                    "median of the baseline's runs). The primary analysis keeps every seed; the last column is the "
+                    "secondary analysis, at the last milestone, without the seeds in which the arm or the baseline failed.")};
+  return t;
+}
+
 std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   std::vector<Table> tables;
   std::vector<const Comparison*> val;
@@ -218,6 +256,7 @@ std::vector<Table> summary_tables(const ExperimentSummary& s, bool detailed) {
   if (auto t = throughput_table(s)) tables.push_back(std::move(*t));
   if (auto t = twin_table(s)) tables.push_back(std::move(*t));
   if (auto t = instability_table(s, detailed)) tables.push_back(std::move(*t));
+  if (auto t = failure_table(s)) tables.push_back(std::move(*t));
 
   for (Table& t : depth_tables(s, detailed)) tables.push_back(std::move(t));
 
@@ -330,6 +369,10 @@ std::string format_summary_table(const ExperimentSummary& s) {
   if (!s.missing.empty()) {
     out += "; missing:";
     for (const auto& m : s.missing) out += concat(" ", m.arm, "/seed-", m.seed);
+  }
+  if (!s.not_needed.empty()) {
+    out += concat("; ", s.not_needed.size(), " runs of later seeds not needed (the study stopped ",
+                  s.sequential ? s.sequential->outcome : std::string("early"), ")");
   }
   out += "\n";
   for (const auto& g : s.groups) {

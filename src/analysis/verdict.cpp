@@ -16,15 +16,57 @@ std::string comparison_subject(const ExperimentSummary& s, const Comparison& c, 
                 format_tokens(static_cast<double>(c.tokens)), " tokens");
 }
 
-std::string noise_floor_clause(const Comparison& c, const ArmComparison& a) {
-  if (!c.noise_floor || a.arm == c.noise_floor->twin) return "";
-  const results::NoiseFloor& f = *c.noise_floor;
-  if (f.n < 2) return concat("; noise floor: n/a (", f.twin, " finished in ", f.n, f.n == 1 ? " seed" : " seeds", ")");
-  std::string out = concat("; noise floor ±", format_number(f.sd, 4), " (the sd of ", f.twin, " vs ",
-                           twin_original(f.twin), " over ", f.n, " seeds; mean ", format_signed(f.mean, 4), ")");
-  if (a.within_noise_floor.value_or(false))
-    out += concat("; the 95% CI [", format_signed(a.stats.ci_low, 4), ", ", format_signed(a.stats.ci_high, 4),
-                  "] lies inside the floor: any difference is smaller than rounding alone makes one pair of runs differ");
+// One pair's floor, the twins it came from, and the state of the arm against it.
+std::string floor_clause(const Comparison& c, const ArmComparison& a) {
+  if (is_twin(a.arm)) return "";
+  if (!a.floor) {
+    if (!c.noise_floor) return "";
+    const results::NoiseFloor& f = *c.noise_floor;
+    return concat("; noise floor: n/a (", f.twin, " finished in ", f.n, f.n == 1 ? " seed" : " seeds", ")");
+  }
+  const results::FloorTest& f = *a.floor;
+  std::string twins;
+  for (const auto& t : f.twins) twins += concat(twins.empty() ? "" : " and ", t);
+  std::string out = concat("; noise floor ±", format_number(f.mean_sd, 4), " (rounding's s.e. of the ", a.stats.n,
+                           "-seed mean; one pair ±", format_number(f.pair_sd, 4), ", from ", twins, "): ");
+  const std::string interval = concat(f.interval, " [", format_signed(f.interval_low, 4), ", ",
+                                      format_signed(f.interval_high, 4), "]");
+  if (f.state == "inside")
+    return out + concat("inside the floor, indistinguishable from rounding (the ", interval, " lies within the margin ±",
+                        format_number(f.margin, 4), " and the seeds vary as rounding makes them, ",
+                        format_number(f.spread_ratio, 2), "x, F test p = ", format_p_value(f.spread_p), ")");
+  if (f.state == "beyond") {
+    std::string why;
+    if (f.mean_beyond) why = "the mean differs from 0";
+    if (f.spread_beyond)
+      why += concat(why.empty() ? "" : ", and ", "the seeds' differences vary ", format_number(f.spread_ratio, 2),
+                    "x as much as rounding makes them (F test p = ", format_p_value(f.spread_p), ")");
+    return out + "beyond the floor: " + why;
+  }
+  return out + concat("undetermined (the ", interval, " is wider than the margin ±", format_number(f.margin, 4),
+                      "; spread ", format_number(f.spread_ratio, 2), "x rounding's, F test p = ",
+                      format_p_value(f.spread_p), ")");
+}
+
+// The failure rule's counts for the arm and the baseline, and the secondary analysis.
+std::string failure_clause(const ExperimentSummary& s, const std::string& arm) {
+  if (s.failure_counts.empty()) return "";
+  const auto counts = [&](const std::string& name) -> const results::ArmFailures* {
+    for (const auto& c : s.failure_counts)
+      if (c.arm == name) return &c;
+    return nullptr;
+  };
+  const results::ArmFailures* a = counts(arm);
+  const results::ArmFailures* b = counts(s.spec.baseline);
+  if (a == nullptr || b == nullptr) return "";
+  std::string out = concat("; failed runs (rule fixed before the runs): ", arm, " ", a->failed, "/", a->runs, ", ",
+                           s.spec.baseline, " ", b->failed, "/", b->runs, " (Fisher's exact p = ",
+                           format_p_value(a->fisher_p), ")");
+  if (s.without_failures)
+    if (const ArmComparison* w = s.without_failures->find(arm); w && w->stats.n >= 2)
+      out += concat("; secondary, without the failed seeds: ΔNLL ", format_signed(w->stats.mean, 4), " ± ",
+                    format_number(w->stats.sd / std::sqrt(double(w->stats.n)), 4), " (s.e.) over ", w->stats.n,
+                    " seeds, p = ", format_p_value(w->stats.p_value));
   return out;
 }
 
@@ -35,7 +77,7 @@ std::string verdict_sentence(const ExperimentSummary& s, const Comparison& c, co
   const PairedSummary& p = a.stats;
   if (p.n == 0) return concat(what, ": no seed finished in both arms yet");
   if (identical_to_baseline(a)) return concat(what, ": identical to the baseline in all ", p.n, " seeds");
-  const std::string floor = noise_floor_clause(c, a);
+  const std::string floor = floor_clause(c, a);
   const std::string measured =
       p.n >= 2 ? concat("ΔNLL ", format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(p.n)), 4),
                         " (s.e.) over ", p.n, " seeds, p = ", format_p_value(p.p_value))
@@ -62,20 +104,19 @@ std::string sequential_clause(const results::SequentialSummary& q) {
   if (q.look < 0)
     return concat("sequential seeds: no look yet (the first at ", q.design.looks.front(), " seeds)");
   const results::SequentialLook& l = q.looks[static_cast<std::size_t>(q.look)];
-  const std::string interval = concat("repeated ", level, "% CI [", format_signed(l.ci_low, 4), ", ",
-                                      format_signed(l.ci_high, 4), "]");
+  const std::string interval =
+      concat("repeated ", level, "% CI [", format_signed(l.ci_low, 4), ", ", format_signed(l.ci_high, 4),
+             "], repeated p = ", format_p_value(l.p_adjusted), "; the looks test at the calibrated α* = ",
+             format_number(q.nominal_alpha, 4), " for a ", format_number(q.design.alpha, 2), " overall error");
   const std::string effect = format_number(q.design.effect, 4);
   if (q.outcome == "resolved")
-    return concat("sequential seeds: resolved at the look at ", l.n, " seeds (", interval, ", adjusted p = ",
-                  format_p_value(l.p_adjusted), ")");
+    return concat("resolved at ", l.n, " seeds: ", l.mean < 0 ? "better" : "worse", " (", interval, ")");
   if (q.outcome == "futile")
-    return concat("sequential seeds: futile at the look at ", l.n, " seeds: the ", interval,
-                  " lies inside ±", effect, ": no effect as large as ", effect);
+    return concat("futile at ", l.n, " seeds: no effect as large as ", effect, " (", interval, ")");
   if (q.outcome == "not resolved")
-    return concat("sequential seeds: not resolved at max_seeds = ", l.n, " (", interval,
-                  "); the design had power ", format_number(q.power, 2), " to resolve ", effect);
-  return concat("sequential seeds: continuing after the look at ", l.n, " seeds (", interval, "); next look at ",
-                q.next_seeds, " seeds");
+    return concat("not resolved at max_seeds = ", l.n, " (", interval, "); the design had power ",
+                  format_number(q.power, 2), " to resolve ", effect, " at the observed sd");
+  return concat("continuing after the look at ", l.n, " seeds (", interval, "); next look at ", q.next_seeds, " seeds");
 }
 
 std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
@@ -84,8 +125,20 @@ std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
   const ArmComparison* a = last.find(arm);
   require(a != nullptr && !a->is_baseline, "'", arm, "' is not a compared arm of the experiment (baseline ",
           s.spec.baseline, ")");
-  std::string line = verdict_sentence(s, last, *a);
-  if (s.sequential && s.sequential->design.primary == arm) line += "; " + sequential_clause(*s.sequential);
+  std::string line;
+  const bool primary = s.sequential && s.sequential->design.primary == arm;
+  if (primary && s.sequential->look >= 0) {
+    // A sequential study's outcome leads; the fixed-sample numbers follow, named as such, without
+    // fixed-sample advice on seeds once the design has answered.
+    const PairedSummary& p = a->stats;
+    line = concat(comparison_subject(s, last, arm), ": ", sequential_clause(*s.sequential), "; fixed-sample view: ΔNLL ",
+                  format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(std::max(p.n, 1))), 4),
+                  " (s.e.) over ", p.n, " seeds, naive p = ", format_p_value(p.p_value), floor_clause(last, *a));
+  } else {
+    line = verdict_sentence(s, last, *a);
+    if (primary) line += "; sequential seeds: " + sequential_clause(*s.sequential);
+  }
+  line += failure_clause(s, arm);
   const std::vector<std::int64_t> unstable = s.unstable_seeds(arm), base = s.unstable_seeds(s.spec.baseline);
   if (!unstable.empty() || !base.empty()) {
     std::string which;

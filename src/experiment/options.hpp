@@ -25,6 +25,7 @@ struct GroupOptions {
   std::vector<std::string> settings;  // key=value over the main configuration (as --set)
   std::int64_t tokens = 0;            // budget per run; 0: the main budget
   double budget = 0;                  // the fraction of the main budget `tokens` came from (0: none)
+  int seed_count = 0;                 // runs on the experiment's first seed_count seeds; 0: all
 };
 
 struct ExperimentOptions {
@@ -34,6 +35,12 @@ struct ExperimentOptions {
   std::vector<std::uint64_t> seeds;
   // train.init_perturbation of the twin arms ("<baseline>~"): [experiment.noise] perturbation.
   double twin_perturbation = kDefaultTwinPerturbation;
+  // Twins of the main arms run on the first twin_seeds seeds only ([experiment.noise] seeds; 0: all).
+  int twin_seeds = 0;
+  // The noise-floor test's equivalence margin in nats ([experiment.noise] margin; 0: effect / 3).
+  double floor_margin = 0;
+  // What counts as a failed run ([experiment.failure]); none: no run is counted as failed.
+  std::optional<results::FailureRule> failure;
   // Sequential seeds ([experiment.sequential]): run the seeds in looks, stop when the answer is in.
   std::optional<results::SequentialSpec> sequential;
   // From a protocol file (experiment/protocol.hpp): its name and description, and its groups.

@@ -18,16 +18,16 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-// Validates arm names and repeats, and that a twin is the baseline's.
+// Validates arm names and repeats, and that a twin copies an arm of the same list.
 void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, const std::string& what) {
   require(!arms.empty(), what, " must name at least one arm");
   require(!is_twin(arms.front()), what, ": the baseline '", arms.front(),
           "' cannot be a twin; a twin (suffix ~) is measured against the arm it copies, e.g. arms = [\"",
           twin_original(arms.front()), "\", \"", arms.front(), "\", ...]");
   for (std::size_t i = 0; i < arms.size(); ++i) {
-    require(!is_twin(arms[i]) || twin_original(arms[i]) == arms.front(), what, ": '", arms[i],
-            "' is a twin (suffix ~) of '", twin_original(arms[i]), "', which is not the baseline '",
-            arms.front(), "': only the baseline has a twin (its ΔNLL against the baseline is the noise floor)");
+    require(!is_twin(arms[i]) || std::find(arms.begin(), arms.end(), twin_original(arms[i])) != arms.end(), what,
+            ": '", arms[i], "' is a twin (suffix ~) of '", twin_original(arms[i]),
+            "', which is not among the arms: a twin is measured against the arm it copies (its noise floor)");
     apply_arm(model, arms[i]);  // validates the name
     for (std::size_t k = 0; k < i; ++k) require(arms[i] != arms[k], what, ": arm '", arms[i], "' is listed twice");
   }
@@ -137,6 +137,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     gs.settings = g.settings;
     gs.model = nlohmann::json(apply_arm(gc.model, gs.baseline));
     gs.train = {{"config_toml", to_toml(gc)}};
+    require(g.seed_count == 0 || g.seed_count >= 2, "group '", g.name, "': seeds = ", g.seed_count,
+            " (the first seeds it runs on) must be at least 2");
+    gs.seed_count = g.seed_count;
     // A group whose baseline is a main arm trained the same way up to the group's budget reads
     // that arm's main runs instead of training them again.
     gs.baseline_from_main = std::find(o.arms.begin(), o.arms.end(), gs.baseline) != o.arms.end() &&
@@ -154,6 +157,13 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   bool twins = has_twin(o.arms);
   for (const GroupOptions& g : o.groups) twins = twins || has_twin(g.arms);
   if (twins) spec.twin_perturbation = o.twin_perturbation;
+  require(o.twin_seeds == 0 || o.twin_seeds >= 2, "[experiment.noise] seeds = ", o.twin_seeds, " must be at least 2");
+  spec.twin_seeds = has_twin(o.arms) ? o.twin_seeds : 0;
+  spec.floor_margin = o.floor_margin;
+  if (o.failure) {
+    require(!o.name.empty(), "a failure rule needs a protocol file (experiment --protocol)");
+    spec.failure = o.failure;
+  }
   if (o.sequential) {
     require(!o.name.empty(), "sequential seeds need a protocol file (experiment --protocol)");
     require(static_cast<int>(o.seeds.size()) >= o.sequential->max_seeds, "sequential seeds: max_seeds is ",
@@ -172,13 +182,19 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   for (std::size_t i = 0; i < o.seeds.size(); ++i) {
     const std::uint64_t seed = o.seeds[i];
     const int index = static_cast<int>(i);
+    const auto runs_seed = [&](const std::string& group, const std::string& arm) {
+      const std::vector<std::int64_t> seeds = spec.seeds_of(group, arm);
+      return std::find(seeds.begin(), seeds.end(), static_cast<std::int64_t>(seed)) != seeds.end();
+    };
     for (const std::string& arm : o.arms)
-      plan.runs.push_back({"", arm, seed, index, run_config(base, nullptr, arm, seed, o.twin_perturbation),
+      if (runs_seed("", arm))
+        plan.runs.push_back({"", arm, seed, index, run_config(base, nullptr, arm, seed, o.twin_perturbation),
                            results::run_result_path(o.out_dir, arm, static_cast<std::int64_t>(seed)),
                            concat(arm, " seed ", seed)});
     for (std::size_t g = 0; g < o.groups.size(); ++g)
       for (const std::string& arm : o.groups[g].arms) {
         if (spec.groups[g].baseline_from_main && arm == spec.groups[g].baseline) continue;
+        if (!runs_seed(o.groups[g].name, arm)) continue;
         plan.runs.push_back({o.groups[g].name, arm, seed, index,
                              run_config(group_configs[g], nullptr, arm, seed, o.twin_perturbation),
                              results::run_result_path(o.out_dir, o.groups[g].name, arm, static_cast<std::int64_t>(seed)),

@@ -108,7 +108,7 @@ std::optional<std::vector<ShapeThroughput>> measure_throughput(const ProtocolFil
 // One grid point's experiment: the baseline and its twin (and, for the chosen point, the primary
 // arm) at the shape's budget and the point's learning rate.
 ExperimentOptions point_options(const ProtocolFile& p, const PlanOptions& o, const ShapeThroughput& shape, double lr,
-                                const std::string& label, bool with_primary, const std::string& primary) {
+                                const std::string& label, const std::string& primary) {
   const ExperimentOptions& e = p.options;
   ExperimentOptions x;
   x.base = with_settings(e.base, shape.settings, concat(p.path, ": ", label));
@@ -116,10 +116,12 @@ ExperimentOptions point_options(const ProtocolFile& p, const PlanOptions& o, con
   x.base.tokens = shape.tokens;
   x.base.validate();
   x.preset = e.preset;
-  x.arms = {e.arms.front(), twin_of(e.arms.front())};
-  if (with_primary) x.arms.push_back(primary);
+  // The floor of every arm of the primary comparison: the baseline, the primary arm and their twins.
+  x.arms = {e.arms.front(), twin_of(e.arms.front()), primary, twin_of(primary)};
   for (std::uint64_t s : p.pilot->seeds) x.seeds.push_back(s);
   x.twin_perturbation = e.twin_perturbation;
+  x.failure = e.failure;
+  x.floor_margin = e.floor_margin;
   x.name = "pilot-" + label;
   x.description = concat("pilot of ", e.name, ": ", label);
   x.data_dir = e.data_dir;
@@ -138,8 +140,10 @@ std::string primary_arm(const ExperimentOptions& e) {
   fail("the study has no compared arm besides the baseline and its twin");
 }
 
-// A grid point's numbers from its summary.
-PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const std::string& label) {
+// A grid point's numbers from its summary: the floors of both twins and of the comparison at every
+// milestone, the comparison's own sd, the baseline's NLL, unstable and failed runs.
+PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const std::string& label,
+                      const std::string& primary, double sd_confidence) {
   PilotPoint pt;
   pt.shape = shape;
   pt.lr = lr;
@@ -150,6 +154,14 @@ PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const st
     pt.floor_sd.push_back(c.noise_floor ? c.noise_floor->sd : results::kNotAvailable);
     pt.floor_mean.push_back(c.noise_floor ? c.noise_floor->mean : results::kNotAvailable);
     if (c.noise_floor) pt.seeds = c.noise_floor->n;
+    double own = results::kNotAvailable;
+    for (const results::NoiseFloor& f : c.arm_floors)
+      if (f.twin == twin_of(primary)) own = f.sd;
+    pt.primary_floor_sd.push_back(own);
+    const ArmComparison* a = c.find(primary);
+    const bool tested = a != nullptr && a->floor.has_value();
+    pt.pair_sd.push_back(tested ? a->floor->pair_sd : results::kNotAvailable);
+    if (tested) pt.pair_dof = a->floor->dof;
   }
   const ArmComparison* base = s.milestones.back().find(s.spec.baseline);
   std::vector<double> v;
@@ -157,11 +169,39 @@ PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const st
   const PairedStats stats = paired_stats(v);  // of the values themselves: their mean and sd
   pt.baseline_nll = stats.mean;
   pt.baseline_sd = stats.sd;
+  const ArmComparison* p = s.milestones.back().find(primary);
+  pt.primary_sd = p != nullptr ? p->stats.sd : results::kNotAvailable;
+  pt.pair_ucl = std::isfinite(pt.pair_sd.back()) && pt.pair_dof > 0
+                    ? sd_upper_confidence_limit_dof(pt.pair_sd.back(), pt.pair_dof, sd_confidence)
+                    : results::kNotAvailable;
   for (const RunResult& r : s.runs)
     if (const auto inst = results::run_instability(r); inst && inst->unstable) ++pt.unstable_runs;
+  for (const results::RunFailure& f : s.failures) pt.failed_runs += f.failed ? 1 : 0;
   return pt;
 }
 
+}  // namespace
+
+int choose_point(const std::vector<PilotPoint>& points, double nll_tolerance, int* best_out) {
+  int best = -1;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    if (points[i].eligible && (best < 0 || points[i].baseline_nll < points[static_cast<std::size_t>(best)].baseline_nll))
+      best = static_cast<int>(i);
+  if (best_out != nullptr) *best_out = best;
+  if (best < 0) return -1;
+  const double within = points[static_cast<std::size_t>(best)].baseline_nll + nll_tolerance;
+  int chosen = -1;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const PilotPoint& pt = points[i];
+    if (!pt.eligible || pt.baseline_nll > within) continue;
+    if (chosen < 0) { chosen = static_cast<int>(i); continue; }
+    const PilotPoint& c = points[static_cast<std::size_t>(chosen)];
+    if (pt.lr < c.lr || (pt.lr == c.lr && pt.baseline_nll < c.baseline_nll)) chosen = static_cast<int>(i);
+  }
+  return chosen;
+}
+
+namespace {
 
 // A TOML basic string.
 std::string quoted(const std::string& text) {
@@ -216,6 +256,13 @@ std::string plan_protocol_text(const ProtocolFile& p, const PlanResult& r, const
     out += "test_fraction = " + format_printf("%g", p.prepare->test_fraction) + "\n";
   }
   out += "\n[experiment.noise]\nperturbation = " + format_printf("%g", e.twin_perturbation) + "\n";
+  if (e.twin_seeds > 0) out += concat("seeds = ", e.twin_seeds, "\n");
+  out += "margin = " + format_printf("%.10g", e.floor_margin > 0 ? e.floor_margin : pilot.floor_fraction * pilot.effect) + "\n";
+  if (e.failure) {
+    out += "\n[experiment.failure]\nclipped_fraction = " + format_printf("%g", e.failure->clipped_fraction) + "\n";
+    out += "stall_nats = " + format_printf("%g", e.failure->stall_nats) + "\n";
+    out += concat("stall_steps = ", e.failure->stall_steps, "\n");
+  }
   out += "\n[experiment.sequential]\nlooks = [";
   for (std::size_t i = 0; i < r.plan.design.looks.size(); ++i) out += concat(i ? ", " : "", r.plan.design.looks[i]);
   out += "]\nalpha = " + format_printf("%g", r.plan.design.alpha) + "\n";
@@ -235,6 +282,7 @@ std::string plan_protocol_text(const ProtocolFile& p, const PlanResult& r, const
     if (g.arms.front() != e.arms.front()) out += "baseline = " + quoted(g.arms.front()) + "\n";
     out += "arms = " + quoted_list(std::vector<std::string>(g.arms.begin() + 1, g.arms.end())) + "\n";
     if (!g.settings.empty()) out += "set = " + quoted_list(g.settings) + "\n";
+    if (g.seed_count > 0) out += concat("seeds = ", g.seed_count, "\n");
     if (g.kind == "probe" && pilot.probes_at_equal_compute) {
       const auto it = std::find_if(r.shapes.begin(), r.shapes.end(),
                                    [&](const ShapeThroughput& t) { return t.label == "probe-" + g.name; });
@@ -260,11 +308,11 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   const std::string primary = primary_arm(e);
   const std::size_t n_shapes = std::max<std::size_t>(1, pilot.shapes.size());
   // The pilot's compute, known before any run: every run gets run_core_seconds.
-  const double grid_runs = double(n_shapes * pilot.lrs.size() * pilot.seeds.size() * 2 + pilot.seeds.size());
+  const double grid_runs = double(n_shapes * pilot.lrs.size() * pilot.seeds.size() * 4);
   const double pilot_core_seconds = grid_runs * pilot.run_core_seconds;
   require(pilot_core_seconds <= pilot.pilot_core_hours * 3600.0, p.path, ": [pilot] the grid (", n_shapes,
           n_shapes == 1 ? " shape" : " shapes", " x ", pilot.lrs.size(), " learning rates x ", pilot.seeds.size(),
-          " seeds x the baseline and its twin, and the primary arm at the chosen setting: ", grid_runs,
+          " seeds x the baseline, the primary arm and their twins: ", grid_runs,
           " runs of run_core_seconds = ", pilot.run_core_seconds, ") needs ",
           format_number(pilot_core_seconds / 3600.0, 2), " core-hours, over pilot_core_hours = ",
           pilot.pilot_core_hours, "; shrink the grid or the runs, or raise the cap");
@@ -277,13 +325,13 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   if (!shapes) return std::nullopt;
   result.shapes = *shapes;
 
-  // 2. The grid: the baseline and its twin at every (shape, lr).
+  // 2. The grid: the baseline, the primary arm and both twins at every (shape, lr).
   std::vector<ExperimentOptions> grid;
   std::vector<std::pair<int, double>> where;
   for (std::size_t s = 0; s < n_shapes; ++s)
     for (double lr : pilot.lrs) {
       const std::string label = concat(result.shapes[s].label, "-lr", lr_text(lr));
-      grid.push_back(point_options(p, o, result.shapes[s], lr, label, false, primary));
+      grid.push_back(point_options(p, o, result.shapes[s], lr, label, primary));
       where.emplace_back(static_cast<int>(s), lr);
     }
   std::vector<std::string> grid_results;
@@ -297,72 +345,89 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   }
   if (!wait_for(grid_results, o, status, "pilot runs")) return std::nullopt;
 
-  // 3. The rule.
+  // 3. The rule: the comparison's floor (both twins) has its upper confidence limit below the
+  // threshold, every run finished, none unstable or failed; among those, the lowest learning rate
+  // whose baseline NLL is within nll_tolerance of the best one's.
   const double floor_limit = pilot.floor_fraction * pilot.effect;
   for (std::size_t i = 0; i < grid.size(); ++i) {
-    PilotPoint pt = read_point(compute_summary(grid[i].out_dir), where[i].first, where[i].second,
-                               grid[i].name.substr(6));
-    pt.eligible = pt.seeds == static_cast<int>(pilot.seeds.size()) && pt.unstable_runs == 0 &&
-                  std::isfinite(pt.floor_sd.back()) && pt.floor_sd.back() < floor_limit;
+    SummaryOptions so;
+    so.effect = pilot.effect;
+    PilotPoint pt = read_point(compute_summary(grid[i].out_dir, so), where[i].first, where[i].second,
+                               grid[i].name.substr(6), primary, pilot.sd_confidence);
+    pt.eligible = pt.seeds == static_cast<int>(pilot.seeds.size()) && pt.unstable_runs == 0 && pt.failed_runs == 0 &&
+                  std::isfinite(pt.pair_ucl) && pt.pair_ucl < floor_limit;
     result.points.push_back(std::move(pt));
   }
-  const auto better = [](const PilotPoint& a, const PilotPoint& b) { return a.baseline_nll < b.baseline_nll; };
-  for (std::size_t i = 0; i < result.points.size(); ++i)
-    if (result.points[i].eligible && (result.chosen < 0 || better(result.points[i], result.points[result.chosen])))
-      result.chosen = static_cast<int>(i);
+  result.chosen = choose_point(result.points, pilot.nll_tolerance, &result.best);
   result.rule_met = result.chosen >= 0;
   if (!result.rule_met)  // none meets the rule: the quietest setting, said plainly in the plan
     for (std::size_t i = 0; i < result.points.size(); ++i)
-      if (result.chosen < 0 || result.points[i].floor_sd.back() < result.points[result.chosen].floor_sd.back())
+      if (std::isfinite(result.points[i].pair_ucl) &&
+          (result.chosen < 0 || result.points[i].pair_ucl < result.points[result.chosen].pair_ucl))
         result.chosen = static_cast<int>(i);
-
-  // 4. The primary arm at the chosen setting (the experiment grows by one arm).
+  require(result.chosen >= 0, "plan: no pilot setting has a measured floor (every setting needs two finished seeds)");
   const PilotPoint& chosen = result.points[static_cast<std::size_t>(result.chosen)];
-  ExperimentOptions with_primary = point_options(p, o, result.shapes[static_cast<std::size_t>(chosen.shape)], chosen.lr,
-                                                 chosen.label, true, primary);
-  if (!run_experiment(with_primary) && o.stop != nullptr && o.stop->load()) return std::nullopt;
-  std::vector<std::string> primary_results;
-  for (std::uint64_t seed : with_primary.seeds)
-    primary_results.push_back(results::run_result_path(with_primary.out_dir, primary, static_cast<std::int64_t>(seed)));
-  if (!wait_for(primary_results, o, status, "runs of the primary arm")) return std::nullopt;
-  const ExperimentSummary at_chosen = compute_summary(with_primary.out_dir);
-  const ArmComparison* primary_cmp = at_chosen.milestones.back().find(primary);
-  result.sd_floor = chosen.floor_sd.back();
-  result.sd_primary = primary_cmp->stats.sd;
+  result.sd_floor = chosen.pair_sd.back();
+  result.sd_primary = chosen.primary_sd;
 
-  // 5. Seeds from the upper confidence limit of the larger sd, and the study's compute.
+  // 4. Seeds from the upper confidence limits (the same standard as the rule) of the floor and the
+  // primary comparison's sd, the larger, with the planned failures' variance on top.
   const int n = static_cast<int>(pilot.seeds.size());
-  result.sd_plan = sd_upper_confidence_limit(std::max(result.sd_floor, result.sd_primary), n, pilot.sd_confidence);
+  const double primary_ucl = sd_upper_confidence_limit(std::isfinite(result.sd_primary) ? result.sd_primary : 0, n,
+                                                       pilot.sd_confidence);
+  result.sd_plan_without_failures = std::max(chosen.pair_ucl, primary_ucl);
+  result.sd_plan = std::sqrt(result.sd_plan_without_failures * result.sd_plan_without_failures +
+                             pilot.failure_rate * (1 - pilot.failure_rate) * pilot.failure_nats * pilot.failure_nats);
   const Spending spending = parse_spending(pilot.spending);
-  result.plan = max_seeds_for_power(pilot.effect, result.sd_plan, spending);
-  // At least kMinStudySeeds (a design that resolves in 3 seeds would rest on an sd of 2 degrees of
-  // freedom), at most the cap.
-  result.capped = result.plan.max_seeds == 0 || result.plan.max_seeds > pilot.max_seeds;
-  if (result.capped || result.plan.max_seeds < kMinStudySeeds) {
-    SeedPlan capped;
-    capped.max_seeds = result.capped ? pilot.max_seeds : kMinStudySeeds;
-    capped.design = {looks_at_fractions(capped.max_seeds, kDefaultLookFractions), 0.05, spending};
-    const SequentialPower power = sequential_power(capped.design, sequential_boundaries(capped.design), pilot.effect,
-                                                   result.sd_plan);
-    capped.power = power.power;
-    capped.expected_seeds = power.expected_seeds;
-    capped.fixed_seeds = pairs_needed(pilot.effect, result.sd_plan);
-    capped.inflation = capped.fixed_seeds > 0 ? double(capped.max_seeds) / capped.fixed_seeds : 0;
-    result.plan = capped;
-  }
-  // Per seed: every main arm at run_core_seconds, each group's arms at theirs (controls: their
-  // fraction of the main budget; probes: run_core_seconds at equal compute), plus evaluations.
+  // Per seed: every main arm that is not a twin at run_core_seconds, each group's arms at theirs
+  // (controls: their fraction of the main budget; probes: run_core_seconds at equal compute), plus
+  // evaluations; the twins only on their first seeds, once.
   const ShapeThroughput& shape = result.shapes[static_cast<std::size_t>(chosen.shape)];
   TrainConfig main = with_settings(e.base, shape.settings, p.path);
   main.tokens = shape.tokens;
-  double per_seed = double(e.arms.size()) * pilot.run_core_seconds * (1 + evaluation_overhead(main));
-  // (At most: a group whose baseline runs are the main's trains one arm fewer.)
+  const double run_cost = pilot.run_core_seconds * (1 + evaluation_overhead(main));
+  double per_seed = 0, fixed = 0;
+  const int twin_seeds = e.twin_seeds;
+  for (const std::string& arm : e.arms)
+    if (is_twin(arm) && twin_seeds > 0) fixed += run_cost * twin_seeds;
+    else per_seed += run_cost;
   for (const GroupOptions& g : e.groups) {
     const double fraction = g.kind == "probe" && pilot.probes_at_equal_compute ? 1.0 : (g.budget > 0 ? g.budget : 1.0);
-    per_seed += double(g.arms.size()) * pilot.run_core_seconds * fraction * (1 + evaluation_overhead(main));
+    const double cost = double(g.arms.size()) * run_cost * fraction;  // at most: a reused baseline trains one fewer
+    if (g.seed_count > 0) fixed += cost * g.seed_count;
+    else per_seed += cost;
   }
   result.core_seconds_per_seed = per_seed;
-  result.seeds_that_fit = static_cast<int>(pilot.budget_core_hours * 3600.0 / per_seed);
+  result.core_seconds_fixed = fixed;
+  const double budget = pilot.budget_core_hours * 3600.0;
+  result.seeds_that_fit = per_seed > 0 ? static_cast<int>((budget - fixed) / per_seed) : 0;
+  result.plan = max_seeds_for_power(pilot.effect, result.sd_plan, spending);
+  // At least kMinStudySeeds (a design that resolves in 3 seeds would rest on an sd of 2 degrees of
+  // freedom), at most the cap and what the budget pays for; a design that cannot fit kMinStudySeeds
+  // is refused.
+  require(result.seeds_that_fit >= kMinStudySeeds, p.path, ": [pilot] budget_core_hours = ", pilot.budget_core_hours,
+          " pays for ", std::max(result.seeds_that_fit, 0), " seeds of this study (", format_number(per_seed, 0),
+          " core-seconds per seed, ", format_number(fixed, 0), " for the twins' and groups' first seeds); at least ",
+          kMinStudySeeds, " are needed: raise the budget or cut arms, groups or the run length. Nothing was written.");
+  const int cap = std::min(pilot.max_seeds, result.seeds_that_fit);
+  result.capped = result.plan.max_seeds == 0 || result.plan.max_seeds > pilot.max_seeds;
+  result.shrunk = !result.capped && result.plan.max_seeds > result.seeds_that_fit;
+  if (result.capped || result.shrunk || result.plan.max_seeds < kMinStudySeeds) {
+    SeedPlan fitted;
+    fitted.max_seeds = result.plan.max_seeds < kMinStudySeeds && !result.capped && !result.shrunk ? kMinStudySeeds : cap;
+    fitted.design = {looks_at_fractions(fitted.max_seeds, kDefaultLookFractions), 0.05, spending};
+    const SequentialPower power = sequential_power(fitted.design, sequential_boundaries(fitted.design), pilot.effect,
+                                                   result.sd_plan);
+    fitted.power = power.power;
+    fitted.expected_seeds = power.expected_seeds;
+    fitted.fixed_seeds = pairs_needed(pilot.effect, result.sd_plan);
+    fitted.inflation = fitted.fixed_seeds > 0 ? double(fitted.max_seeds) / fitted.fixed_seeds : 0;
+    result.plan = fitted;
+  }
+  result.power_without_failures =
+      sequential_power(result.plan.design, sequential_boundaries(result.plan.design), pilot.effect,
+                       result.sd_plan_without_failures)
+          .power;
 
   // 6. The protocol.
   result.protocol_path = o.write_to.empty() ? pilot.out : o.write_to;

@@ -51,10 +51,16 @@ struct PilotPoint {
   std::string label, dir;
   int seeds = 0;                          // finished in both the baseline and its twin
   std::vector<std::int64_t> milestones;   // validation milestones (tokens)
-  std::vector<double> floor_sd, floor_mean;  // the twin's ΔNLL per milestone
+  std::vector<double> floor_sd, floor_mean;  // the baseline twin's ΔNLL per milestone
+  std::vector<double> primary_floor_sd;      // the primary arm's twin's ΔNLL sd per milestone
+  std::vector<double> pair_sd;               // the comparison's floor per milestone (analysis::floor_test)
+  double pair_dof = 0;                       // its degrees of freedom at the final milestone
+  double pair_ucl = 0;                       // its upper confidence limit there (sd_confidence)
+  double primary_sd = 0;                     // sd of primary − baseline at the final milestone
   double baseline_nll = 0, baseline_sd = 0;  // final validation NLL of the baseline over the seeds
   int unstable_runs = 0;
-  bool eligible = false;                  // meets the rule
+  int failed_runs = 0;                       // by the failure rule of the pilot file, when it has one
+  bool eligible = false;                     // meets the rule
 };
 
 struct PlanResult {
@@ -62,10 +68,15 @@ struct PlanResult {
   std::vector<PilotPoint> points;
   int chosen = -1;
   bool rule_met = false;  // a point was eligible (else the lowest floor was chosen, and the plan says so)
+  int best = -1;           // the eligible point with the lowest baseline NLL (the choice is within tolerance of it)
   double sd_floor = 0, sd_primary = 0, sd_plan = 0;
+  double sd_plan_without_failures = 0;   // the planning sd before the failure term
   analysis::SeedPlan plan;               // at the cap when the power target needs more seeds
   bool capped = false;
+  bool shrunk = false;                   // cut to the seeds that fit the budget
+  double power_without_failures = 0;     // the plan's power were no run to fail
   double core_seconds_per_seed = 0;
+  double core_seconds_fixed = 0;         // the twins' runs on their first seeds (once)
   int seeds_that_fit = 0;
   std::string protocol_path;
   std::string protocol_text;
@@ -76,6 +87,12 @@ struct PlanResult {
 // plan, or nothing when stopped by a signal (rerun to continue). Errors before any training: a
 // grid whose runs need more than pilot_core_hours, a pilot file that is not one.
 std::optional<PlanResult> run_pilot(const ProtocolFile& pilot, const PlanOptions& options);
+
+// The rule's choice among the grid's points (fixed in advance, docs/experiments.md): of the eligible
+// points (PilotPoint::eligible), the lowest learning rate whose baseline NLL is within nll_tolerance
+// of the best eligible one's (ties: the lower NLL). -1 when none is eligible; *best (if given) is the
+// best eligible point.
+int choose_point(const std::vector<PilotPoint>& points, double nll_tolerance, int* best = nullptr);
 
 // The pilot's tables and the chosen design, as the protocol's header comment and `plan` print them.
 std::string plan_report(const ProtocolFile& pilot, const PlanResult& result);

@@ -58,6 +58,10 @@ GroupOptions read_group(const std::string& path, const toml::table& table, const
     g.budget = f;
     g.tokens = static_cast<std::int64_t>(std::llround(f * double(main.base.tokens)));
   }
+  if (const toml::node* n = s.find("seeds")) {  // the first N of the experiment's seeds
+    g.seed_count = static_cast<int>(s.integer("seeds", 0));
+    if (g.seed_count < 2) s.bad(*n, "seeds", "must be at least 2: the group runs on the experiment's first N seeds");
+  }
   s.finish();
   return g;
 }
@@ -177,6 +181,18 @@ PilotSpec read_pilot(const std::string& path, const toml::table& table, const Pr
     q.floor_fraction = s.number("floor_fraction", q.floor_fraction);
     if (!(q.floor_fraction > 0 && q.floor_fraction <= 1)) s.bad(*f, "floor_fraction", "must be in (0, 1]");
   }
+  if (const toml::node* n = s.find("nll_tolerance")) {
+    q.nll_tolerance = s.number("nll_tolerance", q.nll_tolerance);
+    if (!(q.nll_tolerance >= 0 && std::isfinite(q.nll_tolerance))) s.bad(*n, "nll_tolerance", "must be >= 0 nats");
+  }
+  if (const toml::node* n = s.find("failure_rate")) {
+    q.failure_rate = s.number("failure_rate", q.failure_rate);
+    if (!(q.failure_rate >= 0 && q.failure_rate < 0.5)) s.bad(*n, "failure_rate", "must be in [0, 0.5)");
+  }
+  if (const toml::node* n = s.find("failure_nats")) {
+    q.failure_nats = s.number("failure_nats", q.failure_nats);
+    if (!(q.failure_nats > 0 && std::isfinite(q.failure_nats))) s.bad(*n, "failure_nats", "must be a positive number of nats");
+  }
   if (const toml::node* c = s.find("sd_confidence")) {
     q.sd_confidence = s.number("sd_confidence", q.sd_confidence);
     if (!(q.sd_confidence >= 0.5 && q.sd_confidence < 1)) s.bad(*c, "sd_confidence", "must be in [0.5, 1)");
@@ -256,7 +272,35 @@ ProtocolFile read_protocol(const std::string& path) {
       if (!(o.twin_perturbation > 0 && o.twin_perturbation <= 0.01))
         ns.bad(*n, "perturbation", "must be in (0, 0.01]: the relative size of the twins' initial-weight perturbation");
     }
+    if (const toml::node* n = ns.find("seeds")) {
+      o.twin_seeds = static_cast<int>(ns.integer("seeds", 0));
+      if (o.twin_seeds < 2) ns.bad(*n, "seeds", "must be at least 2: the twins run on the experiment's first N seeds");
+    }
+    if (const toml::node* n = ns.find("margin")) {
+      o.floor_margin = ns.number("margin", 0);
+      if (!(std::isfinite(o.floor_margin) && o.floor_margin > 0))
+        ns.bad(*n, "margin", "must be a positive number of nats: the noise-floor test's equivalence margin");
+    }
     ns.finish();
+  }
+  if (const toml::table* failure = ex->get_as<toml::table>("failure")) {
+    Section fs_(path, *failure, "experiment.failure");
+    results::FailureRule f;
+    if (const toml::node* n = fs_.find("clipped_fraction")) {
+      f.clipped_fraction = fs_.number("clipped_fraction", f.clipped_fraction);
+      if (!(f.clipped_fraction > 0 && f.clipped_fraction <= 1))
+        fs_.bad(*n, "clipped_fraction", "must be in (0, 1]: the share of clipped steps above which a run failed");
+    }
+    if (const toml::node* n = fs_.find("stall_nats")) {
+      f.stall_nats = fs_.number("stall_nats", f.stall_nats);
+      if (!(std::isfinite(f.stall_nats) && f.stall_nats > 0)) fs_.bad(*n, "stall_nats", "must be a positive number of nats");
+    }
+    if (const toml::node* n = fs_.find("stall_steps")) {
+      f.stall_steps = static_cast<int>(fs_.integer("stall_steps", f.stall_steps));
+      if (f.stall_steps < 1) fs_.bad(*n, "stall_steps", "must be at least 1");
+    }
+    fs_.finish();
+    o.failure = f;
   }
   if (const toml::table* seq = ex->get_as<toml::table>("sequential")) o.sequential = read_sequential(path, *seq, p);
   if (const toml::table* prep = ex->get_as<toml::table>("prepare")) {
@@ -270,7 +314,7 @@ ProtocolFile read_protocol(const std::string& path) {
     ps.finish();
     p.prepare = spec;
   }
-  e.finish({"prepare", "noise", "sequential"});
+  e.finish({"prepare", "noise", "sequential", "failure"});
   if (o.sequential && o.seeds.empty())  // no seeds listed: 1 .. max_seeds
     for (int s = 1; s <= o.sequential->max_seeds; ++s) o.seeds.push_back(static_cast<std::uint64_t>(s));
   if (const toml::table* pilot = root.get_as<toml::table>("pilot")) {

@@ -36,8 +36,17 @@ struct PilotSpec {
   // The rule: the lowest mean validation NLL of the baseline among the settings whose noise floor
   // (the twin's sd of ΔNLL at the final milestone) is below floor_fraction · effect and whose runs
   // are all stable; the seeds from the sd's upper confidence limit at sd_confidence.
+  // Since issue #46: the floor is the comparison's (the twins of the baseline and the primary arm),
+  // its upper confidence limit at sd_confidence is what must lie below floor_fraction · effect, and
+  // among the settings that meet the rule the lowest learning rate whose baseline NLL is within
+  // nll_tolerance of the best is chosen (stability before the last bit of NLL).
   double floor_fraction = 1.0 / 3.0;
   double sd_confidence = 0.8;
+  double nll_tolerance = 0.01;
+  // Seeds are sized for failed runs too: a planned rate of failed seeds, each moving the comparison by
+  // about failure_nats, adds failure_rate·(1 − failure_rate)·failure_nats² to the planning variance.
+  double failure_rate = 0;
+  double failure_nats = 0.25;
   std::string spending = "obrien-fleming";
   int max_seeds = 24;              // the plan's cap
   bool probes_at_equal_compute = true;  // probes' budgets from their shapes' measured throughput

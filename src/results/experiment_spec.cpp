@@ -91,7 +91,7 @@ void from_json(JsonObject& in, Protocol& p) {
 }
 
 json to_json(const GroupSpec& g) {
-  return {{"name", g.name},
+  json j = {{"name", g.name},
           {"kind", g.kind},
           {"arms", g.arms},
           {"baseline", g.baseline},
@@ -101,6 +101,8 @@ json to_json(const GroupSpec& g) {
           {"settings", g.settings},
           {"model", g.model},
           {"train", g.train}};
+  if (g.seed_count > 0) j["seed_count"] = g.seed_count;
+  return j;
 }
 
 void from_json(JsonObject& in, GroupSpec& g) {
@@ -118,6 +120,10 @@ void from_json(JsonObject& in, GroupSpec& g) {
   for (const JsonValue& v : in.get("settings").array()) g.settings.push_back(v.string());
   g.model = read_passthrough_object(in, "model");
   g.train = read_passthrough_object(in, "train");
+  if (const auto n = in.find("seed_count")) {
+    g.seed_count = static_cast<int>(n->integer());
+    if (g.seed_count < 2) n->bad("must be at least 2 (a paired comparison needs two seeds)");
+  }
 }
 
 json to_json(const SequentialSpec& s) {
@@ -150,6 +156,33 @@ void from_json(JsonObject& in, SequentialSpec& s) {
   s.primary = in.get("primary").string();
 }
 
+json to_json(const FailureRule& f) {
+  return {{"clipped_fraction", f.clipped_fraction}, {"stall_nats", f.stall_nats}, {"stall_steps", f.stall_steps}};
+}
+
+void from_json(JsonObject& in, FailureRule& f) {
+  const JsonValue clipped = in.get("clipped_fraction");
+  f.clipped_fraction = clipped.number();
+  if (!(f.clipped_fraction > 0 && f.clipped_fraction <= 1)) clipped.bad("must be in (0, 1]");
+  const JsonValue nats = in.get("stall_nats");
+  f.stall_nats = nats.number();
+  if (!(f.stall_nats > 0)) nats.bad("must be a positive number of nats");
+  const JsonValue steps = in.get("stall_steps");
+  f.stall_steps = static_cast<int>(steps.integer());
+  if (f.stall_steps < 1) steps.bad("must be at least 1");
+}
+
+std::vector<std::int64_t> ExperimentSpec::seeds_of(const std::string& group, const std::string& arm) const {
+  int count = 0;
+  if (group.empty()) {
+    if (!arm.empty() && arm.back() == '~') count = twin_seeds;
+  } else if (const GroupSpec* g = find_group(group)) {
+    count = g->seed_count;
+  }
+  if (count <= 0 || count >= static_cast<int>(seeds.size())) return seeds;
+  return {seeds.begin(), seeds.begin() + count};
+}
+
 const GroupSpec* ExperimentSpec::find_group(const std::string& group) const {
   for (const auto& g : groups)
     if (g.name == group) return &g;
@@ -172,8 +205,11 @@ json to_json(const ExperimentSpec& s) {
     for (const auto& g : s.groups) groups.push_back(to_json(g));
     j["groups"] = std::move(groups);
     if (s.sequential) j["sequential"] = to_json(*s.sequential);
+    if (s.failure) j["failure"] = to_json(*s.failure);
   }
   if (s.twin_perturbation > 0) j["twin_perturbation"] = s.twin_perturbation;
+  if (s.twin_seeds > 0) j["twin_seeds"] = s.twin_seeds;
+  if (s.floor_margin > 0) j["floor_margin"] = s.floor_margin;
   return j;
 }
 
@@ -189,7 +225,16 @@ void from_json(JsonObject& in, ExperimentSpec& s) {
     s.twin_perturbation = p->number();
     if (!(s.twin_perturbation > 0 && s.twin_perturbation <= 0.01)) p->bad("must be in (0, 0.01]");
   }
+  if (const auto t = in.find("twin_seeds")) {
+    s.twin_seeds = static_cast<int>(t->integer());
+    if (s.twin_seeds < 2) t->bad("must be at least 2 (a floor needs two seeds)");
+  }
+  if (const auto m = in.find("floor_margin")) {
+    s.floor_margin = m->number();
+    if (!(s.floor_margin > 0)) m->bad("must be a positive number of nats");
+  }
   if (s.version == 1) return;
+  if (const auto f = in.find("failure")) s.failure = read_object<FailureRule>(*f);
   s.name = in.get("name").string();
   if (const auto d = in.find("description")) s.description = d->string();
   s.dataset = read_passthrough_object(in, "dataset");

@@ -44,6 +44,9 @@ struct GroupSpec {
   std::vector<std::string> settings;     // key=value settings applied over the main configuration
   nlohmann::json model = nlohmann::json::object();  // the group baseline's model config, passed through
   nlohmann::json train = nlohmann::json::object();  // its training settings, passed through
+  // The group runs on the experiment's first `seed_count` seeds only (a floor or a control needs a
+  // few seeds, not all of them); 0: every seed. Written when > 0.
+  int seed_count = 0;
 
   bool operator==(const GroupSpec&) const = default;
 };
@@ -64,6 +67,20 @@ struct SequentialSpec {
   bool operator==(const SequentialSpec&) const = default;
 };
 
+// What counts as a failed run, declared before the runs ([experiment.failure], docs/experiments.md
+// "Failed runs"): more than `clipped_fraction` of its steps clipped, or a stall — its training loss,
+// averaged over `stall_steps` consecutive steps, above its reference's by more than `stall_nats`
+// (the reference: the baseline's run of the same seed, the same batches; for the baseline and its
+// twin, the step-wise median of the baseline's runs over the seeds). The primary analysis keeps every
+// seed; failures are counted per arm and a secondary analysis leaves their seeds out.
+struct FailureRule {
+  double clipped_fraction = 0.08;
+  double stall_nats = 0.3;
+  int stall_steps = 25;
+
+  bool operator==(const FailureRule&) const = default;
+};
+
 struct ExperimentSpec : Protocol {
   int version = 1;  // 2 when written from a protocol file (name, groups, dataset)
   std::string name;         // the protocol's name; "" for an experiment from command-line options
@@ -76,8 +93,16 @@ struct ExperimentSpec : Protocol {
   // The relative perturbation of the twins' initial weights; written when an arm is a twin.
   double twin_perturbation = 0;
   std::optional<SequentialSpec> sequential;  // version 2 only; none: every seed is run
+  // Twins of the main arms run on the first `twin_seeds` seeds only; 0: every seed. Written when > 0.
+  int twin_seeds = 0;
+  // The margin (nats) of the noise-floor test's "inside" (an equivalence test): written when > 0;
+  // 0: a third of the effect of interest (the paper's 0.030 when none is given).
+  double floor_margin = 0;
+  std::optional<FailureRule> failure;  // version 2 only; none: no run is counted as failed
 
   bool operator==(const ExperimentSpec&) const = default;
+  // The seeds (arm, group "" for the main arms) runs with: all, or the first twin_seeds / seed_count.
+  std::vector<std::int64_t> seeds_of(const std::string& group, const std::string& arm) const;
   const GroupSpec* find_group(const std::string& name) const;
 };
 
@@ -93,6 +118,9 @@ void from_json(JsonObject& in, GroupSpec& g);
 
 nlohmann::json to_json(const SequentialSpec& s);
 void from_json(JsonObject& in, SequentialSpec& s);
+
+nlohmann::json to_json(const FailureRule& f);
+void from_json(JsonObject& in, FailureRule& f);
 
 nlohmann::json to_json(const ExperimentSpec& s);
 void from_json(JsonObject& in, ExperimentSpec& s);

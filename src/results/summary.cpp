@@ -100,7 +100,7 @@ json to_json(const ArmComparison& a) {
     j["ppl_reduction"] = number_or_null(-a.ppl_change);
     j["ppl_change_ci95"] = {number_or_null(a.ppl_change_ci_low), number_or_null(a.ppl_change_ci_high)};
     j["power"] = to_json(a.power);
-    if (a.within_noise_floor) j["within_noise_floor"] = *a.within_noise_floor;
+    if (a.floor) j["floor"] = to_json(*a.floor);
   }
   return j;
 }
@@ -121,7 +121,74 @@ void from_json(JsonObject& in, ArmComparison& a) {
   a.ppl_change_ci_low = bounds[0];
   a.ppl_change_ci_high = bounds[1];
   a.power = read_object<PowerSummary>(in.get("power"));
-  if (const auto w = in.find("within_noise_floor")) a.within_noise_floor = w->boolean();
+  if (const auto f = in.find("floor")) a.floor = read_object<FloorTest>(*f);
+}
+
+json to_json(const FloorTest& f) {
+  return {{"state", f.state},
+          {"twins", f.twins},
+          {"pair_sd", number_or_null(f.pair_sd)},
+          {"dof", number_or_null(f.dof)},
+          {"mean_sd", number_or_null(f.mean_sd)},
+          {"margin", number_or_null(f.margin)},
+          {"interval", f.interval},
+          {"interval_low", number_or_null(f.interval_low)},
+          {"interval_high", number_or_null(f.interval_high)},
+          {"mean_beyond", f.mean_beyond},
+          {"spread_ratio", number_or_null(f.spread_ratio)},
+          {"spread_p", number_or_null(f.spread_p)},
+          {"spread_beyond", f.spread_beyond}};
+}
+
+void from_json(JsonObject& in, FloorTest& f) {
+  const JsonValue state = in.get("state");
+  f.state = state.string();
+  if (f.state != "inside" && f.state != "beyond" && f.state != "undetermined")
+    state.bad(concat("is '", f.state, "'; expected inside, beyond or undetermined"));
+  for (const JsonValue& v : in.get("twins").array()) f.twins.push_back(v.string());
+  f.pair_sd = in.get("pair_sd").number_or_null();
+  f.dof = in.get("dof").number_or_null();
+  f.mean_sd = in.get("mean_sd").number_or_null();
+  f.margin = in.get("margin").number_or_null();
+  f.interval = in.get("interval").string();
+  f.interval_low = in.get("interval_low").number_or_null();
+  f.interval_high = in.get("interval_high").number_or_null();
+  f.mean_beyond = in.get("mean_beyond").boolean();
+  f.spread_ratio = in.get("spread_ratio").number_or_null();
+  f.spread_p = in.get("spread_p").number_or_null();
+  f.spread_beyond = in.get("spread_beyond").boolean();
+}
+
+json to_json(const RunFailure& f) {
+  return {{"arm", f.arm},
+          {"seed", f.seed},
+          {"failed", f.failed},
+          {"reason", f.reason},
+          {"clipped_fraction", number_or_null(f.clipped_fraction)},
+          {"stall_excess", number_or_null(f.stall_excess)},
+          {"stall_step", f.stall_step}};
+}
+
+void from_json(JsonObject& in, RunFailure& f) {
+  f.arm = in.get("arm").string();
+  f.seed = in.get("seed").integer();
+  f.failed = in.get("failed").boolean();
+  f.reason = in.get("reason").string();
+  f.clipped_fraction = in.get("clipped_fraction").number_or_null();
+  f.stall_excess = in.get("stall_excess").number_or_null();
+  f.stall_step = in.get("stall_step").integer();
+}
+
+json to_json(const ArmFailures& f) {
+  return {{"arm", f.arm}, {"runs", f.runs}, {"failed", f.failed}, {"fisher_p", number_or_null(f.fisher_p)}};
+}
+
+void from_json(JsonObject& in, ArmFailures& f) {
+  f.arm = in.get("arm").string();
+  f.runs = static_cast<int>(in.get("runs").integer());
+  f.failed = static_cast<int>(in.get("failed").integer());
+  if (f.failed < 0 || f.failed > f.runs) in.get("failed").bad("must be from 0 to 'runs'");
+  f.fisher_p = in.get("fisher_p").number_or_null();
 }
 
 const ArmComparison* Comparison::find(const std::string& arm) const {
@@ -178,6 +245,7 @@ void from_json(JsonObject& in, TwinDrift& d) {
 json to_json(const Comparison& c) {
   json j = {{"split", c.split}, {"tokens", c.tokens}, {"arms", array_json(c.arms)}};
   if (c.noise_floor) j["noise_floor"] = to_json(*c.noise_floor);
+  if (!c.arm_floors.empty()) j["arm_floors"] = array_json(c.arm_floors);
   return j;
 }
 
@@ -186,6 +254,7 @@ void from_json(JsonObject& in, Comparison& c) {
   c.tokens = in.get("tokens").integer();
   c.arms = read_array<ArmComparison>(in.get("arms"));
   if (const auto f = in.find("noise_floor")) c.noise_floor = read_object<NoiseFloor>(*f);
+  if (const auto f = in.find("arm_floors")) c.arm_floors = read_array<NoiseFloor>(*f);
 }
 
 json to_json(const ArmSystems& a) {
@@ -234,6 +303,12 @@ void put_arms_results(json& j, const ArmsResults& r) {
   j["systems"] = array_json(r.systems);
   if (!r.twin_drift.empty()) j["twin_drift"] = array_json(r.twin_drift);  // with a twin only
   if (!r.instability.empty()) j["instability"] = array_json(r.instability);  // runs with curves
+  if (!r.not_needed_runs.empty()) j["not_needed_runs"] = array_json(r.not_needed_runs);
+  if (!r.failures.empty()) {  // with a failure rule only
+    j["failures"] = array_json(r.failures);
+    j["failure_counts"] = array_json(r.failure_counts);
+  }
+  if (r.without_failures) j["without_failures"] = to_json(*r.without_failures);
 }
 
 void read_arms_results(JsonObject& in, ArmsResults& r) {
@@ -248,6 +323,12 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   r.systems = read_array<ArmSystems>(in.get("systems"));
   if (const auto drift = in.find("twin_drift")) r.twin_drift = read_array<TwinDrift>(*drift);
   if (const auto inst = in.find("instability")) r.instability = read_array<RunInstability>(*inst);
+  if (const auto n = in.find("not_needed_runs")) r.not_needed_runs = read_array<RunKey>(*n);
+  if (const auto f = in.find("failures")) {
+    r.failures = read_array<RunFailure>(*f);
+    r.failure_counts = read_array<ArmFailures>(in.get("failure_counts"));
+  }
+  if (const auto w = in.find("without_failures")) r.without_failures = read_object<Comparison>(*w);
 }
 
 }  // namespace

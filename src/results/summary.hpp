@@ -41,6 +41,30 @@ struct PowerSummary {
   int seeds_for_user = 0;       // seeds to detect the user's effect (Summary::user_effect); 0: none asked
 };
 
+// A compared arm against the floor (docs/experiments.md, "The noise floor"): is its ΔNLL against the
+// baseline what rounding alone would give? Under that null the per-seed differences have mean 0 and
+// the variance `pair_sd²` that the twins measure (the mean of the baseline's and the arm's twin
+// variances, whichever were measured).
+//   beyond:       the comparison's interval excludes 0 (a mean difference), or the differences vary
+//                 more than rounding makes them (one-sided F test at α: a seed-by-arm difference);
+//   inside:       neither, and the equivalence interval (90% CI: two one-sided tests at 5%; the
+//                 repeated CI for a sequential primary) lies inside ±margin;
+//   undetermined: neither: the interval is wider than the margin.
+struct FloorTest {
+  std::string state;                 // "inside", "beyond" or "undetermined"
+  std::vector<std::string> twins;    // the twins whose floors were used
+  double pair_sd = kNotAvailable;    // rounding's sd of one pair's ΔNLL
+  double dof = kNotAvailable;        // its degrees of freedom (Satterthwaite with two twins)
+  double mean_sd = kNotAvailable;    // pair_sd / sqrt(n): rounding's noise of the mean ΔNLL
+  double margin = kNotAvailable;     // the equivalence margin, nats
+  double interval_low = kNotAvailable, interval_high = kNotAvailable;  // the equivalence interval
+  std::string interval;              // "90% CI" or "repeated 95% CI"
+  bool mean_beyond = false;          // the comparison's interval (95% CI or repeated CI) excludes 0
+  double spread_ratio = kNotAvailable;  // sd of ΔNLL / pair_sd
+  double spread_p = kNotAvailable;      // the F test's p (ΔNLL varies more than rounding)
+  bool spread_beyond = false;
+};
+
 // One arm against the baseline for one quantity (a milestone's validation NLL, or the test NLL).
 struct ArmComparison {
   std::string arm;
@@ -53,25 +77,26 @@ struct ArmComparison {
   double ppl_change = kNotAvailable;  // exp(mean Δ) − 1; negative = lower perplexity than the baseline
   double ppl_change_ci_low = kNotAvailable, ppl_change_ci_high = kNotAvailable;  // the CI mapped through exp
   PowerSummary power;
-  // With a noise floor (Comparison::noise_floor), not for the twin itself: whether the 95% CI lies
-  // inside ±(the floor's sd), i.e. any effect is smaller than the spread that rounding alone gives
-  // one pair of runs. Not written without a floor.
-  std::optional<bool> within_noise_floor;
+  // The arm against its noise floor (analysis/floor.hpp), not for the baseline or a twin: written
+  // when the comparison has a twin of the baseline or of the arm with at least two seeds.
+  std::optional<FloorTest> floor;
 };
 
-// The noise floor of a comparison: the baseline's twin (results/experiment_spec.hpp) against the
-// baseline, the per-seed ΔNLL that a rounding-sized change of the initial weights alone produces.
+// The noise floor of one arm: its twin "<arm>~" (the same model, seed and data order, initial weights
+// perturbed as rounding would) against it, the per-seed ΔNLL that rounding alone produces.
 struct NoiseFloor {
-  std::string twin;  // the twin arm, "<baseline>~"
+  std::string twin;  // the twin arm, "<arm>~"
   int n = 0;         // paired seeds
-  double mean = kNotAvailable, sd = kNotAvailable;  // of the twin's ΔNLL over those seeds
+  double mean = kNotAvailable, sd = kNotAvailable;  // of twin − arm over those seeds
 };
+
 
 struct Comparison {
   std::string split;  // "val" or "test"
   std::int64_t tokens = 0;
   std::vector<ArmComparison> arms;  // every arm, in experiment order, the baseline included
   std::optional<NoiseFloor> noise_floor;  // when the arm list has the baseline's twin
+  std::vector<NoiseFloor> arm_floors;     // the twins of the other arms, in arm order
   const ArmComparison* find(const std::string& arm) const;
 };
 
@@ -174,9 +199,34 @@ struct RunKey {
 };
 
 // The results of one set of paired arms: the main arms, or one group's (results/experiment_spec.hpp).
+// A run against the experiment's failure rule (ExperimentSpec::failure), decided from its curve.
+struct RunFailure {
+  std::string arm;
+  std::int64_t seed = 0;
+  bool failed = false;
+  std::string reason;                        // "" or why, e.g. "clipped 22% of its steps"
+  double clipped_fraction = kNotAvailable;   // as the run recorded it
+  double stall_excess = kNotAvailable;       // the largest window mean of loss − reference, nats
+  std::int64_t stall_step = 0;               // the last step of that window (0: none)
+};
+
+// An arm's failed runs, and Fisher's exact test (two-sided) of its failure rate against the baseline's.
+struct ArmFailures {
+  std::string arm;
+  int runs = 0, failed = 0;
+  double fisher_p = kNotAvailable;  // not for the baseline
+};
+
 struct ArmsResults {
   std::vector<RunKey> finished_runs;
   std::vector<RunKey> missing_runs;    // no result.json yet
+  // Runs a sequential study that stopped (resolved or futile) no longer needs: not missing.
+  std::vector<RunKey> not_needed_runs;
+  // With a failure rule: every finished run's verdict, the counts per arm, and the secondary
+  // analysis of the last validation milestone without the seeds in which the arm or the baseline failed.
+  std::vector<RunFailure> failures;
+  std::vector<ArmFailures> failure_counts;
+  std::optional<Comparison> without_failures;
   std::vector<Comparison> validation;  // one per milestone
   Comparison test;                     // the test split after training (no baseline values when reused)
   std::vector<ArmRouting> routing;     // arms with depth routing and a finished run
@@ -237,6 +287,12 @@ nlohmann::json to_json(const ArmComparison& a);
 void from_json(JsonObject& in, ArmComparison& a);
 nlohmann::json to_json(const NoiseFloor& f);
 void from_json(JsonObject& in, NoiseFloor& f);
+nlohmann::json to_json(const FloorTest& f);
+void from_json(JsonObject& in, FloorTest& f);
+nlohmann::json to_json(const RunFailure& f);
+void from_json(JsonObject& in, RunFailure& f);
+nlohmann::json to_json(const ArmFailures& f);
+void from_json(JsonObject& in, ArmFailures& f);
 nlohmann::json to_json(const RunInstability& r);
 void from_json(JsonObject& in, RunInstability& r);
 nlohmann::json to_json(const TwinDrift& d);

@@ -112,7 +112,12 @@ TEST(NoiseFloorErrors, ARefusedDesignNamesTheKey) {
   };
   const Case cases[] = {
       // a twin without its baseline
-      {head + "seeds = [1, 2]\narms = [\"block\", \"rd~\"]\n", "'rd~' is a twin (suffix ~) of 'rd', which is not the baseline"},
+      {head + "seeds = [1, 2]\narms = [\"block\", \"rd~\"]\n", "'rd~' is a twin (suffix ~) of 'rd', which is not among the arms"},
+      {head + "seeds = [1, 2]\narms = [\"block\", \"rd\"]\n[experiment.noise]\nseeds = 1\n",
+       "'experiment.noise.seeds' must be at least 2"},
+      {head + "seeds = [1, 2]\narms = [\"block\", \"rd\"]\n[experiment.failure]\nclipped_fraction = 0\n",
+       "'experiment.failure.clipped_fraction' must be in (0, 1]"},
+      {head + "seeds = [1, 2]\narms = [\"block\", \"rd\"]\n[experiment.failure]\nstal_steps = 3\n", "stal_steps"},
       {head + "seeds = [1, 2]\narms = [\"block~\", \"rd\"]\n", "the baseline 'block~' cannot be a twin"},
       // sequential looks that do not increase or exceed max_seeds
       {head + "arms = [\"block\", \"rd\"]\neffect = 0.02\n[experiment.sequential]\nlooks = [5, 4]\n",
@@ -235,8 +240,16 @@ looks = [3, 5]
   EXPECT_NEAR(floor.sd, std::sqrt(ss / 2), 1e-12);
   EXPECT_GT(floor.sd, 0);  // the perturbation made a difference
   const auto* rd = s.milestones.back().find("rd");
-  ASSERT_TRUE(rd->within_noise_floor.has_value());
-  EXPECT_EQ(*rd->within_noise_floor, std::max(std::abs(rd->stats.ci_low), std::abs(rd->stats.ci_high)) <= floor.sd);
+  ASSERT_TRUE(rd->floor.has_value());
+  EXPECT_EQ(rd->floor->twins, std::vector<std::string>{"block~"});
+  EXPECT_NEAR(rd->floor->pair_sd, floor.sd, 1e-12);
+  EXPECT_NEAR(rd->floor->mean_sd, floor.sd / std::sqrt(3.0), 1e-12);
+  // The primary of a sequential design is judged with its look's repeated CI.
+  EXPECT_EQ(rd->floor->interval, "repeated 95% CI");
+  EXPECT_EQ(rd->floor->interval_low, s.sequential->looks[0].ci_low);
+  // Stopped futile at 3 seeds: the runs of seeds 4 and 5 are not needed, not missing.
+  EXPECT_TRUE(s.missing.empty());
+  EXPECT_EQ(s.not_needed.size(), 6u);
   // Drift: every seed's curves compared, the largest |Δ loss| positive.
   ASSERT_EQ(s.twin_drift.size(), 3u);
   for (const auto& drift : s.twin_drift) {
@@ -265,7 +278,12 @@ looks = [3, 5]
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("rd vs block, validation NLL at"), std::string::npos) << a.output;
   EXPECT_NE(a.output.find("noise floor ±"), std::string::npos) << a.output;
-  EXPECT_NE(a.output.find("sequential seeds: futile at the look at 3 seeds"), std::string::npos) << a.output;
+  // The sequential outcome leads the headline, with the repeated p and the calibrated level named.
+  EXPECT_NE(a.output.find(" tokens: futile at 3 seeds"), std::string::npos)
+      << a.output;
+  EXPECT_NE(a.output.find("repeated p = "), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("calibrated α* = "), std::string::npos) << a.output;
+  EXPECT_EQ(a.output.find("seeds would be needed"), std::string::npos) << a.output;  // no fixed-sample advice
   a = run_cli("report --experiment " + out + " --quiet");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const std::string html = read_file(dir / "report.html");
@@ -312,15 +330,20 @@ TEST_F(NoiseFloorTest, APilotPlansAndWritesTheProtocol) {
 [experiment]
 name = "planned"
 data = ")") + data() + R"("
-arms = ["block", "block~", "rd"]
+arms = ["block", "block~", "rd", "rd~"]
 
 [experiment.noise]
 perturbation = 1e-3
+seeds = 2
+
+[experiment.failure]
+clipped_fraction = 0.5
 
 [[probe]]
 name = "one-layer"
 arms = ["block", "rd"]
 set = ["model.n_layers=1", "model.n_blocks=1"]
+seeds = 3
 
 [pilot]
 seeds = [11, 12, 13]
@@ -347,18 +370,23 @@ out = ")" + runs.str("planned.toml") + "\"\n" + kModelTrain;
   EXPECT_EQ(p.options.sequential->primary, "rd");
   EXPECT_GE(p.options.sequential->max_seeds, 5);
   EXPECT_TRUE(p.options.base.lr == 1e-3 || p.options.base.lr == 3e-3);
-  EXPECT_EQ(p.options.arms, (std::vector<std::string>{"block", "block~", "rd"}));
+  EXPECT_EQ(p.options.arms, (std::vector<std::string>{"block", "block~", "rd", "rd~"}));
+  // The twins on their first seeds, the margin and the failure rule carried into the study.
+  EXPECT_EQ(p.options.twin_seeds, 2);
+  EXPECT_NEAR(p.options.floor_margin, 0.5 / 3, 1e-9);
+  ASSERT_TRUE(p.options.failure.has_value());
+  EXPECT_EQ(p.options.failure->clipped_fraction, 0.5);
   ASSERT_EQ(p.options.groups.size(), 1u);
   EXPECT_GT(p.options.groups[0].tokens, 0);  // equal compute: its own budget
-  // The grid's runs: the baseline and its twin at every point, the primary arm at the chosen one.
+  EXPECT_EQ(p.options.groups[0].seed_count, 3);
+  EXPECT_NE(written.find("floor UCL"), std::string::npos) << written;
+  // The grid's runs: the baseline, the primary arm and both twins at every point.
   const fs::path grid = fs::path(runs.str("pilot")) / "grid";
-  EXPECT_TRUE(fs::exists(grid / "shape0-lr0.001/runs/block~/seed-13/result.json"));
-  EXPECT_TRUE(fs::exists(grid / "shape0-lr0.003/runs/block~/seed-13/result.json"));
-  const int primary = int(fs::exists(grid / "shape0-lr0.001/runs/rd")) + int(fs::exists(grid / "shape0-lr0.003/runs/rd"));
-  EXPECT_EQ(primary, 1);
+  for (const char* point : {"shape0-lr0.001", "shape0-lr0.003"})
+    for (const char* arm : {"block", "block~", "rd", "rd~"})
+      EXPECT_TRUE(fs::exists(grid / point / "runs" / arm / "seed-13/result.json")) << point << " " << arm;
   // Rerunning finds everything done and writes the same plan, also where the records were written
-  // before the dataset's content hash existed (the chosen point grew by the primary arm, so the
-  // rerun asks for a part of it: the check must not depend on which side has the newer key).
+  // before the dataset's content hash existed.
   for (const char* point : {"shape0-lr0.001", "shape0-lr0.003"}) {
     const fs::path spec = grid / point / "experiment.json";
     nlohmann::json older = read_json(spec);
@@ -377,4 +405,13 @@ out = ")" + runs.str("planned.toml") + "\"\n" + kModelTrain;
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("over pilot_core_hours = 0.01"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(runs.str("big") + "/grid"));
+  // A study over its budget even at the fewest seeds is refused, and nothing is written.
+  std::string poor = pilot;
+  poor.replace(poor.find("budget_core_hours = 1"), 21, "budget_core_hours = 0.0001");
+  poor.replace(poor.find("planned.toml"), 12, "poor.toml");
+  const std::string poor_path = write_file(runs, "poor.toml.pilot", poor);
+  r = run_cli("plan --protocol " + poor_path + " --out " + runs.str("pilot"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("pays for 0 seeds"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(runs.str("poor.toml")));
 }
