@@ -36,7 +36,9 @@ std::string plan_report(const ProtocolFile& p, const PlanResult& r) {
   for (std::uint64_t s : pilot.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);
   out += concat("Pilot: ", base, ", ", primary, " and their twins ", twin, ", ", twin_of(primary),
                 " (initial weights perturbed at a relative ", format_printf("%g", e.twin_perturbation), "), seeds ", seeds,
-                ", every run ", format_number(pilot.run_core_seconds, 0), " core-seconds of training.\n\n");
+                pilot.tokens > 0 ? concat(", every run ", format_count(r.shapes.front().tokens), " tokens (fixed in the file)")
+                                 : concat(", every run ", format_number(pilot.run_core_seconds, 0), " core-seconds of training"),
+                ".\n\n");
   out += "Throughput (tokens per core-second; one measurement per shape, as many runs at a time as workers):\n";
   for (const ShapeThroughput& t : r.shapes)
     out += concat("  ", t.label, " (", settings_text(t.settings), "): ", format_count(std::llround(t.tokens_per_core_second)),

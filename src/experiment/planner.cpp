@@ -96,11 +96,17 @@ std::optional<std::vector<ShapeThroughput>> measure_throughput(const ProtocolFil
     if (rc != 0 && !fs::exists(results.back())) return std::nullopt;  // stopped
   }
   if (!wait_for(results, o, status, "throughput measurements")) return std::nullopt;
+  double core_seconds = pilot.run_core_seconds;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     TrainConfig c = with_settings(e.base, shapes[i].settings, p.path);
     const results::TrainResult r = results::read_train_result(results[i]);
     shapes[i].tokens_per_core_second = r.tokens_per_sec / double(threads_of(c));
-    shapes[i].tokens = tokens_for(c, pilot.run_core_seconds, shapes[i].tokens_per_core_second);
+    if (i == 0 && pilot.tokens > 0) {  // a fixed budget: the other shapes (probes) get its measured compute
+      shapes[i].tokens = std::max<std::int64_t>(1, pilot.tokens / c.tokens_per_step()) * c.tokens_per_step();
+      core_seconds = double(shapes[i].tokens) / shapes[i].tokens_per_core_second;
+      continue;
+    }
+    shapes[i].tokens = tokens_for(c, core_seconds, shapes[i].tokens_per_core_second);
   }
   return shapes;
 }
@@ -286,7 +292,8 @@ std::string plan_protocol_text(const ProtocolFile& p, const PlanResult& r, const
     if (g.kind == "probe" && pilot.probes_at_equal_compute) {
       const auto it = std::find_if(r.shapes.begin(), r.shapes.end(),
                                    [&](const ShapeThroughput& t) { return t.label == "probe-" + g.name; });
-      out += concat("tokens = ", it->tokens, "   # ", format_number(pilot.run_core_seconds, 0),
+      out += concat("tokens = ", it->tokens, "   # ",
+                    format_number(double(r.shapes.front().tokens) / r.shapes.front().tokens_per_core_second, 0),
                     " core-seconds at its measured throughput: equal compute\n");
     } else if (g.budget > 0) {
       out += "budget = " + format_printf("%g", g.budget) + "\n";
@@ -385,7 +392,8 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   const ShapeThroughput& shape = result.shapes[static_cast<std::size_t>(chosen.shape)];
   TrainConfig main = with_settings(e.base, shape.settings, p.path);
   main.tokens = shape.tokens;
-  const double run_cost = pilot.run_core_seconds * (1 + evaluation_overhead(main));
+  // One run's measured compute (run_core_seconds, or a fixed budget's worth at its measured speed).
+  const double run_cost = double(shape.tokens) / shape.tokens_per_core_second * (1 + evaluation_overhead(main));
   double per_seed = 0, fixed = 0;
   const int twin_seeds = e.twin_seeds;
   for (const std::string& arm : e.arms)

@@ -181,6 +181,11 @@ PilotSpec read_pilot(const std::string& path, const toml::table& table, const Pr
     q.floor_fraction = s.number("floor_fraction", q.floor_fraction);
     if (!(q.floor_fraction > 0 && q.floor_fraction <= 1)) s.bad(*f, "floor_fraction", "must be in (0, 1]");
   }
+  if (const toml::node* n = s.find("tokens")) {
+    q.tokens = s.integer("tokens", 0);
+    if (q.tokens <= 0) s.bad(*n, "tokens", "must be a positive number of tokens per run");
+    if (!q.shapes.empty()) s.bad(*n, "tokens", "fixes the budget of the file's model: give it without 'shapes'");
+  }
   if (const toml::node* n = s.find("nll_tolerance")) {
     q.nll_tolerance = s.number("nll_tolerance", q.nll_tolerance);
     if (!(q.nll_tolerance >= 0 && std::isfinite(q.nll_tolerance))) s.bad(*n, "nll_tolerance", "must be >= 0 nats");

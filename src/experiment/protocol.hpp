@@ -30,6 +30,10 @@ struct PilotSpec {
   std::vector<double> lrs;                           // the learning-rate grid
   std::vector<std::vector<std::string>> shapes;      // model settings per shape; empty: the file's model
   double run_core_seconds = 0;   // one run's compute at the main budget, equal for every shape
+  // A fixed budget per run of the file's model (no `shapes`), instead of run_core_seconds' worth on
+  // this machine: a study comparable token for token with an earlier one. run_core_seconds is then
+  // the estimate the pilot's cap is checked with; probes get the main runs' measured compute.
+  std::int64_t tokens = 0;
   double budget_core_hours = 0;  // the whole study's compute, to check the plan fits
   double pilot_core_hours = 0;   // the pilot's own cap: a grid that needs more is refused
   double effect = 0;             // the effect of interest (nats, > 0)
