@@ -267,6 +267,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.systems = s.systems;
   out.twin_drift = s.twin_drift;
   out.instability = s.instability;
+  out.provenance = results::provenance_counts(s.runs);
 }
 
 }  // namespace

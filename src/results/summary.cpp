@@ -234,6 +234,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
   j["systems"] = array_json(r.systems);
   if (!r.twin_drift.empty()) j["twin_drift"] = array_json(r.twin_drift);  // with a twin only
   if (!r.instability.empty()) j["instability"] = array_json(r.instability);  // runs with curves
+  if (!r.provenance.empty()) j["provenance"] = array_json(r.provenance);     // runs that record it
 }
 
 void read_arms_results(JsonObject& in, ArmsResults& r) {
@@ -248,6 +249,7 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
   r.systems = read_array<ArmSystems>(in.get("systems"));
   if (const auto drift = in.find("twin_drift")) r.twin_drift = read_array<TwinDrift>(*drift);
   if (const auto inst = in.find("instability")) r.instability = read_array<RunInstability>(*inst);
+  if (const auto p = in.find("provenance")) r.provenance = read_array<ProvenanceCount>(*p);
 }
 
 }  // namespace
