@@ -401,6 +401,7 @@ void fill_arms_results(results::ArmsResults& out, const ExperimentSummary& s) {
   out.failures = s.failures;
   out.failure_counts = s.failure_counts;
   out.without_failures = s.without_failures;
+  out.provenance = results::provenance_counts(s.runs);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "model/config.hpp"
+#include "util/build_info.hpp"
 #include "util/error.hpp"
 
 namespace {
@@ -43,9 +44,11 @@ void configure_runtimes(char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on as configured
 }
 
-// `attnres --version`: what this binary is and what it was built with.
+// `attnres --version`: what this binary is (util/build_info.hpp) and what it was built with.
 std::string version_text() {
-  std::string text = "attnres " ATTNRES_GIT_HASH "\ncompiler: ";
+  const attnres::BuildInfo& build = attnres::build_info();
+  std::string text = "attnres " + build.version + " (commit " + build.commit +
+                     (!build.dirty ? "" : *build.dirty ? ", with changes to tracked files" : "") + ")\ncompiler: ";
 #if defined(__clang__)
   text += "clang " __clang_version__;
 #elif defined(__GNUC__)
@@ -84,7 +87,7 @@ int main(int argc, char** argv) {
   CLI::App app{residual_modes_help()};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
-  app.set_version_flag("--version", version_text(), "Print the build's git hash, compiler, BLAS and CUDA/MPI support");
+  app.set_version_flag("--version", version_text(), "Print the version, the commit built, the compiler, BLAS and CUDA/MPI support");
   app.footer("Exit codes: 0 done, 1 user error (named in the message), 2 internal error,\n"
              "130/143 stopped by SIGINT/SIGTERM with the work saved (rerun with --resume or the same command).");
 

@@ -216,6 +216,7 @@ void record_run(const ExperimentOptions& o, const PlannedRun& run, const fs::pat
   result.peak_rss_bytes = tr.peak_rss_bytes;
   result.curve = tr.curve;
   result.instability = tr.instability;
+  result.provenance = tr.provenance;
   // What the mode offers (model/arms.hpp): routing, connections, Amax gains, or nothing.
   DepthDiagnostics depth = diagnose(*model, val, config.batch_size, config.seq_len, o.diagnostic_tokens);
   result.routing = std::move(depth.routing);

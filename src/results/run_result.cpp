@@ -147,6 +147,7 @@ json to_json(const RunResult& r) {
   if (r.amax_gain) j["amax_gain"] = to_json(*r.amax_gain);
   if (r.routing_max_weight) j["routing_max_weight"] = *r.routing_max_weight;
   if (r.instability) j["instability"] = to_json(*r.instability);
+  if (r.provenance) j["provenance"] = to_json(*r.provenance);
   put_schema_version(j, r.version);
   return j;
 }
@@ -229,6 +230,8 @@ void from_json(JsonObject& in, RunResult& r) {
 
   // Optional: written since the instability was recorded.
   if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);
+  // Optional: written since the provenance was recorded.
+  if (const auto p = in.find("provenance"); p && !p->is_null()) r.provenance = read_object<Provenance>(*p);
 }
 
 std::string run_result_path(const std::string& dir, const std::string& arm, std::int64_t seed) {

@@ -41,6 +41,9 @@ struct RunResult {
   // The runner copies train_result.json's; none in earlier files (run_instability computes it
   // from the curve). No "instability" key when none.
   std::optional<Instability> instability;
+  // What produced the run (results/provenance.hpp): the runner copies train_result.json's; none in
+  // earlier files, no "provenance" key.
+  std::optional<Provenance> provenance;
   std::vector<LayerRouting> routing;  // by layer; empty: no depth routing (prenorm), no "routing" key
   std::vector<Connections> connections;  // empty: none, no "connections" key
   std::optional<AmaxGain> amax_gain;     // hc, mhc; none: no "amax_gain" key

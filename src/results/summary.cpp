@@ -309,6 +309,7 @@ void put_arms_results(json& j, const ArmsResults& r) {
     j["failure_counts"] = array_json(r.failure_counts);
   }
   if (r.without_failures) j["without_failures"] = to_json(*r.without_failures);
+  if (!r.provenance.empty()) j["provenance"] = array_json(r.provenance);     // runs that record it
 }
 
 void read_arms_results(JsonObject& in, ArmsResults& r) {
@@ -329,6 +330,7 @@ void read_arms_results(JsonObject& in, ArmsResults& r) {
     r.failure_counts = read_array<ArmFailures>(in.get("failure_counts"));
   }
   if (const auto w = in.find("without_failures")) r.without_failures = read_object<Comparison>(*w);
+  if (const auto p = in.find("provenance")) r.provenance = read_array<ProvenanceCount>(*p);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "results/experiment_spec.hpp"
 #include "results/instability.hpp"
+#include "results/provenance.hpp"
 #include "results/run_result.hpp"
 #include "results/strict_json.hpp"
 
@@ -235,6 +236,7 @@ struct ArmsResults {
   std::vector<ArmSystems> systems;     // arms with a finished run
   std::vector<TwinDrift> twin_drift;   // per seed with both the baseline and its twin finished
   std::vector<RunInstability> instability;  // per finished run with a curve, in arm then seed order
+  std::vector<ProvenanceCount> provenance;  // the distinct origins of the finished runs that record one
 };
 
 struct GroupSummary : ArmsResults {

@@ -48,6 +48,7 @@ json to_json(const TrainResult& r) {
             {"reduce_fraction", r.reduce_fraction},
             {"micro_batches", r.micro_batches}};
   if (r.instability) j["instability"] = to_json(*r.instability);
+  if (r.provenance) j["provenance"] = to_json(*r.provenance);
   put_schema_version(j, r.version);
   return j;
 }
@@ -66,6 +67,8 @@ void from_json(JsonObject& in, TrainResult& r) {
   r.micro_batches = static_cast<int>(in.get("micro_batches").integer());
   // Optional: written since the instability was recorded.
   if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);
+  // Optional: written since the provenance was recorded.
+  if (const auto p = in.find("provenance"); p && !p->is_null()) r.provenance = read_object<Provenance>(*p);
 }
 
 std::string train_result_path(const std::string& run_dir) {

@@ -1,6 +1,7 @@
 // train_result.json: what a finished training run measured. train() (src/train) writes it into
 // its output directory after the last step; the experiment runner reads it and carries the
-// milestones, the loss curve, the instability and the systems figures into the run's result.json.
+// milestones, the loss curve, the instability, the provenance and the systems figures into the run's
+// result.json.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "results/instability.hpp"
+#include "results/provenance.hpp"
 #include "results/strict_json.hpp"
 
 namespace attnres::results {
@@ -46,6 +48,8 @@ struct TrainResult {
   int processes = 1;           // ranks of the data-parallel job
   double reduce_fraction = 0;  // share of step time spent summing gradients across ranks
   int micro_batches = 1;       // over all ranks
+  // What produced it (results/provenance.hpp): the process that trained it; none in earlier files.
+  std::optional<Provenance> provenance;
 };
 
 nlohmann::json to_json(const Milestone& m);

@@ -1,6 +1,7 @@
 // train(): a run from start (or resume) to its result, on top of the run's files
 // (train/checkpoint.hpp), the step (train/train_step.hpp), the log (train/train_log.hpp), the
-// result file's schema (results/train_result.hpp) and the instability rule (results/instability.hpp).
+// result file's schema (results/train_result.hpp), the instability rule (results/instability.hpp)
+// and the provenance (results/provenance.hpp).
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
 #include "results/instability.hpp"
+#include "results/provenance.hpp"
 #include "results/train_result.hpp"
 #include "train/backend.hpp"
 #include "train/checkpoint.hpp"
@@ -223,7 +225,9 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
       checkpoint();
     }
   }
-  const TrainResult result = make_result(true, state, speed, backend->layout(), files, config, geo, comm);
+  TrainResult result = make_result(true, state, speed, backend->layout(), files, config, geo, comm);
+  // This process, which finished the run (a resumed run's earlier steps may have run elsewhere).
+  result.provenance = results::process_provenance(opt.device, config.precision == kernels::MatmulPrecision::bf16);
   if (result.instability->unstable) log.message(unstable_message(*result.instability));
   if (comm.is_root()) results::write_train_result(files.result, result);
   return result;

@@ -3,21 +3,39 @@
 #include <unistd.h>
 
 #include <cblas.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <optional>
+#include <sstream>
 
 namespace attnres {
 
-std::string cpu_model() {
+namespace {
+
+// The value of /proc/cpuinfo's first line starting with `key` (after ": "); nullopt when none.
+std::optional<std::string> cpuinfo_value(const char* key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
+    if (line.rfind(key, 0) == 0) {
       const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
+      if (colon != std::string::npos) return line.substr(std::min(colon + 2, line.size()));
     }
-  return "unknown";
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string cpu_model() { return cpuinfo_value("model name").value_or("unknown"); }
+
+std::vector<std::string> cpu_flags() {
+  std::istringstream in(cpuinfo_value("flags").value_or(""));
+  std::vector<std::string> out;
+  for (std::string flag; in >> flag;) out.push_back(flag);
+  return out;
 }
 
 int online_cores() { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); }

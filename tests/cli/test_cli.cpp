@@ -14,6 +14,7 @@
 #include "common/tiny_model.hpp"
 #include "cli/cli_checks.hpp"
 #include "model/config.hpp"
+#include "util/build_info.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -83,7 +84,9 @@ TEST(Cli, VersionNamesTheBuild) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (const char* part : {"attnres ", "compiler: ", "blas: ", "cuda: ", "mpi: "})
     EXPECT_TRUE(contains(r.output, part)) << part << "\n" << r.output;
-  EXPECT_FALSE(contains(r.output, "attnres unknown")) << "no git hash captured:\n" << r.output;
+  // The version and the commit, captured when the binary was built (util/build_info.hpp).
+  EXPECT_TRUE(contains(r.output, "attnres " + attnres::build_info().version + " (commit ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "(commit unknown")) << "no commit captured:\n" << r.output;
 }
 
 TEST(Cli, ExitCodes) {

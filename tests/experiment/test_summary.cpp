@@ -7,6 +7,7 @@
 
 #include "experiment/fixture.hpp"
 #include "analysis/format.hpp"
+#include "analysis/provenance.hpp"
 #include "analysis/stats.hpp"
 #include "analysis/summary.hpp"
 #include "analysis/verdict.hpp"
@@ -301,6 +302,58 @@ TEST(Summary, SystemsAgainstBaseline) {
   EXPECT_NEAR(rd.step_time_ratio, 1.1, 1e-12);
   EXPECT_NEAR(rd.peak_rss_ratio, 1.1, 1e-12);
   EXPECT_NEAR(s.systems[0].tokens_per_sec_ratio, 1.0, 0);
+}
+
+// Where the runs came from: summary.json lists each distinct binary/CPU/GEMM setup with its run
+// count, and the note says when the runs of a comparison differ.
+TEST(Summary, ProvenanceListsTheOriginsAndNotesDifferentBinaries) {
+  SyntheticExperiment exp;
+  // The fixture's runs record no provenance (files of earlier builds): no list, no note.
+  EXPECT_FALSE(provenance_note(compute_summary(exp.dir())).has_value());
+  EXPECT_FALSE(json::parse(read_text_file(summarize(exp.dir()).dir + "/summary.json")).contains("provenance"));
+
+  const json provenance = {{"attnres_version", "0.9.0"}, {"commit", "0123456789ab"}, {"dirty", false},
+                           {"device", "cpu"},           {"gemm_backend", "avx2"},   {"blas_core", "Haswell"},
+                           {"cpu_model", "AMD EPYC 7B13"}, {"cpu_flags", {"avx2", "fma"}}, {"threads", 4}};
+  const auto set_provenance = [&](const std::string& arm, int seed, const json& p) {
+    json r = json::parse(read_text_file(exp.result_path(arm, seed).string()));
+    r["provenance"] = p;
+    write_json(exp.result_path(arm, seed), r);
+  };
+  for (const char* arm : {"block", "rd", "rd-tied", "prenorm"})
+    for (int seed : {1, 2, 3})
+      if (std::filesystem::exists(exp.result_path(arm, seed))) set_provenance(arm, seed, provenance);
+  EXPECT_FALSE(provenance_note(compute_summary(exp.dir())).has_value());  // one binary, one CPU
+
+  json other = provenance;
+  other["commit"] = "ba9876543210";
+  other["dirty"] = true;
+  set_provenance("prenorm", 2, other);
+  const ExperimentSummary s = summarize(exp.dir());
+  const std::optional<std::string> note = provenance_note(s);
+  ASSERT_TRUE(note.has_value());
+  EXPECT_EQ(*note, "the runs came from 2 binaries: 0123456789ab (10 runs), ba9876543210-dirty (1 run)");
+  const json j = json::parse(read_text_file(exp.dir() + "/summary.json"));
+  ASSERT_EQ(j.at("provenance").size(), 2u) << j["provenance"];
+  EXPECT_EQ(j["provenance"][0],
+            (json{{"commit", "0123456789ab"}, {"dirty", false}, {"cpu_model", "AMD EPYC 7B13"},
+                  {"gemm_backend", "avx2"}, {"blas_core", "Haswell"}, {"runs", 10}}));
+  EXPECT_EQ(j["provenance"][1]["commit"], "ba9876543210");
+  EXPECT_EQ(j["provenance"][1]["dirty"], true);
+  EXPECT_EQ(j["provenance"][1]["runs"], 1);
+
+  // Another CPU and GEMM backend; and a run without a provenance among runs with one.
+  other = provenance;
+  other["cpu_model"] = "Intel Xeon Platinum 8481C";
+  other["gemm_backend"] = "avx512";
+  set_provenance("prenorm", 2, other);
+  json r = json::parse(read_text_file(exp.result_path("block", 3).string()));
+  r.erase("provenance");
+  write_json(exp.result_path("block", 3), r);
+  EXPECT_EQ(provenance_note(compute_summary(exp.dir())),
+            "the runs came from 2 CPUs: AMD EPYC 7B13 (9 runs), Intel Xeon Platinum 8481C (1 run); 2 GEMM setups: "
+            "avx2 on OpenBLAS Haswell (9 runs), avx512 on OpenBLAS Haswell (1 run); 1 of the 11 runs records no "
+            "provenance (written by an earlier attnres)");
 }
 
 TEST(Summary, MissingBaselineSeedLeavesOnePair) {

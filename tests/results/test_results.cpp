@@ -9,13 +9,20 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string_view>
 
+#include "kernels/gemm_bf16.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "results/experiment_spec.hpp"
+#include "results/provenance.hpp"
 #include "results/run_result.hpp"
 #include "results/summary.hpp"
 #include "results/train_result.hpp"
 #include "util/atomic_file.hpp"
+#include "util/build_info.hpp"
 #include "util/error.hpp"
+#include "util/machine.hpp"
+#include "util/threads.hpp"
 
 namespace attnres::results {
 namespace {
@@ -414,6 +421,133 @@ TEST(Strict, UnknownMissingAndMistypedKeysNameTheFileAndKey) {
   });
   EXPECT_NE(error_of([&] { read_summary(summary); }).find("key 'amax_gain[0].composite_forward_mean' is 3, larger"),
             std::string::npos);
+}
+
+
+// A provenance (results/provenance.hpp): written into train_result.json and result.json, read
+// back byte for byte, and checked strictly; files without one (earlier builds) read and write back
+// as before; summary.json lists the distinct origins.
+Provenance example_provenance() {
+  Provenance p;
+  p.attnres_version = "0.9.0";
+  p.commit = "0123456789ab";
+  p.dirty = true;
+  p.device = "cpu";
+  p.gemm_backend = "avx512";
+  p.bf16_backend = "avx512-bf16";
+  p.blas_core = "SkylakeX";
+  p.cpu_model = "AMD EPYC 9B45";
+  p.cpu_flags = {"avx2", "fma", "avx512f", "avx512_bf16"};
+  p.threads = 8;
+  return p;
+}
+
+TEST(Schemas, ProvenanceReadsBackAndIsChecked) {
+  TempDir tmp;
+  TrainResult t;
+  t.provenance = example_provenance();
+  write_train_result(tmp.file("t.json"), t);
+  const std::string train_text = read_text_file(tmp.file("t.json"));
+  const TrainResult t_back = read_train_result(tmp.file("t.json"));
+  ASSERT_TRUE(t_back.provenance.has_value());
+  EXPECT_EQ(to_json(*t_back.provenance), to_json(example_provenance()));
+  write_train_result(tmp.file("t.json"), t_back);
+  EXPECT_EQ(read_text_file(tmp.file("t.json")), train_text);
+
+  RunResult r;
+  r.arm = "rd";
+  r.seed = 1;
+  r.params = 10;
+  r.provenance = example_provenance();
+  r.provenance->dirty.reset();  // unknown: null
+  r.provenance->bf16_backend.reset();  // an fp32 run: no key
+  write_run_result(tmp.file("r.json"), r);
+  const std::string text = read_text_file(tmp.file("r.json"));
+  const json written = json::parse(text).at("provenance");
+  EXPECT_EQ(written.at("commit"), "0123456789ab");
+  EXPECT_TRUE(written.at("dirty").is_null());
+  EXPECT_FALSE(written.contains("bf16_backend"));
+  const RunResult back = read_run_result(tmp.file("r.json"));
+  ASSERT_TRUE(back.provenance.has_value());
+  EXPECT_FALSE(back.provenance->dirty.has_value());
+  EXPECT_EQ(back.provenance->cpu_flags, example_provenance().cpu_flags);
+  EXPECT_EQ(back.provenance->threads, 8);
+  write_run_result(tmp.file("r.json"), back);
+  EXPECT_EQ(read_text_file(tmp.file("r.json")), text);
+
+  // Files of earlier builds have none, and are written back without one.
+  for (const auto& path : old_run_results()) EXPECT_FALSE(read_run_result(path.string()).provenance.has_value());
+  const fs::path old_train = kOldFormat / "runs/rd/seed-1/train_result.json";
+  EXPECT_FALSE(read_train_result(old_train.string()).provenance.has_value());
+  EXPECT_EQ(read_text_file(old_train.string()).find("provenance"), std::string::npos);
+
+  const std::string path = tmp.file("bad.json");
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["provenance"]["compiler"] = "gcc"; }, "key 'provenance.compiler' is not part"},
+      {[](json& j) { j["provenance"].erase("commit"); }, "key 'provenance.commit' is missing"},
+      {[](json& j) { j["provenance"]["commit"] = "HEAD"; }, "key 'provenance.commit' is 'HEAD'; expected a commit hash"},
+      {[](json& j) { j["provenance"]["dirty"] = "yes"; }, "key 'provenance.dirty' must be true or false"},
+      {[](json& j) { j["provenance"]["gemm_backend"] = "automatic"; },
+       "key 'provenance.gemm_backend' is 'automatic', not a fp32 GEMM backend"},
+      {[](json& j) { j["provenance"]["bf16_backend"] = "avx2"; },
+       "key 'provenance.bf16_backend' is 'avx2', not a bf16 GEMM backend"},
+      {[](json& j) { j["provenance"]["cpu_flags"] = {"avx2", "sse2"}; },
+       "key 'provenance.cpu_flags[1]' is 'sse2', not one of the flags attnres records"},
+      {[](json& j) { j["provenance"]["cpu_flags"] = {"fma", "fma"}; }, "key 'provenance.cpu_flags[1]' repeats 'fma'"},
+      {[](json& j) { j["provenance"]["threads"] = 0; }, "key 'provenance.threads' must be an integer from 1"},
+      {[](json& j) { j["provenance"]["cpu_model"] = ""; }, "key 'provenance.cpu_model' must not be empty"},
+  };
+  for (const auto& [edit, want] : cases) {
+    write_edited(path, text, edit);
+    const std::string msg = error_of([&] { read_run_result(path); });
+    EXPECT_NE(msg.find(path + ": " + want), std::string::npos) << msg;
+    write_edited(path, train_text, edit);
+    EXPECT_NE(error_of([&] { read_train_result(path); }).find(path + ": " + want), std::string::npos);
+  }
+
+  // summary.json's list of origins: read back; absent from summaries of runs without one.
+  Summary summary = read_summary((kOldFormat / "summary.json").string());
+  EXPECT_TRUE(summary.provenance.empty());
+  summary.provenance = {{"0123456789ab", false, "AMD EPYC 9B45", "avx512", "SkylakeX", 3},
+                        {"ba9876543210", true, "AMD EPYC 9B45", "avx512", "SkylakeX", 1}};
+  write_summary(tmp.file("summary.json"), summary);
+  const json s = json::parse(read_text_file(tmp.file("summary.json")));
+  ASSERT_EQ(s.at("provenance").size(), 2u);
+  EXPECT_EQ(s["provenance"][1]["commit"], "ba9876543210");
+  EXPECT_EQ(s["provenance"][1]["runs"], 1);
+  EXPECT_EQ(to_json(read_summary(tmp.file("summary.json"))), to_json(summary));
+  write_edited(tmp.file("summary.json"), s.dump(), [](json& j) { j["provenance"][0]["threads"] = 2; });
+  EXPECT_NE(error_of([&] { read_summary(tmp.file("summary.json")); }).find("key 'provenance[0].threads' is not part"),
+            std::string::npos);
+}
+
+// This process's provenance: this build, the backends it runs, its CPU.
+TEST(Schemas, ProcessProvenanceNamesThisBuildAndMachine) {
+  set_num_threads(2);
+  const Provenance p = process_provenance("cpu", true);
+  EXPECT_EQ(p.attnres_version, build_info().version);
+  EXPECT_FALSE(p.attnres_version.empty());
+  EXPECT_EQ(p.commit, build_info().commit);
+  EXPECT_EQ(p.commit.size(), 12u) << "built without git?";
+  EXPECT_EQ(p.dirty, build_info().dirty);
+  EXPECT_EQ(p.device, "cpu");
+  EXPECT_EQ(p.gemm_backend, kernels::to_string(kernels::fp32_gemm_backend()));
+  EXPECT_EQ(p.bf16_backend, std::string(kernels::to_string(kernels::bf16_backend())));
+  EXPECT_EQ(p.blas_core, openblas_core());
+  EXPECT_EQ(p.cpu_model, cpu_model());
+  EXPECT_EQ(p.threads, 2);
+  const std::vector<std::string> flags = cpu_flags();
+  for (const std::string_view flag : kProvenanceCpuFlags)
+    EXPECT_EQ(std::find(p.cpu_flags.begin(), p.cpu_flags.end(), flag) != p.cpu_flags.end(),
+              std::find(flags.begin(), flags.end(), flag) != flags.end())
+        << flag;
+  if (__builtin_cpu_supports("avx2")) {
+    ASSERT_FALSE(p.cpu_flags.empty());
+    EXPECT_EQ(p.cpu_flags.front(), "avx2");
+  }
+  // A CUDA run's bf16 matmuls run on the GPU: no CPU bf16 backend.
+  EXPECT_FALSE(process_provenance("cuda", true).bf16_backend.has_value());
+  EXPECT_FALSE(process_provenance("cpu", false).bf16_backend.has_value());
 }
 
 }  // namespace

@@ -18,11 +18,15 @@
 
 #include "common/cli_util.hpp"
 #include "experiment/runner.hpp"
+#include "kernels/gemm_f32.hpp"
 #include "model/safetensors.hpp"
 #include "results/instability.hpp"
+#include "results/run_result.hpp"
 #include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
+#include "util/build_info.hpp"
 #include "util/error.hpp"
+#include "util/machine.hpp"
 #include "util/process.hpp"
 #include "util/rng.hpp"
 
@@ -340,6 +344,25 @@ TEST_F(TrainTest, PairedExperimentRunsResumesAndSummarises) {
   EXPECT_EQ(result.at("curve"), trained.at("curve"));
   EXPECT_TRUE(result["curve"][0].contains("grad_norm")) << result["curve"][0];
   EXPECT_EQ(result.at("instability"), trained.at("instability"));
+  // And where the run came from: the binary that trained it (this build: the test links the same
+  // build_info()), its backend, CPU and threads.
+  ASSERT_TRUE(trained.contains("provenance")) << trained;
+  EXPECT_EQ(result.at("provenance"), trained.at("provenance"));
+  const auto& provenance = trained["provenance"];
+  EXPECT_EQ(provenance.at("attnres_version"), build_info().version);
+  EXPECT_EQ(provenance.at("commit"), build_info().commit);
+  EXPECT_NE(provenance["commit"], "unknown");
+  EXPECT_EQ(provenance.at("dirty"), build_info().dirty ? nlohmann::json(*build_info().dirty) : nlohmann::json());
+  EXPECT_EQ(provenance.at("device"), "cpu");
+  // (The CLI may run another OpenBLAS core than this test: its configure_runtimes in src/cli/main.cpp.)
+  const auto backend = kernels::parse_fp32_gemm(provenance.at("gemm_backend").get<std::string>());
+  EXPECT_TRUE(backend != kernels::Fp32Gemm::automatic && kernels::fp32_gemm_available(backend)) << provenance;
+  EXPECT_FALSE(provenance.contains("bf16_backend"));  // fp32 matmuls
+  EXPECT_NE(provenance.at("blas_core"), "unknown");
+  EXPECT_EQ(provenance.at("cpu_model"), cpu_model());
+  EXPECT_EQ(provenance.at("threads"), 2);  // train.threads
+  EXPECT_EQ(results::read_run_result((runs.path() / "exp/runs/rd/seed-1/result.json").string()).provenance->commit,
+            build_info().commit);
   // Rerunning skips finished runs; another protocol in the same directory is refused.
   const auto stamp = fs::last_write_time(runs.path() / "exp/runs/rd/seed-2/result.json");
   r = run_cli(cmd);
