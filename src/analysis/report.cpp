@@ -100,7 +100,7 @@ std::string markdown_cell(const std::string& s) {
   return out;
 }
 
-std::string markdown_table(const Table& t) {
+std::string markdown_table_of(const Table& t) {
   std::string out = "### " + t.title + "\n\n|";
   for (const auto& h : t.header) out += " " + markdown_cell(h) + " |";
   out += "\n|";
@@ -118,7 +118,8 @@ std::string markdown_table(const Table& t) {
   return out + "\n";
 }
 
-std::string html_table(const ExperimentSummary& s, const Table& t) {
+// `s` null: no arm swatches.
+std::string html_table_of(const ExperimentSummary* s, const Table& t) {
   std::string out = "<div class=\"table-wrap\"><table><caption>" + escape_html(t.title) + "</caption><thead><tr>";
   int arm_col = -1;
   for (std::size_t c = 0; c < t.header.size(); ++c) {
@@ -135,8 +136,9 @@ std::string html_table(const ExperimentSummary& s, const Table& t) {
     for (std::size_t c = 0; c < t.header.size(); ++c) {
       const std::string cell = c < row.size() ? row[c] : "";
       out += static_cast<int>(c) < t.left_columns ? "<td>" : "<td class=\"num\">";
-      if (static_cast<int>(c) == arm_col && std::find(s.spec.arms.begin(), s.spec.arms.end(), cell) != s.spec.arms.end())
-        out += "<span class=\"swatch\" style=\"background:" + arm_color(s, cell) + "\"></span>";
+      if (s != nullptr && static_cast<int>(c) == arm_col &&
+          std::find(s->spec.arms.begin(), s->spec.arms.end(), cell) != s->spec.arms.end())
+        out += "<span class=\"swatch\" style=\"background:" + arm_color(*s, cell) + "\"></span>";
       out += escape_html(cell) + "</td>";
     }
     out += "</tr>";
@@ -145,6 +147,8 @@ std::string html_table(const ExperimentSummary& s, const Table& t) {
   for (const auto& n : t.notes) out += "<p class=\"note\">" + escape_html(n) + "</p>";
   return out;
 }
+
+std::string html_table(const ExperimentSummary& s, const Table& t) { return html_table_of(&s, t); }
 
 constexpr const char* kCss = R"css(
 :root { --ink:#1f2937; --muted:#6b7280; --line:#e5e7eb; --bg:#ffffff; --panel:#f9fafb; --accent:#0072B2; }
@@ -191,6 +195,10 @@ footer { margin-top: 48px; color: var(--muted); font-size: 12.5px; }
 
 }  // namespace
 
+std::string markdown_table(const Table& table) { return markdown_table_of(table); }
+std::string html_table(const Table& table) { return html_table_of(nullptr, table); }
+const char* report_css() { return kCss; }
+
 std::string render_markdown(const ExperimentSummary& s) {
   std::string out = "# Paired experiment report\n\n";
   out += "Experiment directory: `" + s.dir + "`  \n" + meta_line(s) + "\n\n";
@@ -207,7 +215,7 @@ std::string render_markdown(const ExperimentSummary& s) {
     out += "\n";
   }
   out += "## Tables\n\n";
-  for (const Table& t : all_tables(s, true)) out += markdown_table(t);
+  for (const Table& t : all_tables(s, true)) out += markdown_table_of(t);
   out += "Plots: see report.html beside this file. All numbers: summary.json.\n";
   return out;
 }

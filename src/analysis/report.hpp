@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analysis/summary.hpp"
+#include "analysis/tables.hpp"
 
 namespace attnres::analysis {
 
@@ -17,6 +18,12 @@ struct ReportFiles {
 };
 
 std::string render_markdown(const ExperimentSummary& summary);
+
+// The pieces of the page other reports share (analysis/pool_report.hpp): a table in Markdown, in
+// HTML (no arm swatches), and the page's style sheet.
+std::string markdown_table(const Table& table);
+std::string html_table(const Table& table);
+const char* report_css();
 std::string render_html(const ExperimentSummary& summary);
 
 // Writes report.md and report.html into out_dir (created if missing), atomically; returns their paths.

@@ -359,6 +359,29 @@ std::string experiment_brief(const ExperimentSummary& s) {
                 model_value(s.spec.model, "d_model"));
 }
 
+std::string format_table_text(const Table& t) {
+  std::vector<std::size_t> width(t.header.size(), 0);
+  for (std::size_t c = 0; c < t.header.size(); ++c) width[c] = display_width(t.header[c]);
+  for (const auto& row : t.rows)
+    for (std::size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], display_width(row[c]));
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l = " ";
+    for (std::size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < cells.size() ? cells[c] : "";
+      l += " " + pad(cell, width[c], static_cast<int>(c) < t.left_columns);
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    return l + "\n";
+  };
+  std::string out = t.title + "\n" + line(t.header);
+  std::size_t total = 1;
+  for (auto w : width) total += w + 1;
+  out += "  " + std::string(total - 2, '-') + "\n";
+  for (const auto& row : t.rows) out += line(row);
+  for (const auto& n : t.notes) out += "  " + n + "\n";
+  return out;
+}
+
 std::string format_summary_table(const ExperimentSummary& s) {
   const std::string brief = experiment_brief(s);
   std::string out = concat("Experiment ", s.dir, ": ", s.spec.arms.size(), " arms, ", s.spec.seeds.size(), " seeds, ",
@@ -379,28 +402,7 @@ std::string format_summary_table(const ExperimentSummary& s) {
     const std::size_t n = g.summary.runs.size(), total = n + g.summary.missing.size();
     out += concat("Group '", g.spec.name, "' (", g.spec.kind, "): ", n, " of ", total, " runs finished\n");
   }
-  for (const Table& t : all_tables(s, false)) {
-    std::vector<std::size_t> width(t.header.size(), 0);
-    for (std::size_t c = 0; c < t.header.size(); ++c) width[c] = display_width(t.header[c]);
-    for (const auto& row : t.rows)
-      for (std::size_t c = 0; c < row.size() && c < width.size(); ++c)
-        width[c] = std::max(width[c], display_width(row[c]));
-    auto line = [&](const std::vector<std::string>& cells) {
-      std::string l = " ";
-      for (std::size_t c = 0; c < width.size(); ++c) {
-        const std::string cell = c < cells.size() ? cells[c] : "";
-        l += " " + pad(cell, width[c], static_cast<int>(c) < t.left_columns);
-      }
-      while (!l.empty() && l.back() == ' ') l.pop_back();
-      return l + "\n";
-    };
-    out += "\n" + t.title + "\n" + line(t.header);
-    std::size_t total = 1;
-    for (auto w : width) total += w + 1;
-    out += "  " + std::string(total - 2, '-') + "\n";
-    for (const auto& row : t.rows) out += line(row);
-    for (const auto& n : t.notes) out += "  " + n + "\n";
-  }
+  for (const Table& t : all_tables(s, false)) out += "\n" + format_table_text(t);
   return out;
 }
 

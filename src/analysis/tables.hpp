@@ -59,6 +59,8 @@ std::optional<Table> probe_table(const ExperimentSummary& summary);
 // summary_tables of the main arms, the probe table, then every group's tables.
 std::vector<Table> all_tables(const ExperimentSummary& summary, bool detailed);
 
+// One table as aligned plain text: its title, the header, a rule, the rows and the notes.
+std::string format_table_text(const Table& table);
 // The experiment line, the finished/missing runs and the headline tables as aligned plain text.
 std::string format_summary_table(const ExperimentSummary& summary);
 // What was trained, for a summary's first line: "protocol cpu · 12 layers × 64" for an experiment

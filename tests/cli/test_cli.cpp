@@ -13,6 +13,7 @@
 #include "common/cli_util.hpp"
 #include "common/tiny_model.hpp"
 #include "cli/cli_checks.hpp"
+#include "experiment/pool_fixture.hpp"
 #include "model/config.hpp"
 #include "util/build_info.hpp"
 
@@ -665,4 +666,46 @@ TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   std::istringstream lines(ok.output);
   for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("tokenizer train: ", 0), 0u) << line;
   EXPECT_TRUE(contains(ok.output, "from 1 training documents")) << ok.output;
+}
+
+// `attnres report --pool DIR... --answer ARM` (issue #46): the table, the pooled line and the
+// futility statement on the terminal, pool.json / pool.md / pool.html with --out, errors naming the
+// directory, and the help text.
+TEST(Cli, ReportPoolsStudies) {
+  using attnres::experiment::testing::PoolStudyDesign;
+  using attnres::experiment::testing::write_pool_study;
+  TempDir dir("attnres_cli_pool");
+  const PoolStudyDesign probe{{0.01, 0.03, 0.02}, 64, 2, 0.004, 3000};
+  write_pool_study(dir.path() / "a", {{-0.01, -0.03, -0.02}}, &probe);
+  write_pool_study(dir.path() / "b", {{0.02, 0.04, 0.03, 0.05}, 128, 4, 0.003, 4000}, nullptr, true);
+  const std::string a = dir.str("a"), b = dir.str("b"), out = dir.str("out");
+  const CliResult r = run_cli("report --pool " + a + " " + b + " --answer rd --effect 0.05 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"rd − block: every design's paired ΔNLL", "depth-2 (probe)", "0.004", "not recorded",
+                           "rd − block over 3 designs from 2 studies: pooled ΔNLL", "Futility: ", "0.050 nats"})
+    EXPECT_TRUE(contains(r.output, part)) << part << "\n" << r.output;
+  for (const char* f : {"pool.json", "pool.md", "pool.html"}) EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  const nlohmann::json pool = nlohmann::json::parse(read_file(fs::path(out) / "pool.json"));
+  EXPECT_EQ(pool["designs"].size(), 3u);
+  EXPECT_EQ(pool["pooled"]["k"], 3);
+  EXPECT_EQ(pool["effect"], 0.05);
+  EXPECT_TRUE(contains(read_file(fs::path(out) / "pool.html"), "<polygon"));
+  // Nothing is written without --out, and the experiment directories are only read.
+  const CliResult one = run_cli("report --pool " + b + " --answer rd");
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_TRUE(contains(one.output, "k = 1, not a meta-analysis")) << one.output;
+  EXPECT_EQ(run_cli("report --pool " + b + " --answer rd --quiet").output, "");
+  for (const std::string& d : {a, b})
+    for (const char* f : {"pool.json", "summary.json", "report.md"}) EXPECT_FALSE(fs::exists(fs::path(d) / f)) << d << f;
+  // Errors name the directory.
+  expect_user_error("report --pool " + a + " " + b + " --answer mudd", {a + ": no arm 'mudd'"});
+  expect_user_error("report --pool " + a + " --answer rd --baseline hc",
+                    {a + ": arm 'rd' is never compared with the baseline 'hc'"});
+  expect_user_error("report --pool " + a, {"--pool needs --answer ARM"});
+  expect_user_error("report --pool " + a + " --experiment " + a + " --answer rd", {"--experiment", "--pool"});
+  expect_user_error("report --answer rd", {"report needs --experiment DIR"});
+  const CliResult help = run_cli("report --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(contains(help.output, "--pool")) << help.output;
+  EXPECT_TRUE(contains(help.output, "Hartung-Knapp")) << help.output;
 }
