@@ -9,6 +9,7 @@
 #include "analysis/verdict.hpp"
 #include "model/arms.hpp"
 #include "analysis/plots.hpp"
+#include "analysis/provenance.hpp"
 #include "analysis/tables.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -86,6 +87,16 @@ std::string meta_line(const ExperimentSummary& s) {
                 seeds, " · ", format_tokens(static_cast<double>(s.spec.tokens)), " tokens per run · milestones ", ms,
                 " · baseline ", s.spec.baseline, " · ", s.runs.size(), " of ", s.runs.size() + s.missing.size(),
                 " runs finished");
+}
+
+// The provenance notes of the main runs and of each group (analysis/provenance.hpp): the runs of
+// one comparison came from different binaries, CPUs or GEMM setups.
+std::vector<std::string> provenance_notes(const ExperimentSummary& s) {
+  std::vector<std::string> out;
+  if (const auto note = provenance_note(s)) out.push_back("main arms: " + *note);
+  for (const GroupResults& g : s.groups)
+    if (const auto note = provenance_note(g.summary)) out.push_back("group '" + g.spec.name + "': " + *note);
+  return out;
 }
 
 std::string missing_line(const ExperimentSummary& s) {
@@ -205,6 +216,7 @@ std::string render_markdown(const ExperimentSummary& s) {
   if (!s.missing.empty())
     out += "> **Missing runs** (no result.json; statistics use the seeds finished in both the arm and the baseline): " +
            missing_line(s) + "\n\n";
+  for (const std::string& note : provenance_notes(s)) out += "> **Provenance**: " + note + ".\n\n";
   if (!s.not_needed.empty())
     out += concat("> The sequential study stopped (", s.sequential->outcome, "): ", s.not_needed.size(),
                   " runs of later seeds were not needed.\n\n");
@@ -236,6 +248,8 @@ std::string render_html(const ExperimentSummary& s) {
   if (!s.missing.empty())
     h += "<div class=\"warn\"><strong>Missing runs</strong> (no result.json): " + escape_html(missing_line(s)) +
          ". Statistics use the seeds finished in both the arm and the baseline.</div>\n";
+  for (const std::string& note : provenance_notes(s))
+    h += "<div class=\"warn\"><strong>Provenance</strong>: " + escape_html(note) + ".</div>\n";
   const auto keys = key_results(s);
   if (!keys.empty()) {
     h += "<ul class=\"keys\">";

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "analysis/format.hpp"
+#include "analysis/provenance.hpp"
 #include "analysis/stats.hpp"
 #include "analysis/verdict.hpp"
 #include "results/instability.hpp"
@@ -398,9 +399,11 @@ std::string format_summary_table(const ExperimentSummary& s) {
                   s.sequential ? s.sequential->outcome : std::string("early"), ")");
   }
   out += "\n";
+  if (const auto note = provenance_note(s)) out += "Provenance: " + *note + "\n";
   for (const auto& g : s.groups) {
     const std::size_t n = g.summary.runs.size(), total = n + g.summary.missing.size();
     out += concat("Group '", g.spec.name, "' (", g.spec.kind, "): ", n, " of ", total, " runs finished\n");
+    if (const auto note = provenance_note(g.summary)) out += "  provenance: " + *note + "\n";
   }
   for (const Table& t : all_tables(s, false)) out += "\n" + format_table_text(t);
   return out;

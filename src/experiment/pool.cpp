@@ -33,7 +33,10 @@ std::int64_t model_int(const nlohmann::json& model, const char* key) {
 
 // The CPU a run records (result.json's provenance); none yet: results written before provenance
 // was recorded say nothing of their machine.
-std::optional<std::string> run_cpu(const results::RunResult&) { return std::nullopt; }
+std::optional<std::string> run_cpu(const results::RunResult& r) {
+  if (!r.provenance) return std::nullopt;
+  return r.provenance->cpu_model;
+}
 
 // The paired ΔNLL of `arm` against `baseline` at the design's last validation milestone, with the
 // design's settings. The seeds finished in both, paired as the summary pairs them.
