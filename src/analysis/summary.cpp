@@ -372,6 +372,15 @@ ExperimentSummary compute_summary(const std::string& dir, const SummaryOptions& 
     gs.spec.model = g.model;
     gs.spec.train = g.train;
     summarize_arms(gs, &s);
+    // A group that reads the main baseline's runs at main milestones is measured against the main
+    // twins' floor there (the same runs, the same budget).
+    if (g.baseline_from_main)
+      for (Comparison& c : gs.milestones)
+        for (const Comparison& m : s.milestones)
+          if (m.tokens == c.tokens && m.noise_floor && !c.noise_floor) {
+            c.noise_floor = m.noise_floor;
+            add_floor_tests(c, gs.spec.floor_margin);
+          }
     s.groups.push_back(std::move(out));
   }
   apply_sequential_outcome(s);
