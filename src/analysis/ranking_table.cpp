@@ -104,7 +104,25 @@ std::optional<Table> ranking_table(const ExperimentSummary& s) {
     t.notes.push_back(concat("Noise floor: ±", format_number(last.noise_floor->sd, 4), " (the sd of ",
                              last.noise_floor->twin, " − ", s.spec.baseline, " over ", last.noise_floor->n,
                              " seeds); the twin is left out of the ranking."));
+  t.notes.push_back(one_learning_rate_note(s));
   return t;
+}
+
+std::string one_learning_rate_note(const ExperimentSummary& s) {
+  // The arms of one comparison differ only in their residual mode (experiment/plan.hpp's
+  // run_config): every arm ran the baseline's training settings, its learning rate included.
+  std::string lr;
+  if (const auto it = s.spec.train.find("config_toml"); it != s.spec.train.end() && it->is_string()) {
+    const std::string text = it->get<std::string>();
+    for (std::size_t at = text.find("lr = "); at != std::string::npos; at = text.find("lr = ", at + 1))
+      if (at == 0 || text[at - 1] == '\n') {
+        lr = text.substr(at + 5, text.find('\n', at) - at - 5);
+        break;
+      }
+  }
+  return concat("One learning rate for every arm (", lr.empty() ? std::string("the baseline's") : "lr " + lr,
+                "), tuned for none of them: an arm whose best learning rate lies elsewhere is ranked at a "
+                "disadvantage; this is a ranking at one setting, not of tuned arms.");
 }
 
 std::optional<std::string> ranking_sentence(const ExperimentSummary& s) {

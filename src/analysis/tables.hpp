@@ -59,6 +59,10 @@ std::optional<Table> probe_table(const ExperimentSummary& summary);
 // summary_tables of the main arms, the probe table, then every group's tables.
 std::vector<Table> all_tables(const ExperimentSummary& summary, bool detailed);
 
+// "One learning rate for every arm (lr 0.004), tuned for none of them: ..." beside a ranking or a
+// throughput view: the arms of one comparison ran the baseline's training settings.
+std::string one_learning_rate_note(const ExperimentSummary& summary);
+
 // One table as aligned plain text: its title, the header, a rule, the rows and the notes.
 std::string format_table_text(const Table& table);
 // The experiment line, the finished/missing runs and the headline tables as aligned plain text.
