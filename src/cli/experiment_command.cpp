@@ -28,23 +28,6 @@ struct ExperimentArgs {
   bool dry_run = false;
 };
 
-// --dry-run: the runs the command would train, in order, with the ones already finished marked,
-// and nothing written.
-void print_plan(const experiment::ExperimentPlan& plan, const std::string& out) {
-  std::size_t done = 0;
-  std::int64_t tokens_left = 0;
-  for (const experiment::PlannedRun& r : plan.runs) {
-    const bool finished = std::filesystem::exists(r.result_path);
-    const std::int64_t tokens = r.config.total_steps() * r.config.tokens_per_step();
-    done += finished ? 1 : 0;
-    if (!finished) tokens_left += tokens;
-    std::printf("%-40s %12lld tokens  %s\n", r.label.c_str(), static_cast<long long>(tokens),
-                finished ? "done" : "to train");
-  }
-  std::printf("%zu runs in '%s': %zu done, %zu to train (%lld tokens)\n", plan.runs.size(), out.c_str(), done,
-              plan.runs.size() - done, static_cast<long long>(tokens_left));
-}
-
 }  // namespace
 
 void register_experiment_command(CLI::App& app) {
@@ -80,9 +63,13 @@ void register_experiment_command(CLI::App& app) {
   cmd->callback([a] { run_as_job([&](dist::Communicator& comm) {
     experiment::ExperimentOptions o;
     analysis::SummaryOptions summary_options;
+    double planned_tokens_per_core_second = 0;
     if (!a->protocol.empty()) {
       const experiment::ProtocolFile p = experiment::read_protocol(a->protocol);
       o = p.options;
+      planned_tokens_per_core_second = p.planned_tokens_per_core_second;
+      // A dry run of data not prepared yet is costed with the vocabulary the protocol prepares.
+      if (p.prepare && o.base.model.vocab_size == 0) o.base.model.vocab_size = p.prepare->vocab_size;
       summary_options.effect = p.effect;
       if (a->out.empty()) a->out = "runs/" + o.name;
       if (comm.is_root() && !a->dry_run) experiment::prepare_protocol_data(p, true);
@@ -130,12 +117,7 @@ void register_experiment_command(CLI::App& app) {
     o.out_dir = a->out;
     if (a->dry_run) {
       if (!comm.is_root()) return;
-      require(std::filesystem::exists(std::filesystem::path(o.data_dir) / "manifest.json"), "--dry-run: the data '",
-              o.data_dir, "' is not prepared yet (no manifest.json), so the runs cannot be checked against it; ",
-              a->protocol.empty() ? std::string("prepare it with 'attnres prepare'")
-                                  : "run 'attnres prepare' or the experiment once (it prepares the data from "
-                                    "[experiment.prepare] first)");
-      print_plan(experiment::make_plan(o), a->out);
+      std::printf("%s", experiment::dry_run(o, planned_tokens_per_core_second).c_str());
       return;
     }
     o.stop = install_stop_handlers();

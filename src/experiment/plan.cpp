@@ -87,14 +87,25 @@ bool same_run_prefix(const TrainConfig& main, const TrainConfig& group) {
   return std::find(ms.begin(), ms.end(), group.total_steps()) != ms.end();
 }
 
-ExperimentPlan make_plan(const ExperimentOptions& o) {
+double evaluation_overhead(const TrainConfig& c) {
+  const double evaluated = double(c.eval_tokens) * double(c.milestone_steps().size() + 1);
+  return evaluated / (3.0 * double(c.total_steps() * c.tokens_per_step()));
+}
+
+ExperimentPlan make_plan(const ExperimentOptions& o, bool data_prepared) {
   require(!o.arms.empty(), "--arms must name at least one arm");
   require(!o.seeds.empty(), "--seeds must name at least one seed");
   check_arms(o.base.model, o.arms, "the main arms");
   for (std::size_t i = 0; i < o.seeds.size(); ++i)
     for (std::size_t k = 0; k < i; ++k) require(o.seeds[i] != o.seeds[k], "seed ", o.seeds[i], " is listed twice");
   ExperimentPlan plan;
-  plan.base = resolve_vocab(o.base, o.data_dir);
+  if (data_prepared) {
+    plan.base = resolve_vocab(o.base, o.data_dir);
+  } else {
+    require(o.base.model.vocab_size > 0, "the data '", o.data_dir, "' is not prepared and no vocabulary size is "
+            "known (model.vocab_size, or [experiment.prepare] vocab_size)");
+    plan.base = o.base;
+  }
   const TrainConfig& base = plan.base;
   base.validate();
 
@@ -116,7 +127,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     spec.name = o.name;
     spec.description = o.description;
     spec.data = o.data_dir;
-    spec.dataset = data::dataset_identity(o.data_dir);
+    if (data_prepared) spec.dataset = data::dataset_identity(o.data_dir);
   }
 
   std::vector<TrainConfig> group_configs;
@@ -174,8 +185,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   // checked now, not after the first run has trained.
   int longest_seq = base.seq_len;
   for (const TrainConfig& gc : group_configs) longest_seq = std::max(longest_seq, gc.seq_len);
-  for (const char* split : {"train", "val", "test"})
-    eval_windows(data::TokenDataset::open(o.data_dir, split, {false, nullptr}), longest_seq, 0);
+  if (data_prepared)
+    for (const char* split : {"train", "val", "test"})
+      eval_windows(data::TokenDataset::open(o.data_dir, split, {false, nullptr}), longest_seq, 0);
 
   // Every run of the experiment in a fixed order (seed, then the main arms, then each group's),
   // so a stopped study has whole seeds, and workers share the list by index.

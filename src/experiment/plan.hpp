@@ -35,7 +35,13 @@ void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, 
 
 // Checks the options (arm names, twins, seeds, groups, sequential seeds) and plans the runs; every
 // split a run reads is checked to hold a window. Errors name the option or protocol key.
-ExperimentPlan make_plan(const ExperimentOptions& options);
+// `data_prepared` false (`experiment --dry-run` of a protocol whose data is not made yet): the data
+// is not read; the vocabulary is the options' model.vocab_size and the dataset identity is left empty.
+ExperimentPlan make_plan(const ExperimentOptions& options, bool data_prepared = true);
+
+// A run's evaluations as a share of its training compute: every milestone and the test split score
+// eval_tokens (a forward pass, about a third of a training step's work per token).
+double evaluation_overhead(const TrainConfig& config);
 
 // The configuration of one run: the base with the group's settings and budget (group null: the
 // main arms), the arm's residual mode, the seed for initialisation and data order, and for a twin

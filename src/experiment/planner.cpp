@@ -29,14 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr int kMinStudySeeds = 5;
 
-// The share of the seconds a run spends evaluating rather than training: every milestone scores
-// eval_tokens (a forward pass, about a third of a training step's work per token), and the end a
-// test evaluation of as many tokens.
-double evaluation_overhead(const TrainConfig& c) {
-  const double evaluated = double(c.eval_tokens) * double(c.milestone_steps().size() + 1);
-  return evaluated / (3.0 * double(c.total_steps() * c.tokens_per_step()));
-}
-
 std::string lr_text(double lr) { return format_printf("%g", lr); }
 
 // The whole steps that `core_seconds` of one run buy at `tokens_per_core_second` (at least one).
@@ -255,6 +247,8 @@ std::string plan_protocol_text(const ProtocolFile& p, const PlanResult& r, const
   out += "preset = " + quoted(e.preset) + "\n";
   out += "arms = " + quoted_list(e.arms) + "\n";
   out += "effect = " + format_printf("%g", pilot.effect) + "\n";
+  out += "planned_tokens_per_core_second = " + format_printf("%.0f", shape.tokens_per_core_second) +
+         "   # measured by the pilot; experiment --dry-run prices the runs with it\n";
   if (p.prepare) {
     out += "\n[experiment.prepare]\ninput = " + quoted_list(p.prepare->inputs) + "\n";
     out += concat("vocab_size = ", p.prepare->vocab_size, "\n");

@@ -265,6 +265,11 @@ ProtocolFile read_protocol(const std::string& path) {
   o.arms = e.strings("arms");
   require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
   check_arms(o.base.model, o.arms, concat(path, ": [experiment] arms"));
+  if (const toml::node* t = e.find("planned_tokens_per_core_second")) {
+    p.planned_tokens_per_core_second = e.number("planned_tokens_per_core_second", 0);
+    if (!(p.planned_tokens_per_core_second > 0 && std::isfinite(p.planned_tokens_per_core_second)))
+      e.bad(*t, "planned_tokens_per_core_second", "must be a positive number (what `attnres plan` measured)");
+  }
   if (const toml::node* effect = e.find("effect")) {
     p.effect = e.number("effect", 0);
     if (!(std::isfinite(p.effect) && p.effect > 0))

@@ -64,6 +64,9 @@ struct ProtocolFile {
   std::optional<PrepareSpec> prepare;
   double effect = results::kNotAvailable;  // the power analysis' user effect, when the file gives one
   std::optional<PilotSpec> pilot;           // a pilot file's [pilot] (then 'seeds' may be left out)
+  // [experiment] planned_tokens_per_core_second: the throughput `attnres plan` measured for the main
+  // model, which `experiment --dry-run` prices the runs with until runs here have measured their own.
+  double planned_tokens_per_core_second = 0;
 };
 
 // Reads and checks a protocol file. Errors name the file, the line and the key.

@@ -159,29 +159,46 @@ std::string growth(const results::ExperimentSpec& existing, const results::Exper
   return out;
 }
 
-// Writes experiment.json, or checks the one there: the same experiment, a growth of it
-// (rewritten, the recorded runs reused), or a part of it (left as it is). Rank 0 writes; the others check theirs against it.
+// What experiment.json in the directory says of the experiment asked for: none yet, the same one, a
+// growth of it (`added` names what is added), or a part of it (left as it is). A different experiment
+// is an Error naming the differences, for the real command and --dry-run alike.
+struct RecordedState {
+  bool recorded = false;
+  std::string added;  // a growth: what it adds
+};
+
+RecordedState recorded_state(const ExperimentOptions& o, const ExperimentPlan& plan) {
+  const std::string spec_path = results::experiment_spec_path(o.out_dir);
+  RecordedState state;
+  if (!fs::exists(spec_path)) return state;
+  state.recorded = true;
+  const results::ExperimentSpec existing = results::read_experiment_spec(spec_path);
+  const std::vector<ConfigDifference> differences = experiment_differences(existing, plan.spec, spec_path);
+  // A request for part of a recorded experiment (fewer seeds or arms, e.g. a rerun of the command
+  // that started an experiment which has grown since) runs its part and leaves experiment.json.
+  if (!differences.empty() && growth(plan.spec, existing, spec_path).empty()) {
+    state.added = growth(existing, plan.spec, spec_path);
+    require(!state.added.empty(), "'", o.out_dir, "' holds a different experiment: ", spec_path, " differs in ",
+            describe_differences(differences, "experiment.json", "requested"),
+            "; choose another --out (an experiment may only grow: more seeds after the recorded ones, more arms, "
+            "everything else the same)");
+  }
+  return state;
+}
+
+// Writes experiment.json, or checks the one there (recorded_state) and rewrites it for a growth.
+// Rank 0 writes; the others check theirs against it.
 void settle_spec(const ExperimentOptions& o, const ExperimentPlan& plan, dist::Communicator& comm, StatusLine& status) {
   const std::string spec_path = results::experiment_spec_path(o.out_dir);
   if (!comm.is_root()) comm.barrier();
-  if (fs::exists(spec_path)) {
-    const results::ExperimentSpec existing = results::read_experiment_spec(spec_path);
-    const std::vector<ConfigDifference> differences = experiment_differences(existing, plan.spec, spec_path);
-    // A request for part of a recorded experiment (fewer seeds or arms, e.g. a rerun of the command
-    // that started an experiment which has grown since) runs its part and leaves experiment.json.
-    if (!differences.empty() && growth(plan.spec, existing, spec_path).empty()) {
-      const std::string added = growth(existing, plan.spec, spec_path);
-      require(!added.empty(), "'", o.out_dir, "' holds a different experiment: ", spec_path, " differs in ",
-              describe_differences(differences, "experiment.json", "requested"),
-              "; choose another --out (an experiment may only grow: more seeds after the recorded ones, more arms, "
-              "everything else the same)");
-      std::size_t reused = 0;
-      for (const PlannedRun& r : plan.runs) reused += fs::exists(r.result_path) ? 1 : 0;
-      status.message(concat("experiment '", o.out_dir, "' grows: ", added, "; ", reused,
-                            " recorded runs are reused unchanged"));
-      if (comm.is_root()) results::write_experiment_spec(spec_path, plan.spec);
-    }
-  } else {
+  const RecordedState state = recorded_state(o, plan);
+  if (!state.added.empty()) {
+    std::size_t reused = 0;
+    for (const PlannedRun& r : plan.runs) reused += fs::exists(r.result_path) ? 1 : 0;
+    status.message(concat("experiment '", o.out_dir, "' grows: ", state.added, "; ", reused,
+                          " recorded runs are reused unchanged"));
+    if (comm.is_root()) results::write_experiment_spec(spec_path, plan.spec);
+  } else if (!state.recorded) {
     require(comm.is_root(), "'", spec_path, "' was not written by rank 0; is '", o.out_dir,
             "' on a file system every rank shares?");
     results::write_experiment_spec(spec_path, plan.spec);
@@ -376,6 +393,91 @@ bool run_experiment(const ExperimentOptions& options) {
   if (interrupted) return false;
   return stopped_by_rule ||
          std::all_of(plan.runs.begin(), plan.runs.end(), [](const PlannedRun& r) { return fs::exists(r.result_path); });
+}
+
+std::string dry_run(const ExperimentOptions& o, double planned_tokens_per_core_second) {
+  const bool prepared = fs::exists(fs::path(o.data_dir) / "manifest.json");
+  const ExperimentPlan plan = make_plan(o, prepared);
+  // The same checks of the recorded state as the real command: a different experiment is refused.
+  const RecordedState state = prepared ? recorded_state(o, plan) : RecordedState{};
+  // The sequential decision the recorded runs have reached, as the real command would take it.
+  std::optional<results::SequentialSummary> seq;
+  if (state.recorded && plan.spec.sequential) seq = compute_summary(o.out_dir).sequential;
+  int train_below = static_cast<int>(o.seeds.size());  // seeds whose runs the next invocation trains
+  std::string stop;
+  if (plan.spec.sequential) {
+    const std::vector<int>& looks = plan.spec.sequential->looks;
+    train_below = looks.front();
+    if (seq && seq->look >= 0) {
+      const int n = seq->looks[static_cast<std::size_t>(seq->look)].n;
+      if (seq->outcome == "continuing") {
+        train_below = seq->next_seeds;
+      } else {
+        train_below = n;
+        stop = concat("the study stopped ", seq->outcome, " at the look at ", n, " seeds");
+      }
+    }
+  }
+  // Throughput: measured by the finished runs here (tokens per core-second), else the plan's.
+  std::vector<double> measured;
+  for (const PlannedRun& r : plan.runs)
+    if (fs::exists(r.result_path)) {
+      const results::RunResult rr = results::read_run_result(r.result_path);
+      const int threads = r.config.threads > 0 ? r.config.threads : 1;
+      if (rr.tokens_per_sec > 0) measured.push_back(rr.tokens_per_sec / threads);
+    }
+  std::sort(measured.begin(), measured.end());
+  const double tps = !measured.empty() ? measured[measured.size() / 2] : planned_tokens_per_core_second;
+  const std::string tps_source =
+      !measured.empty() ? concat("measured by ", measured.size(), " finished runs here (median)")
+      : planned_tokens_per_core_second > 0 ? std::string("planned: the protocol's planned_tokens_per_core_second")
+                                           : std::string();
+  std::string out;
+  std::size_t done = 0, to_train = 0, later = 0, not_needed = 0;
+  std::int64_t tokens_left = 0;
+  double core_seconds = 0;
+  for (const PlannedRun& r : plan.runs) {
+    const bool finished = fs::exists(r.result_path);
+    const std::int64_t tokens = r.config.total_steps() * r.config.tokens_per_step();
+    std::string what;
+    if (finished) {
+      what = "done";
+      ++done;
+    } else if (r.seed_index >= train_below) {
+      what = stop.empty() ? "a later look (if the study continues)" : "not needed (" + stop + ")";
+      (stop.empty() ? later : not_needed) += 1;
+    } else {
+      what = "to train";
+      ++to_train;
+      tokens_left += tokens;
+      core_seconds += double(tokens) * (1 + evaluation_overhead(r.config)) / std::max(tps, 1e-9);
+    }
+    std::string label = r.label, count = std::to_string(tokens);
+    label.resize(std::max<std::size_t>(label.size(), 40), ' ');
+    count.insert(0, count.size() < 12 ? 12 - count.size() : 0, ' ');
+    out += concat(label, " ", count, " tokens  ", what, "\n");
+  }
+  out += concat(plan.runs.size(), " runs in '", o.out_dir, "': ", done, " done, ", to_train, " to train (",
+                format_count(tokens_left), " tokens)");
+  if (later > 0) out += concat(", ", later, " in later looks if the study continues");
+  if (not_needed > 0) out += concat(", ", not_needed, " not needed: ", stop);
+  out += "\n";
+  if (!prepared)
+    out += concat("the data '", o.data_dir, "' is not prepared yet: the runs are costed from the protocol; the real "
+                  "command prepares it first ([experiment.prepare])\n");
+  else if (state.recorded && !state.added.empty())
+    out += concat("the experiment grows: ", state.added, "\n");
+  if (to_train > 0) {
+    if (tps > 0)
+      out += concat("cost: about ", format_number(core_seconds / 3600.0, 2), " core-hours (", tps_source, ": ",
+                    format_count(std::llround(tps)), " tokens per core-second, evaluations included): about ",
+                    duration_text(core_seconds / std::max(1, o.workers)), " with ", std::max(1, o.workers),
+                    o.workers > 1 ? " workers" : " worker (--worker K/N runs N side by side)", "\n");
+    else
+      out += "cost: unknown until a run finishes here (or the protocol gives planned_tokens_per_core_second, as "
+             "`attnres plan` writes it)\n";
+  }
+  return out;
 }
 
 }  // namespace attnres::experiment

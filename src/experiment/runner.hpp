@@ -27,6 +27,14 @@ bool run_experiment(const ExperimentOptions& options);
 // stops it only at that look, once every run of its seeds, the groups' included, has finished.
 bool sequential_decided_at(const results::SequentialSummary& summary, int seeds);
 
+// `experiment --dry-run`: every run the command would train, in order, each done, to train, in a
+// later look, or not needed (a sequential study that stopped), after the real command's checks of
+// the recorded experiment.json (a different experiment is refused) and its sequential decision; then
+// the cost of what is left, from the throughput of the finished runs here or else
+// `planned_tokens_per_core_second` (0: none), and the time with this many workers. An unprepared data
+// directory is costed from the protocol alone. Writes nothing.
+std::string dry_run(const ExperimentOptions& options, double planned_tokens_per_core_second);
+
 // Trains `config` into `dir` in a child process, as every run of an experiment trains: the config
 // written to DIR/run.toml, resumed when DIR holds checkpoints, `threads` (0: the child's default)
 // and `device` as given. Returns the child's exit status (0: finished; 128 + N: stopped by signal

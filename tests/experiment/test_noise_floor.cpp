@@ -284,6 +284,12 @@ looks = [3, 5]
   EXPECT_NE(a.output.find("repeated p = "), std::string::npos) << a.output;
   EXPECT_NE(a.output.find("calibrated α* = "), std::string::npos) << a.output;
   EXPECT_EQ(a.output.find("seeds would be needed"), std::string::npos) << a.output;  // no fixed-sample advice
+  // The dry run takes the same sequential decision: nothing to train, the later seeds not needed.
+  a = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("0 to train"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("6 not needed: the study stopped futile at the look at 3 seeds"), std::string::npos)
+      << a.output;
   a = run_cli("report --experiment " + out + " --quiet");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const std::string html = read_file(dir / "report.html");

@@ -268,15 +268,41 @@ budget = 0.5
   EXPECT_NE(dry.output.find("against-rd/rd-average seed 2"), std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("against-rd/rd seed"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
-  // Without prepared data there is nothing to check the runs against: a plain error, nothing written.
-  dry = run_cli("experiment --preset tiny --data " + runs.str("no-data") + " --out " + out + " --dry-run");
-  EXPECT_EQ(dry.exit_code, 1) << dry.output;
-  EXPECT_NE(dry.output.find("is not prepared yet (no manifest.json)"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("cost: unknown until a run finishes here"), std::string::npos) << dry.output;
+  // A protocol whose data is not prepared yet is costed from the protocol (its vocabulary from
+  // [experiment.prepare], its throughput planned), nothing written.
+  std::string unprepared = protocol;
+  unprepared.replace(unprepared.find(data()), data().size(), runs.str("no-data"));
+  unprepared.insert(unprepared.find("\n", unprepared.find("[experiment]")) + 1,
+                    "planned_tokens_per_core_second = 1000\n");
+  unprepared += "\n[experiment.prepare]\ninput = [\"corpus\"]\nvocab_size = 300\n";
+  const std::string unprepared_path = write_file(runs, "unprepared.toml", unprepared);
+  dry = run_cli("experiment --protocol " + unprepared_path + " --out " + out + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("is not prepared yet: the runs are costed from the protocol"), std::string::npos)
+      << dry.output;
+  EXPECT_NE(dry.output.find("planned: the protocol's planned_tokens_per_core_second: 1,000 tokens per core-second"),
+            std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(runs.str("no-data")));
   const CliResult r = run_cli("experiment --protocol " + path + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   dry = run_cli("experiment --protocol " + path + " --out " + out + " --dry-run");
   EXPECT_NE(dry.output.find("8 runs in '" + out + "': 8 done, 0 to train (0 tokens)"), std::string::npos) << dry.output;
+  // The real command's checks of the recorded experiment: a changed learning rate is refused by the
+  // dry run too; more seeds are a growth, priced from the runs' own throughput.
+  std::string changed = protocol;
+  changed += "lr = 0.0123\n";
+  dry = run_cli("experiment --protocol " + write_file(runs, "changed.toml", changed) + " --out " + out + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 1) << dry.output;
+  EXPECT_NE(dry.output.find("holds a different experiment"), std::string::npos) << dry.output;
+  std::string more = protocol;
+  more.replace(more.find("seeds = [1, 2]"), 14, "seeds = [1, 2, 3]");
+  dry = run_cli("experiment --protocol " + write_file(runs, "more.toml", more) + " --out " + out + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("12 runs in '" + out + "': 8 done, 4 to train"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("the experiment grows: seeds 3"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("measured by 8 finished runs here"), std::string::npos) << dry.output;
   const fs::path dir(out);
   const nlohmann::json spec = read_json(dir / "experiment.json");
   const auto& controls = group_named(spec.at("groups"), "controls");
