@@ -259,6 +259,20 @@ TEST_F(CliSafety, ResumeOnOtherDataIsRefused) {
   EXPECT_TRUE(contains(old.output, "note: '" + newest + "' records no dataset identity")) << old.output;
 }
 
+// Issue #47: --resume with nothing to resume (a mistyped --out, a run stopped before its first
+// checkpoint) is an error naming the directory and what is missing, not a new run from step 1.
+TEST_F(CliSafety, ResumeWithNothingToResumeIsAnError) {
+  TempDir dir("attnres_safety_resume_nothing");
+  const std::string missing = dir.str("mistyped");
+  const std::string train = "train " + kTiny + " --data " + data() + " --resume --out ";
+  expect_user_error(train + missing, {"--resume: '" + missing + "' does not exist"});
+  EXPECT_FALSE(fs::exists(missing)) << "nothing created";
+  const std::string empty = dir.str("empty");
+  fs::create_directories(empty);
+  expect_user_error(train + empty, {"--resume: '" + empty + "' holds no checkpoint (checkpoint-STEP.safetensors)"});
+  EXPECT_TRUE(entries(empty).empty()) << "nothing written";
+}
+
 // Finding 2: the same identity in a protocol experiment's experiment.json: one recorded by an older
 // attnres (without content_hash) still matches; other data of the same sizes does not.
 TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
