@@ -16,6 +16,7 @@
 #include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 #include "util/suggest.hpp"
 
 namespace attnres::cli {
@@ -118,7 +119,10 @@ TrainConfig load_train_config(const std::string& preset_name, const std::string&
                               const std::vector<std::string>& settings) {
   require(preset_name.empty() != config_file.empty(), "give exactly one of --preset NAME or --config FILE");
   TrainConfig config = preset_name.empty() ? preset("tiny") : preset(preset_name);
-  if (!config_file.empty()) apply_toml_file(config, config_file);
+  if (!config_file.empty()) {
+    require_path_kind(config_file, PathKind::kFile, "--config");
+    apply_toml_file(config, config_file);
+  }
   for (const auto& s : settings) apply_setting(config, s, "--set " + s);
   return config;
 }

@@ -10,8 +10,18 @@
 #include "util/atomic_file.hpp"
 #include "util/checksum.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 
 namespace attnres::data {
+
+std::string manifest_path(const std::string& dir) {
+  require_path_kind(dir, PathKind::kDirectory, "prepared dataset",
+                    concat("give the directory holding ", kManifestName, " (written by 'attnres prepare')"));
+  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
+  require(std::filesystem::is_regular_file(path), "'", dir, "' is not a prepared dataset: no ", kManifestName,
+          " (run 'attnres prepare', or it did not finish)");
+  return path;
+}
 namespace fs = std::filesystem;
 namespace {
 

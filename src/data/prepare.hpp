@@ -16,6 +16,10 @@ inline constexpr std::int64_t kDefaultShardTokens = 100'000'000;
 inline constexpr int kManifestVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 
+// DIR/manifest.json of a prepared dataset directory `dir`; fails naming `dir` when it does not
+// exist, is a file (e.g. the manifest itself) or holds no manifest (not prepared, or unfinished).
+std::string manifest_path(const std::string& dir);
+
 struct PrepareOptions {
   std::vector<InputFile> inputs;
   std::string out_dir;

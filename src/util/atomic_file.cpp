@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/paths.hpp"
 
 namespace attnres {
 
@@ -102,6 +103,8 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 }
 
 std::string read_text_file(const std::string& path) {
+  // An ifstream opens a directory and reads it as empty: say what it is.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) require_path_kind(path, PathKind::kFile, "");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read '", path, "': ", std::strerror(errno));
   std::ostringstream out;

@@ -273,6 +273,28 @@ TEST_F(CliSafety, ResumeWithNothingToResumeIsAnError) {
   EXPECT_TRUE(entries(empty).empty()) << "nothing written";
 }
 
+// Issue #47: a directory given where a file is read (and the reverse) is named as such, by every
+// reader (util/paths.hpp): --config of a directory trained the tiny preset, sp:DIR was "does not
+// exist", --data of the manifest itself was "no manifest.json".
+TEST_F(CliSafety, ADirectoryForAFileAndTheReverseAreNamed) {
+  TempDir dir("attnres_safety_path_kinds");
+  const std::string manifest = data() + "/manifest.json";
+  expect_user_error("train " + kTiny.substr(kTiny.find("--set")) + " --config " + corpus() + " --data " + data() +
+                        " --out " + dir.str("run"),
+                    {"--config '" + corpus() + "' is a directory, not a file"});
+  EXPECT_FALSE(fs::exists(dir.str("run")));
+  expect_user_error("train " + kTiny + " --data " + manifest + " --out " + dir.str("run"),
+                    {"prepared dataset '" + manifest + "' is a file, not a directory",
+                     "give the directory holding manifest.json"});
+  expect_user_error("prepare --input " + corpus() + " --tokenizer sp:" + data() + " --out " + dir.str("p"),
+                    {"SentencePiece model '" + data() + "' is a directory, not a file",
+                     "sp:" + data() + "/tokenizer.model"});
+  expect_user_error("tokenizer info --tokenizer gpt2:" + manifest,
+                    {"GPT-2 tokenizer directory '" + manifest + "' is a file, not a directory"});
+  expect_user_error("experiment --protocol " + data() + " --out " + dir.str("exp"),
+                    {"'" + data() + "' is a directory, not a file"});
+}
+
 // Finding 2: the same identity in a protocol experiment's experiment.json: one recorded by an older
 // attnres (without content_hash) still matches; other data of the same sizes does not.
 TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
