@@ -102,6 +102,18 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   write_file_atomically(path, [&](std::FILE* f) { write_bytes(f, text.data(), text.size(), path); });
 }
 
+GuardedWrite write_text_guarded(const std::string& path, const std::string& text, bool replace,
+                                std::string_view hint) {
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  if (exists) {
+    if (read_text_file(path) == text) return GuardedWrite::kUnchanged;
+    require(replace, "'", path, "' exists with other contents; not replaced: ", hint);
+  }
+  write_text_atomically(path, text);
+  return exists ? GuardedWrite::kReplaced : GuardedWrite::kCreated;
+}
+
 std::string read_text_file(const std::string& path) {
   // An ifstream opens a directory and reads it as empty: say what it is.
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) require_path_kind(path, PathKind::kFile, "");
