@@ -381,6 +381,16 @@ bool CorpusReader::next_batch(std::vector<RawRecord>& batch, std::size_t max_byt
   return !batch.empty();
 }
 
+namespace {
+
+// A byte order mark opening a document (editors on Windows write one) is no text of it: else it
+// is tokenized as three byte tokens at every document's start and scored by eval --text.
+void strip_byte_order_mark(std::string& text) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
+}
+
+}  // namespace
+
 Document parse_record(RawRecord& record, const InputFile& input, const SplitFractions& fractions) {
   Document doc;
   const std::size_t bad = find_invalid_utf8(record.data);
@@ -388,6 +398,7 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     if (bad != std::string_view::npos)
       fail(where(input, line_of_offset(record.data, bad)), ": invalid UTF-8 (byte offset ", bad, " of the file)");
     doc.text = std::move(record.data);
+    strip_byte_order_mark(doc.text);
     doc.segments = split_document(doc.text, doc.text, fractions);
   } else {
     if (bad != std::string_view::npos)
@@ -399,6 +410,7 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     require(text != object.end(), where(input, record.line), ": missing \"text\" field");
     require(text->is_string(), where(input, record.line), ": field \"text\" is a ", text->type_name(), ", not a string");
     doc.text = std::move(text->get_ref<std::string&>());
+    strip_byte_order_mark(doc.text);
     const auto id = object.find("id");
     if (id != object.end() && !id->is_null()) {
       doc.segments =
