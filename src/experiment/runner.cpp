@@ -109,11 +109,16 @@ std::vector<ConfigDifference> experiment_differences(const results::ExperimentSp
     out.push_back({"configuration", concat("unreadable by this version (", e.what(), ")"), "readable"});
     return out;
   }
-  // The dataset by the keys its record has (an older attnres recorded fewer).
+  // The dataset by the keys its record has (an older attnres recorded fewer). Where it is recorded
+  // (a protocol's experiment.json), the data is compared by that identity alone: its path is a
+  // label, so a study copied to another machine resumes there on a copy of its data at another
+  // path (docs/experiments.md, "Resuming anywhere").
   if (a.contains("dataset") && b.contains("dataset")) {
     for (ConfigDifference d : data::dataset_identity_differences(a["dataset"], b["dataset"]))
       out.push_back({"dataset." + d.key, std::move(d.a), std::move(d.b)});
     a["dataset"] = b["dataset"];
+    if (b.contains("data")) a["data"] = b["data"];
+    else a.erase("data");
   }
   json_differences(a, b, "", out);
   return out;

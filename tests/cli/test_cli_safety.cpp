@@ -325,6 +325,39 @@ TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
   expect_user_error(experiment, {"differs in dataset.content_hash = ", "(experiment.json) vs"});
 }
 
+// Issue #47: a protocol study copied elsewhere, with its data copied to another path (its protocol
+// pointing there), resumes: the data is compared by identity, the path being a label
+// (docs/experiments.md, "Resuming anywhere"); other data at that path is still refused.
+TEST_F(CliSafety, ACopiedStudyResumesOnACopyOfItsDataElsewhere) {
+  TempDir dir("attnres_safety_copied_study");
+  prepare_lettered(dir.path(), "data", "abcdefgh");
+  const auto protocol_for = [&](const std::string& name, const std::string& data) {
+    const std::string path = dir.str(name);
+    std::ofstream(path) << "[experiment]\nname = \"p\"\ndata = \"" << data
+                        << "\"\nseeds = [1]\narms = [\"block\", \"rd\"]\n\n[model]\nd_model = 32\nn_layers = 2\n"
+                           "n_heads = 2\nmlp_hidden = 64\nn_blocks = 2\n\n[train]\nseq_len = 32\nbatch_size = 4\n"
+                           "tokens = 512\neval_tokens = 256\nthreads = 1\n";
+    return path;
+  };
+  const std::string exp = dir.str("exp");
+  ASSERT_EQ(run_cli("experiment --protocol " + protocol_for("p.toml", dir.str("data")) + " --out " + exp).exit_code, 0);
+  // The copy: the experiment directory with one run still to train, the data at another path.
+  fs::create_directories(dir.path() / "elsewhere");
+  fs::copy(exp, dir.path() / "elsewhere" / "exp", fs::copy_options::recursive);
+  fs::copy(dir.path() / "data", dir.path() / "elsewhere" / "data", fs::copy_options::recursive);
+  fs::remove_all(dir.path() / "elsewhere" / "exp" / "runs" / "rd" / "seed-1");
+  fs::remove_all(dir.path() / "data");  // the original is gone: the copy alone is read
+  const std::string copied = protocol_for("elsewhere/p.toml", dir.str("elsewhere/data"));
+  const std::string resume = "experiment --protocol " + copied + " --out " + dir.str("elsewhere/exp");
+  const CliResult r = run_cli(resume);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "elsewhere" / "exp" / "runs" / "rd" / "seed-1" / "result.json")) << r.output;
+  // Other data at the copy's path is refused, by identity.
+  fs::remove_all(dir.path() / "elsewhere" / "data");
+  prepare_lettered(dir.path() / "elsewhere", "data", "stuvwxyz");
+  expect_user_error(resume, {"differs in dataset.content_hash = "});
+}
+
 // Finding 4: the keys every run of an experiment sets itself are refused in a --config file as
 // they are with --set, naming the key and the file; one arm alone is refused.
 TEST_F(CliSafety, ExperimentRulesAreTheSameByEveryRoute) {
