@@ -95,7 +95,8 @@ void run_eval(EvalArgs a) {
   const ModelConfig config = weights_config(file, a.checkpoint);
   const int seq = a.seq > 0 ? a.seq : config.max_seq_len;
   require(seq <= config.max_seq_len, "--seq ", seq, " exceeds the model's max_seq_len ", config.max_seq_len);
-  double nll_sum = 0, bytes = 0;
+  double nll_sum = 0;
+  std::int64_t bytes = 0;  // a count: an integer in --json too
   std::int64_t tokens = 0;
   if (!a.data.empty()) {
     require(a.tokenizer.empty(), "--tokenizer goes with --text (with --data, the data's tokenizer is used)");
@@ -120,7 +121,7 @@ void run_eval(EvalArgs a) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
     split.copy_tokens(1, ids);
     std::erase(ids, split.eot_id());
-    bytes = double(tokenizer->decode(ids).size());
+    bytes = static_cast<std::int64_t>(tokenizer->decode(ids).size());
   } else {
     const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
     require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
@@ -173,10 +174,10 @@ void run_eval(EvalArgs a) {
         // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
         const auto scored = static_cast<std::size_t>(tokens - tokens_before);
         if (scored + 1 >= ids.size()) {
-          bytes += double(text.size());
+          bytes += static_cast<std::int64_t>(text.size());
         } else {
           ids.resize(scored + 1);
-          bytes += double(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
+          bytes += static_cast<std::int64_t>(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
         }
         full = a.max_tokens > 0 && tokens >= a.max_tokens;
         if (full) break;
@@ -187,15 +188,15 @@ void run_eval(EvalArgs a) {
   require(tokens > 0, "nothing to score: the --text inputs hold no text");
   const double nll = nll_sum / double(tokens);
   require(std::isfinite(nll), "the NLL of '", a.checkpoint, "' came out ", nll, ": the weights are not usable");
-  const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / bytes : 0;
+  const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / double(bytes) : 0;
   if (a.json) {
     std::printf("%s\n", nlohmann::json{{"nll", nll}, {"perplexity", std::exp(nll)}, {"bits_per_byte", bpb},
                                        {"tokens", tokens}, {"bytes", bytes}}
                             .dump()
                             .c_str());
   } else {
-    std::printf("nll %.6f nats/token  perplexity %.4f  bits/byte %.4f  (%lld tokens, %.0f bytes)\n", nll,
-                std::exp(nll), bpb, static_cast<long long>(tokens), bytes);
+    std::printf("nll %.6f nats/token  perplexity %.4f  bits/byte %.4f  (%lld tokens, %lld bytes)\n", nll,
+                std::exp(nll), bpb, static_cast<long long>(tokens), static_cast<long long>(bytes));
   }
 }
 

@@ -15,6 +15,7 @@
 #include "train/train_config.hpp"
 #include "util/dir_lock.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 #include "util/threads.hpp"
 
 namespace attnres::cli {
@@ -101,11 +102,10 @@ void run_prepare(const PrepareArgs& args) {
   for (int s = 0; s < data::kNumSplits; ++s) {
     if (summary.tokens[s] >= static_cast<std::uint64_t>(window)) continue;
     std::fprintf(stderr,
-                 "prepare: warning: split '%s' holds %llu tokens (%llu documents), %s; splits are drawn per "
+                 "prepare: warning: split '%s' holds %s (%s), %s; splits are drawn per "
                  "document (per piece of up to %zu bytes of documents over %zu bytes, or of a corpus that is one "
                  "text file): give more text or larger --val-fraction/--test-fraction\n",
-                 names[s], static_cast<unsigned long long>(summary.tokens[s]),
-                 static_cast<unsigned long long>(summary.documents[s]),
+                 names[s], counted(summary.tokens[s], "token").c_str(), counted(summary.documents[s], "document").c_str(),
                  summary.tokens[s] == 0 ? "so train and experiment will refuse it"
                                         : concat("fewer than one window of the tiny preset (", window, " tokens)").c_str(),
                  data::kPieceBytes, data::kLongDocumentBytes);

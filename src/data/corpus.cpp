@@ -230,10 +230,12 @@ class CorpusReader::Stream {
   Stream& operator=(const Stream&) = delete;
 
   // Appends up to about one block of file content to `out`; false once the file is exhausted.
-  bool read(std::string& out, std::uint64_t& raw_total) {
+  // Adds the bytes read from the file to raw_total, the bytes appended to text_total.
+  bool read(std::string& out, std::uint64_t& raw_total, std::uint64_t& text_total) {
     if (!input_.gzip) {
       const std::size_t got = fill(raw_total);
       out.append(reinterpret_cast<const char*>(block_.data()), got);
+      text_total += got;
       return got != 0;
     }
     std::size_t produced = 0;
@@ -258,6 +260,7 @@ class CorpusReader::Stream {
       const std::size_t got = (kReadBlock << 1) - zs_.avail_out;
       out.resize(old + got);
       produced += got;
+      text_total += got;
       if (rc == Z_STREAM_END) member_done_ = true;
       else if (rc != Z_OK && rc != Z_BUF_ERROR)
         fail(input_.path, ": corrupt gzip data (", zs_.msg ? zs_.msg : "zlib error", ")");
@@ -319,7 +322,7 @@ bool CorpusReader::next_record(RawRecord& record) {
     const InputFile& input = inputs_[current_];
     if (input.format == InputFormat::kText) {
       if (!stream_done_) {
-        while (stream_->read(pending_, raw_bytes_read_)) {}
+        while (stream_->read(pending_, raw_bytes_read_, text_bytes_read_)) {}
         stream_done_ = true;
         if (!pending_.empty()) {
           record.source = static_cast<std::uint32_t>(current_);
@@ -341,7 +344,7 @@ bool CorpusReader::next_record(RawRecord& record) {
     } else if (!stream_done_) {
       pending_.erase(0, pending_pos_);  // keep the partial line, read on
       pending_pos_ = 0;
-      if (!stream_->read(pending_, raw_bytes_read_)) stream_done_ = true;
+      if (!stream_->read(pending_, raw_bytes_read_, text_bytes_read_)) stream_done_ = true;
       continue;
     } else if (pending_pos_ < pending_.size()) {  // a last line without a newline
       line = std::string_view(pending_).substr(pending_pos_);

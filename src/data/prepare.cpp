@@ -11,6 +11,7 @@
 #include "util/checksum.hpp"
 #include "util/error.hpp"
 #include "util/paths.hpp"
+#include "util/text.hpp"
 
 namespace attnres::data {
 
@@ -22,8 +23,17 @@ std::string manifest_path(const std::string& dir) {
           " (run 'attnres prepare', or it did not finish)");
   return path;
 }
+
 namespace fs = std::filesystem;
 namespace {
+
+// "12.3 MB" of text; with gzip-compressed inputs also what was read: "12.3 MB of text (4.1 MB
+// compressed)".
+std::string read_size(const PrepareSummary& s) {
+  const std::string text = format_bytes(static_cast<double>(s.text_bytes));
+  if (s.text_bytes == s.raw_bytes) return text;
+  return concat(text, " of text (", format_bytes(static_cast<double>(s.raw_bytes)), " compressed)");
+}
 
 void clear_previous_output(const fs::path& dir) {
   std::error_code ec;
@@ -179,10 +189,11 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     write_text_atomically((out / kManifestName).string(), manifest.dump(2) + "\n");
 
     summary.raw_bytes = reader.raw_bytes_read();
+    summary.text_bytes = reader.text_bytes_read();
     summary.seconds = progress.seconds();
     std::string message = concat(
-        "done: ", format_bytes(static_cast<double>(summary.raw_bytes)), ", ", total_docs, " documents, ", total_tokens,
-        " tokens (train ", summary.tokens[0], ", val ", summary.tokens[1], ", test ", summary.tokens[2], ") in ");
+        "done: ", read_size(summary), ", ", counted(total_docs, "document"), ", ", counted(total_tokens, "token"),
+        " (train ", summary.tokens[0], ", val ", summary.tokens[1], ", test ", summary.tokens[2], ") in ");
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", summary.seconds);
     message += secs;
@@ -191,9 +202,9 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
       message += concat("; its one text cut into pieces of at most ", summary.single_text_piece_bytes,
                         " bytes for the split");
     else if (summary.cut_documents != 0)
-      message += concat("; ", summary.cut_documents, " document", summary.cut_documents == 1 ? "" : "s", " over ",
+      message += concat("; ", counted(summary.cut_documents, "document"), " over ",
                         format_bytes(static_cast<double>(kLongDocumentBytes)), " cut into pieces for the split");
-    if (summary.skipped_empty != 0) message += concat("; skipped ", summary.skipped_empty, " empty documents");
+    if (summary.skipped_empty != 0) message += concat("; skipped ", counted(summary.skipped_empty, "empty document"));
     progress.finish(message);
     return summary;
   } catch (...) {

@@ -37,7 +37,8 @@ struct PrepareSummary {
   // A corpus of one text file of at most kLongDocumentBytes, cut into pieces of at most this many
   // bytes (split_piece_bytes); 0 otherwise.
   std::size_t single_text_piece_bytes = 0;
-  std::uint64_t raw_bytes = 0;
+  std::uint64_t raw_bytes = 0;   // read from the input files (compressed, for .gz ones)
+  std::uint64_t text_bytes = 0;  // of text, after decompression
   double seconds = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "results/experiment_spec.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres::experiment {
 namespace {
@@ -243,7 +244,7 @@ ProtocolFile read_protocol(const std::string& path) {
   }
   o.arms = e.strings("arms");
   require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
-  check_arms(o.base.model, o.arms, concat(path, ": [experiment] arms"));
+  check_arms(o.base.model, o.arms, concat(where(path, *ex->get("arms")), ": [experiment] arms"));
   if (const toml::node* effect = e.find("effect")) {
     p.effect = e.number("effect", 0);
     if (!(std::isfinite(p.effect) && p.effect > 0))
@@ -297,11 +298,11 @@ ProtocolFile read_protocol(const std::string& path) {
   for (std::size_t i = 0; i < o.groups.size(); ++i)
     for (std::size_t k = 0; k < i; ++k)
       require(o.groups[i].name != o.groups[k].name, path, ": two groups are named '", o.groups[i].name, "'");
+  const std::vector<std::string> tables = {"experiment", "model", "train", "controls", "probe", "pilot"};
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    require(k == "experiment" || k == "model" || k == "train" || k == "controls" || k == "probe" || k == "pilot",
-            where(path, node), ": unknown table '", k,
-            "' (expected [experiment], [model], [train], [controls], [[probe]], [pilot])");
+    require(std::find(tables.begin(), tables.end(), k) != tables.end(), where(path, node), ": unknown table '", k,
+            "'", did_you_mean(k, tables), " (expected [experiment], [model], [train], [controls], [[probe]], [pilot])");
   }
   return p;
 }

@@ -165,6 +165,36 @@ TEST_F(CliSafety, ASecondExperimentIsRefusedButWorkersShareOne) {
   EXPECT_TRUE(contains(summary.output, "summary: ")) << summary.output;
 }
 
+// Issue #47: Ctrl-C during an experiment is announced once, by the experiment (its training child,
+// in a process group of its own, stops without saying so again); the exit says it was stopped.
+TEST_F(CliSafety, AStopInAnExperimentIsAnnouncedOnce) {
+  TempDir runs("attnres_safety_exp_stop");
+  const fs::path out = runs.path() / "exp";
+  const std::string log = runs.str("exp.log");
+  const pid_t parent = start_cli("experiment " + kTiny + " --set train.tokens=10000000 --arms block,rd --seeds 1 --data " +
+                                     data() + " --out " + out.string(), log);
+  ASSERT_GT(parent, 0);
+  // The first run's training process holds its directory once its stop handlers are installed.
+  const std::string run_lock = (out / "runs" / "block" / "seed-1" / ".lock").string();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  long child = 0;
+  while ((child = attnres::lock_holder(run_lock)) <= 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GT(child, 0) << read_file(log);
+  ASSERT_NE(child, static_cast<long>(parent));
+  ::kill(parent, SIGINT);
+  int status = 0;
+  ::waitpid(parent, &status, 0);
+  const std::string output = read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  std::size_t announced = 0;
+  for (std::size_t at = output.find("stopping after this step"); at != std::string::npos;
+       at = output.find("stopping after this step", at + 1))
+    ++announced;
+  EXPECT_EQ(announced, 1u) << output;
+}
+
 // Finding 3: --out must be new, empty or attnres' own kind of directory.
 TEST_F(CliSafety, OutMustBeEmptyOrOfItsKind) {
   TempDir runs("attnres_safety_out");

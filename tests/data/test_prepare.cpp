@@ -11,6 +11,7 @@
 #include "data/hash.hpp"
 #include "data/loader.hpp"
 #include "data/prepare.hpp"
+#include "data/progress.hpp"
 #include "data/shard.hpp"
 #include "data/tokenizer.hpp"
 #include "data_test_util.hpp"
@@ -293,9 +294,30 @@ TEST(DataPrepareCli, ReportsProgressAndSummary) {
   const CliResult r = run_cli(prepare_cli(quote(c.paths[0]) + " " + quote(c.paths[1]) + " " + quote(c.paths[2]), tmp / "out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("prepare: done: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("skipped 1 empty documents"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("skipped 1 empty document"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("1 empty documents"), std::string::npos) << r.err;  // issue #47: the noun agrees
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no carriage returns when stderr is not a terminal";
   EXPECT_TRUE(fs::exists(tmp / "out/manifest.json"));
+}
+
+// Issue #47: the summary gives the size of the text, not of the compressed files it came from
+// (which it names as such), and counts agree with their nouns.
+TEST(DataPrepareCli, TheSummaryGivesTheTextSizeOfCompressedInputs) {
+  TempDir tmp;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the same line of text, again and again\n";
+  write_gzip(tmp / "one.txt.gz", text);
+  const CliResult r = run_cli(prepare_cli(quote(tmp / "one.txt.gz"), tmp / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string want = "prepare: done: " + format_bytes(double(text.size())) + " of text (" +
+                           format_bytes(double(fs::file_size(tmp / "one.txt.gz"))) + " compressed), 1 document, ";
+  EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
+  // Uncompressed inputs: one size, the text's.
+  write_file(tmp / "plain.txt", text);
+  const CliResult plain = run_cli(prepare_cli(quote(tmp / "plain.txt"), tmp / "out2"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("prepare: done: " + format_bytes(double(text.size())) + ", 1 document, "), std::string::npos)
+      << plain.err;
 }
 
 TEST(DataPrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
