@@ -33,6 +33,7 @@ constexpr std::int64_t kProgressWindows = 64;
 struct EvalArgs {
   std::string checkpoint, data, split = "val", tokenizer;
   std::vector<std::string> text;
+  std::string text_field = "text";
   bool json = false, quiet = false;
   int batch = 8, seq = 0, threads = 0;
   std::int64_t max_tokens = 0;
@@ -128,7 +129,8 @@ void run_eval(EvalArgs a) {
             "' does not fit the model's vocabulary");
     // Read as `prepare` reads its inputs: .txt files (one document each), .jsonl (one per line, in
     // "text"), either gzip-compressed, directories of them; anything else is refused, naming it.
-    const std::vector<data::InputFile> inputs = data::expand_inputs(a.text);
+    std::vector<data::InputFile> inputs = data::expand_inputs(a.text);
+    for (data::InputFile& input : inputs) input.text_field = a.text_field;
     const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, seq);
     data::CorpusReader reader(inputs);
     std::vector<data::RawRecord> records;
@@ -289,6 +291,8 @@ void register_inference_commands(CLI::App& app) {
                        "inputs as 'prepare' reads them: .txt files (one document each), .jsonl (a document per line, "
                        "in \"text\"), either .gz, and directories of them")
       ->take_all();
+  eval_cmd->add_option("--text-field", eargs->text_field, "JSONL field holding each document's text (with --text)")
+      ->capture_default_str();
   eval_cmd->add_option("--tokenizer", eargs->tokenizer,
                        "tokenizer spec for --text (default: the one named in the checkpoint; either way its content "
                        "hash must be the one the checkpoint records)");

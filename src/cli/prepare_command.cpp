@@ -31,6 +31,7 @@ struct PrepareArgs {
   std::int64_t max_sentences = data::kDefaultMaxSentences;
   int threads = 0;
   bool quiet = false;
+  std::string text_field = "text";
 };
 
 // Undoes what a failed prepare left (prepare_dataset itself removes its shards): the output
@@ -62,6 +63,8 @@ void run_prepare(const PrepareArgs& args) {
   require(args.shard_tokens > 0, "--shard-tokens must be positive, got ", args.shard_tokens);
   const bool default_corpus = args.inputs.empty();
   std::vector<data::InputFile> inputs = default_corpus ? data::default_corpus() : data::expand_inputs(args.inputs);
+  require(!args.text_field.empty(), "--text-field: give the name of the JSONL field holding the text");
+  for (data::InputFile& input : inputs) input.text_field = args.text_field;
   if (default_corpus && !args.quiet) {
     const std::string& first = inputs.front().path;
     const std::size_t root = first.find("/_sources/");
@@ -141,6 +144,8 @@ void register_prepare_command(CLI::App& app) {
       ->check(at_least(1))
       ->excludes(tokenizer);
   cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--text-field", args->text_field, "JSONL field holding each document's text")
+      ->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress output");
   cmd->callback([args] { run_prepare(*args); });
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cli/commands.hpp"
 #include "analysis/report.hpp"
@@ -12,6 +13,7 @@
 #include "analysis/verdict.hpp"
 #include "analysis/tables.hpp"
 #include "results/summary.hpp"
+#include "util/atomic_file.hpp"
 
 namespace attnres::cli {
 namespace {
@@ -20,6 +22,7 @@ struct ReportArgs {
   std::string experiment;
   std::string out;  // directory for report.md / report.html; default: the experiment directory
   bool quiet = false;
+  bool csv = false;    // also runs.csv and milestones.csv
   double effect = 0;   // 0: none
   std::string answer;  // an arm: print only its one-line answer
 };
@@ -43,6 +46,14 @@ void run_report(const ReportArgs& args) {
   std::printf("summary: %s\n", summary_path.c_str());
   std::printf("report:  %s\n", files.markdown.c_str());
   std::printf("report:  %s\n", files.html.c_str());
+  if (args.csv) {
+    for (const auto& [name, text] : {std::pair{"runs.csv", analysis::runs_csv(summary)},
+                                     std::pair{"milestones.csv", analysis::milestones_csv(summary)}}) {
+      const std::string path = (std::filesystem::path(out) / name).string();
+      write_text_atomically(path, text);
+      std::printf("csv:     %s\n", path.c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -59,6 +70,9 @@ void register_report_command(CLI::App& app) {
       ->required();
   cmd->add_option("--out", args->out, "Directory for summary.json, report.md and report.html (default: the experiment directory)");
   cmd->add_flag("--quiet", args->quiet, "Do not print the summary table");
+  cmd->add_flag("--csv", args->csv,
+                "Also write runs.csv (a row per finished run) and milestones.csv (a row per run and validation "
+                "milestone) for other tools; columns: docs/experiments.md");
   cmd->add_option("--effect", args->effect,
                   "Also give, for every comparison, the seeds needed to detect this |ΔNLL| in nats with 80% power "
                   "(the paper's 0.030 is always given)")

@@ -409,9 +409,12 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     nlohmann::json object =
         parse_json(record.data, [&] { return concat(where(input, record.line), ": malformed JSON: "); });
     require(object.is_object(), where(input, record.line), ": expected a JSON object, got ", object.type_name());
-    const auto text = object.find("text");
-    require(text != object.end(), where(input, record.line), ": missing \"text\" field");
-    require(text->is_string(), where(input, record.line), ": field \"text\" is a ", text->type_name(), ", not a string");
+    const std::string& field = input.text_field;
+    const auto text = object.find(field);
+    require(text != object.end(), where(input, record.line), ": missing \"", field, "\" field",
+            field == "text" ? " (a document's text; another field: --text-field NAME)" : "");
+    require(text->is_string(), where(input, record.line), ": field \"", field, "\" is a ", text->type_name(),
+            ", not a string");
     doc.text = std::move(text->get_ref<std::string&>());
     strip_byte_order_mark(doc.text);
     const auto id = object.find("id");

@@ -20,6 +20,7 @@ struct InputFile {
   std::string path;
   InputFormat format = InputFormat::kJsonl;
   bool gzip = false;
+  std::string text_field = "text";  // the JSONL field holding a document's text (prepare --text-field)
 };
 
 // Files are taken as given (they must end in .jsonl, .jsonl.gz, .txt or .txt.gz); directories

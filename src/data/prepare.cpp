@@ -154,6 +154,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
                          {"bytes", st.bytes},
                          {"hash", hex64(st.hash)},
                          {"records", st.records}});
+      if (options.inputs[i].format == InputFormat::kJsonl) sources.back()["text_field"] = options.inputs[i].text_field;
     }
     nlohmann::ordered_json split = {{"rule", split_rule_text(summary.single_text_piece_bytes)},
                                     {"val_fraction", options.fractions.val},

@@ -320,6 +320,34 @@ TEST(DataPrepareCli, TheSummaryGivesTheTextSizeOfCompressedInputs) {
       << plain.err;
 }
 
+// Issue #47: JSONL whose text is under another field than "text" (--text-field NAME); a record
+// without it is named by file and line.
+TEST(DataPrepareCli, TheTextFieldCanBeNamed) {
+  TempDir tmp;
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) {
+    const std::string text = "document " + std::to_string(i) + " says something about depth";
+    jsonl += "{\"id\": " + std::to_string(i) + ", \"content\": \"" + text + "\", \"text\": \"not this\"}\n";
+  }
+  write_file(tmp / "c.jsonl", jsonl);
+  const CliResult r = run_cli(prepare_cli(quote(tmp / "c.jsonl"), tmp / "out", "--text-field content"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const TokenDataset train = TokenDataset::open(tmp / "out", "train");
+  Ids ids(static_cast<std::size_t>(train.num_tokens()));
+  train.copy_tokens(0, ids);
+  std::string decoded;
+  for (std::int32_t id : ids) decoded += id == 256 ? '|' : static_cast<char>(id);
+  EXPECT_NE(decoded.find("says something about depth"), std::string::npos) << decoded;
+  EXPECT_EQ(decoded.find("not this"), std::string::npos) << decoded;
+  EXPECT_EQ(read_manifest(tmp / "out")["sources"][0]["text_field"], "content");
+  write_file(tmp / "partial.jsonl", "{\"content\": \"one\"}\n{\"text\": \"two\"}\n");
+  expect_cli_error(run_cli(prepare_cli(quote(tmp / "partial.jsonl"), tmp / "o2", "--text-field content")),
+                   (tmp / "partial.jsonl") + ":2: missing \"content\" field");
+  // A field no record has: the first record is named.
+  expect_cli_error(run_cli(prepare_cli(quote(tmp / "c.jsonl"), tmp / "o3", "--text-field body")),
+                   (tmp / "c.jsonl") + ":1: missing \"body\" field");
+}
+
 TEST(DataPrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {
   TempDir tmp;
   std::string jsonl;
