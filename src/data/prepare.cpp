@@ -131,7 +131,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
         }
         r.parts.clear();  // do not keep a huge document's buffers
       }
-      progress.update(reader.raw_bytes_read(), total_docs, total_tokens);
+      progress.update(reader.text_bytes_read(), total_docs, total_tokens);
     }
     require(total_docs > 0, "the inputs hold no non-empty documents (", summary.skipped_empty, " empty ones skipped)");
 

@@ -86,7 +86,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
         }
       }
     }
-    progress.update(reader.raw_bytes_read(), summary.documents, 0);
+    progress.update(reader.text_bytes_read(), summary.documents, 0);
   }
   require(summary.sentences > 0, "no training text: the training split of the inputs is empty");
 
