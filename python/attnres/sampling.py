@@ -170,6 +170,8 @@ def score(model: AttnResModel, text: Union[str, Sequence[str]], *, tokenizer: Un
     device = model.tok_emb.weight.device
     nll_sum, tokens, nbytes, per_doc = 0.0, 0, 0, []
     for doc in docs:
+        if doc.startswith("\ufeff"):  # a byte order mark opening a document is no text of it (docs/data.md)
+            doc = doc[1:]
         ids = [tok.eot_id] + tok.encode(doc)
         nbytes += len(doc.encode("utf-8"))
         logprobs: List[float] = []

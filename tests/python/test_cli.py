@@ -256,6 +256,31 @@ class SavedTokenizerTest(unittest.TestCase):
             attnres.score(attnres.load(resaved), "some text", seq=16)
 
 
+class ByteOrderMarkTest(unittest.TestCase):
+    """A byte order mark opening a document is not scored, by `attnres eval --text` nor by attnres.score (issue #47:
+    it was three byte tokens)."""
+
+    def test_a_leading_byte_order_mark_is_not_scored(self):
+        support.need_binary(self)
+        tmp = support.TempDir("bom")
+        self.addCleanup(tmp.cleanup)
+        model = attnres.AttnResModel(attnres.ModelConfig(vocab_size=257, d_model=16, n_layers=2, n_heads=2,
+                                                         mlp_hidden=32, residual="rd"))
+        weights = tmp("m.safetensors")
+        attnres.save(model, weights, tokenizer="bytes")
+        text = "a document that an editor saved with a byte order mark\n"
+        for name, data in (("plain.txt", text.encode()), ("bom.txt", b"\xef\xbb\xbf" + text.encode())):
+            with open(tmp(name), "wb") as f:
+                f.write(data)
+        evals = [json.loads(support.cli("eval", "--checkpoint", weights, "--text", tmp(name), "--seq", "32",
+                                        "--json").stdout) for name in ("plain.txt", "bom.txt")]
+        self.assertEqual(evals[0], evals[1])
+        self.assertEqual(evals[1]["bytes"], len(text.encode()))
+        got = attnres.score(model, "\ufeff" + text, tokenizer="bytes", seq=32)
+        self.assertEqual(got["tokens"], evals[1]["tokens"])
+        self.assertLess(abs(got["nll"] - evals[1]["nll"]) / evals[1]["nll"], 1e-5)
+
+
 class ConfigKeysTest(unittest.TestCase):
     """python/attnres/config.py accepts exactly the model keys `attnres config --keys` lists."""
 
