@@ -45,6 +45,7 @@ GroupOptions read_group(const std::string& path, const toml::table& table, const
     if (arm != baseline) g.arms.push_back(arm);
   require(g.arms.size() >= 2, where(path, table), ": [", kind, "] '", g.name,
           "' needs 'arms' besides its baseline '", baseline, "'");
+  check_arms(main.base.model, g.arms, concat(where(path, *table.get("arms")), ": [", kind, "] '", g.name, "' arms"));
   g.settings = s.strings("set");
   const toml::node* tokens = s.find("tokens");
   const toml::node* budget = s.find("budget");

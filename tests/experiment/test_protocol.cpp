@@ -105,6 +105,7 @@ TEST(Protocol, ErrorsNameTheFileLineAndKey) {
       {head + "[probes]\nname = \"x\"\n", "p.toml:6: unknown table 'probes'; did you mean 'probe'?"},
       {"[experiment]\nname = \"s\"\ndata = \"d\"\nseeds = [1]\narms = [\"block\", \"rdd\"]\n",
        "p.toml:5: [experiment] arms: unknown arm 'rdd'"},
+      {head + "[[probe]]\nname = \"x\"\narms = [\"rd-tide\"]\n", "p.toml:8: [probe] 'x' arms: unknown arm 'rd-tide'"},
   };
   for (const Case& c : cases) {
     const std::string path = write_file(dir, "p.toml", c.text);
