@@ -16,6 +16,9 @@
 namespace attnres::data {
 
 std::string manifest_path(const std::string& dir) {
+  std::error_code ec;
+  require(std::filesystem::exists(dir, ec), "prepared dataset '", dir, "' does not exist (make it with 'attnres prepare ",
+          "--out ", shell_quote(dir), "')");
   require_path_kind(dir, PathKind::kDirectory, "prepared dataset",
                     concat("give the directory holding ", kManifestName, " (written by 'attnres prepare')"));
   const std::string path = (std::filesystem::path(dir) / kManifestName).string();

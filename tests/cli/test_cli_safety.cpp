@@ -316,6 +316,9 @@ TEST_F(CliSafety, ADirectoryForAFileAndTheReverseAreNamed) {
   expect_user_error("train " + kTiny + " --data " + manifest + " --out " + dir.str("run"),
                     {"prepared dataset '" + manifest + "' is a file, not a directory",
                      "give the directory holding manifest.json"});
+  expect_user_error("train " + kTiny + " --data " + dir.str("nodata") + " --out " + dir.str("run"),
+                    {"prepared dataset '" + dir.str("nodata") + "' does not exist (make it with 'attnres prepare --out " +
+                     dir.str("nodata") + "')"});
   expect_user_error("prepare --input " + corpus() + " --tokenizer sp:" + data() + " --out " + dir.str("p"),
                     {"SentencePiece model '" + data() + "' is a directory, not a file",
                      "sp:" + data() + "/tokenizer.model"});
