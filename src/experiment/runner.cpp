@@ -24,6 +24,7 @@
 #include "train/trainer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 #include "util/process.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
@@ -304,7 +305,7 @@ bool wait_for_look(const ExperimentOptions& o, const ExperimentPlan& plan, int s
     for (const PlannedRun& r : plan.runs) missing += r.seed_index < seeds && !fs::exists(r.result_path) ? 1 : 0;
     if (missing == 0) return true;
     if (o.stop != nullptr && o.stop->load()) return false;
-    if (!said) status.message(concat("waiting for ", missing, " runs of the other workers before the look at ", seeds, " seeds"));
+    if (!said) status.message(concat("waiting for ", counted(missing, "run"), " of the other workers before the look at ", seeds, " seeds"));
     said = true;
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
