@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,13 @@ void register_plan_command(CLI::App& app) {
     o.force = a->force;
     parse_worker(a->worker, o.worker, o.workers);
     o.stop = install_stop_handlers();
+    // Said before the pilot's runs (hours, maybe), not only when the plan is refused after them.
+    const std::string target = a->write.empty() ? p.pilot->out : a->write;
+    if (!a->force && std::filesystem::exists(target))
+      std::fprintf(stderr,
+                   "plan: note: '%s' exists: the plan will leave it if it is the same and refuse to replace it "
+                   "otherwise (--force replaces it, --write PATH writes elsewhere)\n",
+                   target.c_str());
     experiment::prepare_protocol_data(p, true);
     const std::optional<experiment::PlanResult> r = experiment::run_pilot(p, o);
     if (!r) {

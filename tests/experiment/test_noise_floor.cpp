@@ -380,6 +380,7 @@ out = ")" + runs.str("planned.toml") + "\"\n" + kModelTrain;
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--write PATH"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plan: note: '" + runs.str("planned.toml") + "' exists"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(runs.str("planned.toml")), edited);
   r = run_cli("plan --protocol " + path + " --out " + runs.str("pilot") + " --force");
   ASSERT_EQ(r.exit_code, 0) << r.output;
