@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ import torch
 from . import safetensors
 from .config import ModelConfig
 from .model import AttnResModel, param_layout
+from .tokenizers import TokenizerError, make_tokenizer
 
 WEIGHTS_FILE = "model.safetensors"
 # The names attnres's trainer gives checkpoints (src/train/checkpoint.cpp, checkpoint_file_name).
@@ -146,17 +147,44 @@ def load(path: str, *, dtype=torch.float32, device=None) -> AttnResModel:
     return model.eval()
 
 
-def save(model: AttnResModel, path: str, *, tokenizer: Optional[str] = None,
-         metadata: Optional[Mapping[str, str]] = None) -> None:
-    """Writes ``model`` as attnres writes model.safetensors (F32 tensors, config JSON, tokenizer spec, payload
-    checksums), so `attnres eval`, `sample` and `info` read and verify it (e.g. after fine-tuning in
-    PyTorch). Atomic. ``metadata`` adds entries (``attnres.checksum`` is reserved)."""
+def save(model: AttnResModel, path: str, *, tokenizer=None, metadata: Optional[Mapping[str, str]] = None) -> None:
+    """Writes ``model`` as attnres writes model.safetensors (F32 tensors, config JSON, tokenizer spec and content
+    hash, payload checksums), so `attnres eval`, `sample` and `info` read and verify it (e.g. after fine-tuning in
+    PyTorch). Atomic. ``metadata`` adds entries (``attnres.checksum`` is reserved).
+
+    The tokenizer: ``tokenizer`` (a spec or a Tokenizer; its files must be readable: their content hash is
+    recorded), else the model's own (``model.tokenizer_spec``) with the content hash its checkpoint recorded,
+    so the saved weights are matched by content as attnres's are (docs/data.md "Content hash"): `eval` and
+    `sample` refuse a tokenizer of another hash."""
     meta = {"config": json.dumps(model.config.to_json())}
-    spec = tokenizer if tokenizer is not None else model.tokenizer_spec
+    spec, content_hash = tokenizer_of_model(model, tokenizer)
     if spec is not None:
         meta["tokenizer"] = spec
+    if content_hash is not None:
+        meta["tokenizer_hash"] = content_hash
     if metadata:
         meta.update({str(k): str(v) for k, v in metadata.items()})
     state = model.state_dict()
     tensors = {name: state[name].detach().to("cpu", torch.float32).numpy() for name, _ in param_layout(model.config)}
     safetensors.save(path, tensors, meta)
+
+
+def tokenizer_of_model(model: AttnResModel, tokenizer=None) -> Tuple[Optional[str], Optional[str]]:
+    """(spec, content hash) of the tokenizer weights of ``model`` are saved with: ``tokenizer`` (a spec or a
+    Tokenizer) with its hash, else the model's spec with the hash its checkpoint recorded (computed from the
+    spec's files when none was recorded and they are readable; else None, as in checkpoints from before
+    attnres recorded hashes)."""
+    if tokenizer is not None:
+        tok = make_tokenizer(tokenizer)
+        return tok.spec, tok.content_hash
+    spec = model.tokenizer_spec
+    if spec is None:
+        return None, None
+    loaded = getattr(model, "metadata", None) or {}
+    recorded = loaded.get("tokenizer_hash")
+    if recorded is not None and loaded.get("tokenizer") == spec:  # not when tokenizer_spec was changed since
+        return spec, recorded
+    try:
+        return spec, make_tokenizer(spec).content_hash
+    except TokenizerError:
+        return spec, None

@@ -98,6 +98,14 @@ def _tokenizer_of(model: AttnResModel, tokenizer) -> Tokenizer:
                              "pass tokenizer='bytes' | 'gpt2:DIR' | 'sp:FILE'")
         tokenizer = model.tokenizer_spec
     tok = make_tokenizer(tokenizer)
+    # By content, as attnres eval and sample (docs/data.md "Content hash"): a byte-identical copy anywhere is
+    # accepted, a tokenizer retrained at the same path (or another one) refused.
+    recorded = (getattr(model, "metadata", None) or {}).get("tokenizer_hash")
+    if recorded is not None and tok.content_hash != recorded:
+        where = getattr(model, "source_path", None)
+        raise ValueError(f"tokenizer {tok.spec} has hash {tok.content_hash} but "
+                         f"{repr(where) if where else 'the model'} was trained with a tokenizer of hash {recorded}; "
+                         "tokenizers are matched by content: pass tokenizer= naming a byte-identical copy of it")
     if tok.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer '{tok.spec}' ({tok.vocab_size} ids) does not fit the model's vocabulary "
                          f"({model.config.vocab_size})")
@@ -162,6 +170,8 @@ def score(model: AttnResModel, text: Union[str, Sequence[str]], *, tokenizer: Un
     device = model.tok_emb.weight.device
     nll_sum, tokens, nbytes, per_doc = 0.0, 0, 0, []
     for doc in docs:
+        if doc.startswith("\ufeff"):  # a byte order mark opening a document is no text of it (docs/data.md)
+            doc = doc[1:]
         ids = [tok.eot_id] + tok.encode(doc)
         nbytes += len(doc.encode("utf-8"))
         logprobs: List[float] = []

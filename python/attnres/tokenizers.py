@@ -20,6 +20,11 @@ from typing import Dict, Iterable, List
 END_OF_TEXT = "<|endoftext|>"
 
 
+def xxh3_64_hex(data: bytes) -> str:
+    from .safetensors import xxh3_64_hex as digest  # numpy only where a hash is asked for
+    return digest(data)
+
+
 class TokenizerError(ValueError):
     """A bad spec or a missing or malformed tokenizer file; the message names it."""
 
@@ -28,6 +33,9 @@ class Tokenizer:
     spec: str
     vocab_size: int
     eot_id: int
+    # The content hash attnres records beside the spec (metadata "tokenizer_hash", docs/data.md
+    # "Content hash"): XXH3-64 of the tokenizer's files as 16 hex digits, equal to `attnres tokenizer info`'s.
+    content_hash: str
 
     def encode(self, text: str) -> List[int]:
         raise NotImplementedError
@@ -46,6 +54,10 @@ class BytesTokenizer(Tokenizer):
     spec = "bytes"
     vocab_size = 257
     eot_id = 256
+
+    @property
+    def content_hash(self) -> str:
+        return xxh3_64_hex(b"attnres bytes tokenizer v1")  # the fixed name of the scheme (src/data/tokenizer.cpp)
 
     def encode(self, text: str) -> List[int]:
         return list(text.encode("utf-8"))
@@ -124,14 +136,18 @@ class Gpt2Tokenizer(Tokenizer):
         if not os.path.isdir(directory):
             raise TokenizerError(f"GPT-2 tokenizer directory '{directory}' does not exist")
         try:
-            with open(enc_path, encoding="utf-8") as f:
-                encoder = json.load(f)
-            with open(bpe_path, encoding="utf-8") as f:
-                merge_lines = f.read().split("\n")
+            with open(enc_path, "rb") as f:
+                encoder_raw = f.read()
+            with open(bpe_path, "rb") as f:
+                merges_raw = f.read()
+            encoder = json.loads(encoder_raw.decode("utf-8"))
+            merge_lines = merges_raw.decode("utf-8").split("\n")
         except OSError as e:
             raise TokenizerError(f"cannot read the GPT-2 tokenizer in '{directory}': {e}") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TokenizerError(f"{enc_path}: malformed JSON: {e}") from None
+        # The hex digests of both files, concatenated, hashed again (src/data/gpt2_tokenizer.cpp).
+        self.content_hash = xxh3_64_hex((xxh3_64_hex(encoder_raw) + xxh3_64_hex(merges_raw)).encode())
         if not isinstance(encoder, dict) or not encoder:
             raise TokenizerError(f"{enc_path}: expected a JSON object of token -> id")
         self.vocab_size = len(encoder)
@@ -222,6 +238,7 @@ class SentencePieceTokenizer(Tokenizer):
             raise TokenizerError(f"SentencePiece model '{file}' does not exist")
         with open(file, "rb") as f:
             proto = f.read()
+        self.content_hash = xxh3_64_hex(proto)
         self._sp = sentencepiece.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(proto)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "analysis/format.hpp"
@@ -406,6 +407,67 @@ std::string format_summary_table(const ExperimentSummary& s) {
     if (const auto note = provenance_note(g.summary)) out += "  provenance: " + *note + "\n";
   }
   for (const Table& t : all_tables(s, false)) out += "\n" + format_table_text(t);
+  return out;
+}
+
+namespace {
+
+// A CSV field: as it is, or in double quotes (a quote doubled) when it holds a comma, quote or newline.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// The shortest form that reads back to the same double (as in the JSON files), a whole number
+// without ".0"; "" when not finite.
+std::string csv_number(double v) {
+  if (!std::isfinite(v)) return {};
+  if (v == std::trunc(v) && std::fabs(v) < 9007199254740992.0) return std::to_string(static_cast<std::int64_t>(v));
+  return nlohmann::json(v).dump();
+}
+
+std::string csv_row(const std::vector<std::string>& fields) {
+  std::string line;
+  for (const std::string& f : fields) line += (line.empty() ? "" : ",") + csv_field(f);
+  return line + "\n";
+}
+
+// The main summary, then each group's, each with its group name.
+template <class Visit>
+void for_each_summary(const ExperimentSummary& summary, Visit visit) {
+  visit(std::string("main"), summary);
+  for (const GroupResults& g : summary.groups) visit(g.spec.name, g.summary);
+}
+
+}  // namespace
+
+std::string runs_csv(const ExperimentSummary& summary) {
+  std::string out = csv_row({"group", "arm", "seed", "params", "test_nll", "final_val_nll", "final_tokens",
+                             "tokens_per_sec", "step_time_ms", "peak_rss_bytes", "unstable"});
+  for_each_summary(summary, [&](const std::string& group, const ExperimentSummary& s) {
+    for (const RunResult& r : s.runs) {
+      const std::vector<std::int64_t> unstable = s.unstable_seeds(r.arm);
+      const bool is_unstable = std::find(unstable.begin(), unstable.end(), r.seed) != unstable.end();
+      const bool any = !r.milestones.empty();
+      out += csv_row({group, r.arm, std::to_string(r.seed), std::to_string(r.params), csv_number(r.test_nll),
+                      any ? csv_number(r.milestones.back().val_nll) : "",
+                      any ? std::to_string(r.milestones.back().tokens) : "", csv_number(r.tokens_per_sec),
+                      csv_number(r.step_time_ms), std::to_string(r.peak_rss_bytes), is_unstable ? "true" : "false"});
+    }
+  });
+  return out;
+}
+
+std::string milestones_csv(const ExperimentSummary& summary) {
+  std::string out = csv_row({"group", "arm", "seed", "step", "tokens", "val_nll"});
+  for_each_summary(summary, [&](const std::string& group, const ExperimentSummary& s) {
+    for (const RunResult& r : s.runs)
+      for (const results::Milestone& m : r.milestones)
+        out += csv_row({group, r.arm, std::to_string(r.seed), m.step ? std::to_string(*m.step) : "",
+                        std::to_string(m.tokens), csv_number(m.val_nll)});
+  });
   return out;
 }
 

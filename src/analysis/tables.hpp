@@ -67,6 +67,15 @@ std::string one_learning_rate_note(const ExperimentSummary& summary);
 std::string format_table_text(const Table& table);
 // The experiment line, the finished/missing runs and the headline tables as aligned plain text.
 std::string format_summary_table(const ExperimentSummary& summary);
+// The finished runs as CSV for other tools (report --csv; docs/experiments.md lists the columns),
+// the main arms' then each group's, with a header line. runs.csv: one row per run ("group,arm,seed,
+// params,test_nll,final_val_nll,final_tokens,tokens_per_sec,step_time_ms,peak_rss_bytes,unstable");
+// milestones.csv: one row per run and validation milestone ("group,arm,seed,step,tokens,val_nll").
+// The group of the main arms is "main"; numbers are written exactly (shortest round-trip form),
+// integers as integers, an unknown value as an empty field.
+std::string runs_csv(const ExperimentSummary& summary);
+std::string milestones_csv(const ExperimentSummary& summary);
+
 // What was trained, for a summary's first line: "protocol cpu · 12 layers × 64" for an experiment
 // from a protocol file (its model is the file's, over a base preset), "preset small" otherwise.
 std::string experiment_brief(const ExperimentSummary& summary);

@@ -14,6 +14,7 @@
 #include "model/arms.hpp"
 #include "train/backend.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 #include "util/process.hpp"
 #include "util/threads.hpp"
 
@@ -92,7 +93,7 @@ json run_worker_process(std::vector<std::string> argv, const std::string& what) 
 // (the build directory is inside the tree or beside it), else under the working directory.
 std::string find_torch_script(const std::string& given) {
   if (!given.empty()) {
-    require(fs::is_regular_file(given), "--torch-script: '", given, "' does not exist");
+    require_path_kind(given, PathKind::kFile, "--torch-script");
     return given;
   }
   std::error_code ec;

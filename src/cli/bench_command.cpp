@@ -31,7 +31,7 @@ struct BenchArgs {
 
 std::vector<int> parse_seqs(const std::string& text) {
   std::vector<int> seqs;
-  for (const auto& s : split_list(text)) {
+  for (const auto& s : split_list(text, "--seq")) {
     std::size_t used = 0;
     int value = 0;
     try {
@@ -50,7 +50,7 @@ void run_bench(BenchArgs a) {
   if (preset_name.empty() && a.config.empty()) preset_name = "small";
   a.o.base = load_train_config(preset_name, a.config, a.settings);
   a.o.name = preset_name.empty() ? a.config : preset_name;
-  a.o.arms = split_list(a.arms);
+  a.o.arms = split_list(a.arms, "--arms");
   a.o.seqs = parse_seqs(a.seqs);
   bench::run(a.o);
 }

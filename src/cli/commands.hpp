@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/communicator.hpp"
@@ -14,6 +15,7 @@ namespace CLI {
 class App;
 class Option;
 class Validator;
+class ParseError;
 }  // namespace CLI
 
 namespace attnres {
@@ -78,8 +80,13 @@ SafetensorsFile read_model_weights(std::string& path);
 // --device cpu|cuda|cuda:N (train/backend.hpp).
 void add_device_option(CLI::App* cmd, std::string& device);
 
-// "a,b,,c" -> {"a", "b", "c"}.
-std::vector<std::string> split_list(const std::string& text);
+// A CLI11 parse error (a required option missing, a value of the wrong type, a stray argument) as
+// attnres reports errors: "attnres COMMAND: error: --flag: what is wrong", then where the help is.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e);
+
+// The value of a comma-separated option: "a,b,c" -> {"a", "b", "c"}, "" -> {}; an empty item
+// ("a,,b", a leading or trailing comma) is an error naming `flag`, the value and where.
+std::vector<std::string> split_list(const std::string& text, std::string_view flag);
 
 // --worker K/N: this process's index and the number of workers (0 <= K < N); "" leaves them as
 // they are. A malformed value is an Error naming the option.

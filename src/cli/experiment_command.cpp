@@ -13,6 +13,7 @@
 #include "analysis/summary.hpp"
 #include "analysis/tables.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 
 namespace attnres::cli {
 
@@ -95,8 +96,8 @@ void register_experiment_command(CLI::App& app) {
                   "seed, so the value in '", a->config, "' would be ignored; remove it and choose with --arms and --seeds");
       o.base = load_train_config(a->preset, a->config, with_train_key_flags(a->settings, a->key_flags));
       o.preset = a->preset.empty() ? a->config : a->preset;
-      o.arms = split_list(a->arms);
-      for (const auto& s : split_list(a->seeds)) {
+      o.arms = split_list(a->arms, "--arms");
+      for (const auto& s : split_list(a->seeds, "--seeds")) {
         // Digits only: std::stoull would take "-1" as 2^64 - 1.
         const bool digits = !s.empty() && s.size() <= 18 &&
                             std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -132,7 +133,7 @@ void register_experiment_command(CLI::App& app) {
     const analysis::ExperimentSummary summary = analysis::summarize(a->out, summary_options);
     std::printf("%s\n", analysis::format_summary_table(summary).c_str());
     std::printf("summary: %s/summary.json\nreport:  attnres report --experiment %s\n", a->out.c_str(),
-                a->out.c_str());
+                shell_quote(a->out).c_str());
   }); });
 }
 

@@ -33,6 +33,7 @@ constexpr std::int64_t kProgressWindows = 64;
 struct EvalArgs {
   std::string checkpoint, data, split = "val", tokenizer;
   std::vector<std::string> text;
+  std::string text_field = "text";
   bool json = false, quiet = false;
   int batch = 8, seq = 0, threads = 0;
   std::int64_t max_tokens = 0;
@@ -95,7 +96,8 @@ void run_eval(EvalArgs a) {
   const ModelConfig config = weights_config(file, a.checkpoint);
   const int seq = a.seq > 0 ? a.seq : config.max_seq_len;
   require(seq <= config.max_seq_len, "--seq ", seq, " exceeds the model's max_seq_len ", config.max_seq_len);
-  double nll_sum = 0, bytes = 0;
+  double nll_sum = 0;
+  std::int64_t bytes = 0;  // a count: an integer in --json too
   std::int64_t tokens = 0;
   if (!a.data.empty()) {
     require(a.tokenizer.empty(), "--tokenizer goes with --text (with --data, the data's tokenizer is used)");
@@ -120,14 +122,15 @@ void run_eval(EvalArgs a) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
     split.copy_tokens(1, ids);
     std::erase(ids, split.eot_id());
-    bytes = double(tokenizer->decode(ids).size());
+    bytes = static_cast<std::int64_t>(tokenizer->decode(ids).size());
   } else {
     const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
     require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
             "' does not fit the model's vocabulary");
     // Read as `prepare` reads its inputs: .txt files (one document each), .jsonl (one per line, in
     // "text"), either gzip-compressed, directories of them; anything else is refused, naming it.
-    const std::vector<data::InputFile> inputs = data::expand_inputs(a.text);
+    std::vector<data::InputFile> inputs = data::expand_inputs(a.text);
+    for (data::InputFile& input : inputs) input.text_field = a.text_field;
     const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, seq);
     data::CorpusReader reader(inputs);
     std::vector<data::RawRecord> records;
@@ -173,10 +176,10 @@ void run_eval(EvalArgs a) {
         // Bytes of the scored text: all of it, or (with --max-tokens) what the scored tokens decode to.
         const auto scored = static_cast<std::size_t>(tokens - tokens_before);
         if (scored + 1 >= ids.size()) {
-          bytes += double(text.size());
+          bytes += static_cast<std::int64_t>(text.size());
         } else {
           ids.resize(scored + 1);
-          bytes += double(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
+          bytes += static_cast<std::int64_t>(tokenizer->decode(std::span<const std::int32_t>(ids).subspan(1)).size());
         }
         full = a.max_tokens > 0 && tokens >= a.max_tokens;
         if (full) break;
@@ -187,15 +190,15 @@ void run_eval(EvalArgs a) {
   require(tokens > 0, "nothing to score: the --text inputs hold no text");
   const double nll = nll_sum / double(tokens);
   require(std::isfinite(nll), "the NLL of '", a.checkpoint, "' came out ", nll, ": the weights are not usable");
-  const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / bytes : 0;
+  const double bpb = bytes > 0 ? nll_sum / std::log(2.0) / double(bytes) : 0;
   if (a.json) {
     std::printf("%s\n", nlohmann::json{{"nll", nll}, {"perplexity", std::exp(nll)}, {"bits_per_byte", bpb},
                                        {"tokens", tokens}, {"bytes", bytes}}
                             .dump()
                             .c_str());
   } else {
-    std::printf("nll %.6f nats/token  perplexity %.4f  bits/byte %.4f  (%lld tokens, %.0f bytes)\n", nll,
-                std::exp(nll), bpb, static_cast<long long>(tokens), bytes);
+    std::printf("nll %.6f nats/token  perplexity %.4f  bits/byte %.4f  (%lld tokens, %lld bytes)\n", nll,
+                std::exp(nll), bpb, static_cast<long long>(tokens), static_cast<long long>(bytes));
   }
 }
 
@@ -288,6 +291,8 @@ void register_inference_commands(CLI::App& app) {
                        "inputs as 'prepare' reads them: .txt files (one document each), .jsonl (a document per line, "
                        "in \"text\"), either .gz, and directories of them")
       ->take_all();
+  eval_cmd->add_option("--text-field", eargs->text_field, "JSONL field holding each document's text (with --text)")
+      ->capture_default_str();
   eval_cmd->add_option("--tokenizer", eargs->tokenizer,
                        "tokenizer spec for --text (default: the one named in the checkpoint; either way its content "
                        "hash must be the one the checkpoint records)");

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "util/process.hpp"
@@ -20,6 +22,8 @@ namespace {
 // renamed into place and the previous one stays whole. Only async-signal-safe calls here.
 std::atomic<bool> g_stop_requested{false};
 std::atomic<int> g_stop_signal{0};  // the first signal, for the exit status (128 + it)
+// A child whose parent announces the stops (util/process.hpp, kStopAnnouncedByParent) stops silently.
+std::atomic<bool> g_quiet_stops{false};
 static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
 void say(const char* text, std::size_t size) {
@@ -30,18 +34,20 @@ void say(const char* text, std::size_t size) {
 extern "C" void request_stop(int signal) {
   if (g_stop_requested.exchange(true)) {
     static constexpr char kNow[] = "\nattnres: second signal: stopping now (the last saved checkpoint is kept)\n";
-    say(kNow, sizeof kNow - 1);
+    if (!g_quiet_stops.load()) say(kNow, sizeof kNow - 1);
     signal_running_child(signal);  // a training child in its own process group stops now too
     ::_exit(128 + signal);
   }
   g_stop_signal.store(signal);
   static constexpr char kSoon[] = "\nattnres: stopping after this step and saving a checkpoint; signal again to stop now\n";
-  say(kSoon, sizeof kSoon - 1);
+  if (!g_quiet_stops.load()) say(kSoon, sizeof kSoon - 1);
 }
 
 }  // namespace
 
 const std::atomic<bool>* install_stop_handlers() {
+  const char* announced = std::getenv(kStopAnnouncedByParent);
+  g_quiet_stops.store(announced != nullptr && std::string(announced) == "1");
   struct sigaction action {};
   action.sa_handler = request_stop;
   sigemptyset(&action.sa_mask);

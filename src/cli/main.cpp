@@ -106,9 +106,11 @@ int main(int argc, char** argv) {
     attnres::cli::check_command_line(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // CLI11 prints the message (help and --version: the text, exit 0); any failure to parse is a
-    // user error.
-    return app.exit(e) == 0 ? 0 : 1;
+    // Help and --version: CLI11 prints the text, exit 0. Any failure to parse is a user error,
+    // reported as attnres reports the others (naming the command and the flag).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "%s\n", attnres::cli::parse_error_message(app, e).c_str());
+    return 1;
   } catch (const attnres::cli::Interrupted& stopped) {
     return 128 + stopped.signal;
   } catch (const attnres::Error& e) {

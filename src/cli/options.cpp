@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 #include "util/suggest.hpp"
 
 namespace attnres::cli {
@@ -101,6 +104,37 @@ void check_command_line(const CLI::App& app, int argc, const char* const* argv) 
   }
 }
 
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
+  // The command the error belongs to: the deepest subcommand parsed.
+  std::string command = "attnres";
+  for (const CLI::App* current = &app; !current->get_subcommands().empty();) {
+    current = current->get_subcommands().front();
+    command += " " + current->get_name();
+  }
+  // CLI11's sentences, in the form of attnres's own messages ("--flag: what is wrong").
+  std::string text = e.what();
+  std::smatch m;
+  if (std::regex_match(text, m, std::regex("(\\S+) is required"))) {
+    text = concat(m[1].str(), ": required (no default)");
+  } else if (std::regex_match(text, m, std::regex("Could not convert: (\\S+) = (.*)"))) {
+    text = concat(m[1].str(), ": '", m[2].str(), "' is not a valid value");
+  } else if (std::regex_match(text, m, std::regex("The value (.*) is not an allowed value for (\\S+)"))) {
+    text = concat(m[2].str(), ": '", m[1].str(), "' is not an allowed value");
+  } else if (std::regex_match(text, m, std::regex("The following arguments? (?:was|were) not expected: (.*)"))) {
+    text = concat("unexpected argument(s): ", m[1].str());
+  } else if (std::regex_match(text, m, std::regex("(\\S+): (.*) not in \\{(.*)\\}"))) {
+    std::string choices = m[3].str();
+    std::replace(choices.begin(), choices.end(), ',', ' ');
+    std::vector<std::string> names;
+    std::istringstream words(choices);
+    for (std::string w; words >> w;) names.push_back(w);
+    text = concat(m[1].str(), ": '", m[2].str(), "' is not one of ", m[3].str(), did_you_mean(m[2].str(), names));
+  } else if (std::regex_match(text, m, std::regex("(\\S+) excludes (\\S+)"))) {
+    text = concat(m[1].str(), ": cannot be given with ", m[2].str());
+  }
+  return concat(command, ": error: ", text, "\nRun '", command, " --help' for its options.");
+}
+
 void parse_worker(const std::string& text, int& worker, int& workers) {
   if (text.empty()) return;
   const auto slash = text.find('/');
@@ -118,17 +152,23 @@ TrainConfig load_train_config(const std::string& preset_name, const std::string&
                               const std::vector<std::string>& settings) {
   require(preset_name.empty() != config_file.empty(), "give exactly one of --preset NAME or --config FILE");
   TrainConfig config = preset_name.empty() ? preset("tiny") : preset(preset_name);
-  if (!config_file.empty()) apply_toml_file(config, config_file);
+  if (!config_file.empty()) {
+    require_path_kind(config_file, PathKind::kFile, "--config");
+    apply_toml_file(config, config_file);
+  }
   for (const auto& s : settings) apply_setting(config, s, "--set " + s);
   return config;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
+std::vector<std::string> split_list(const std::string& text, std::string_view flag) {
   std::vector<std::string> out;
+  if (text.empty()) return out;  // none (the caller's default, or its own "names no ..." error)
   std::size_t begin = 0;
   while (begin <= text.size()) {
     const std::size_t end = std::min(text.find(',', begin), text.size());
-    if (end > begin) out.push_back(text.substr(begin, end - begin));
+    require(end > begin, flag, " '", text, "': empty item ", out.size() + 1,
+            " (a comma too many); separate the items by one comma");
+    out.push_back(text.substr(begin, end - begin));
     begin = end + 1;
   }
   return out;

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@ namespace {
 
 struct PlanArgs {
   std::string protocol, out, write, worker;
+  bool force = false;
 };
 
 }  // namespace
@@ -32,6 +34,7 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--protocol", a->protocol, "the pilot file: a protocol file with a [pilot] table")->required();
   cmd->add_option("--out", a->out, "directory of the pilot's runs (default runs/<name>-pilot)");
   cmd->add_option("--write", a->write, "the protocol file to write (default: [pilot] out)");
+  cmd->add_flag("--force", a->force, "replace a protocol file of other contents at the --write path");
   cmd->add_option("--worker", a->worker, "K/N: this process runs every N-th run from the K-th (0-based)");
   cmd->callback([a] {
     const experiment::ProtocolFile p = experiment::read_protocol(a->protocol);
@@ -39,8 +42,16 @@ void register_plan_command(CLI::App& app) {
     experiment::PlanOptions o;
     o.out_dir = a->out.empty() ? "runs/" + p.options.name + "-pilot" : a->out;
     o.write_to = a->write;
+    o.force = a->force;
     parse_worker(a->worker, o.worker, o.workers);
     o.stop = install_stop_handlers();
+    // Said before the pilot's runs (hours, maybe), not only when the plan is refused after them.
+    const std::string target = a->write.empty() ? p.pilot->out : a->write;
+    if (!a->force && std::filesystem::exists(target))
+      std::fprintf(stderr,
+                   "plan: note: '%s' exists: the plan will leave it if it is the same and refuse to replace it "
+                   "otherwise (--force replaces it, --write PATH writes elsewhere)\n",
+                   target.c_str());
     experiment::prepare_protocol_data(p, true);
     const std::optional<experiment::PlanResult> r = experiment::run_pilot(p, o);
     if (!r) {
@@ -48,7 +59,8 @@ void register_plan_command(CLI::App& app) {
       if (stop_signal() != 0) throw Interrupted{stop_signal()};
       return;
     }
-    std::printf("%s\nprotocol: %s\n", experiment::plan_report(p, *r).c_str(), r->protocol_path.c_str());
+    std::printf("%s\nprotocol: %s%s\n", experiment::plan_report(p, *r).c_str(), r->protocol_path.c_str(),
+                r->protocol_unchanged ? " (unchanged: it already held this plan)" : "");
   });
 }
 

@@ -15,6 +15,7 @@
 #include "train/train_config.hpp"
 #include "util/dir_lock.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 #include "util/threads.hpp"
 
 namespace attnres::cli {
@@ -30,6 +31,7 @@ struct PrepareArgs {
   std::int64_t max_sentences = data::kDefaultMaxSentences;
   int threads = 0;
   bool quiet = false;
+  std::string text_field = "text";
 };
 
 // Undoes what a failed prepare left (prepare_dataset itself removes its shards): the output
@@ -61,6 +63,8 @@ void run_prepare(const PrepareArgs& args) {
   require(args.shard_tokens > 0, "--shard-tokens must be positive, got ", args.shard_tokens);
   const bool default_corpus = args.inputs.empty();
   std::vector<data::InputFile> inputs = default_corpus ? data::default_corpus() : data::expand_inputs(args.inputs);
+  require(!args.text_field.empty(), "--text-field: give the name of the JSONL field holding the text");
+  for (data::InputFile& input : inputs) input.text_field = args.text_field;
   if (default_corpus && !args.quiet) {
     const std::string& first = inputs.front().path;
     const std::size_t root = first.find("/_sources/");
@@ -101,11 +105,10 @@ void run_prepare(const PrepareArgs& args) {
   for (int s = 0; s < data::kNumSplits; ++s) {
     if (summary.tokens[s] >= static_cast<std::uint64_t>(window)) continue;
     std::fprintf(stderr,
-                 "prepare: warning: split '%s' holds %llu tokens (%llu documents), %s; splits are drawn per "
+                 "prepare: warning: split '%s' holds %s (%s), %s; splits are drawn per "
                  "document (per piece of up to %zu bytes of documents over %zu bytes, or of a corpus that is one "
                  "text file): give more text or larger --val-fraction/--test-fraction\n",
-                 names[s], static_cast<unsigned long long>(summary.tokens[s]),
-                 static_cast<unsigned long long>(summary.documents[s]),
+                 names[s], counted(summary.tokens[s], "token").c_str(), counted(summary.documents[s], "document").c_str(),
                  summary.tokens[s] == 0 ? "so train and experiment will refuse it"
                                         : concat("fewer than one window of the tiny preset (", window, " tokens)").c_str(),
                  data::kPieceBytes, data::kLongDocumentBytes);
@@ -141,6 +144,8 @@ void register_prepare_command(CLI::App& app) {
       ->check(at_least(1))
       ->excludes(tokenizer);
   cmd->add_option("--threads", args->threads, "Threads (0 = all cores)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--text-field", args->text_field, "JSONL field holding each document's text")
+      ->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress output");
   cmd->callback([args] { run_prepare(*args); });
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "cli/commands.hpp"
 #include "analysis/pool_report.hpp"
@@ -16,6 +17,7 @@
 #include "analysis/tables.hpp"
 #include "experiment/pool.hpp"
 #include "results/summary.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
 namespace attnres::cli {
@@ -25,6 +27,7 @@ struct ReportArgs {
   std::string experiment;
   std::string out;  // directory for report.md / report.html; default: the experiment directory
   bool quiet = false;
+  bool csv = false;    // also runs.csv and milestones.csv
   double effect = 0;   // 0: none
   std::string answer;  // an arm: print only its one-line answer
   std::vector<std::string> pool;  // experiment directories: pool the answer for `answer` over them
@@ -67,6 +70,14 @@ void run_report(const ReportArgs& args) {
   std::printf("summary: %s\n", summary_path.c_str());
   std::printf("report:  %s\n", files.markdown.c_str());
   std::printf("report:  %s\n", files.html.c_str());
+  if (args.csv) {
+    for (const auto& [name, text] : {std::pair{"runs.csv", analysis::runs_csv(summary)},
+                                     std::pair{"milestones.csv", analysis::milestones_csv(summary)}}) {
+      const std::string path = (std::filesystem::path(out) / name).string();
+      write_text_atomically(path, text);
+      std::printf("csv:     %s\n", path.c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -97,6 +108,9 @@ void register_report_command(CLI::App& app) {
                   "Directory for summary.json, report.md and report.html (default: the experiment directory); with "
                   "--pool, for pool.json, pool.md and pool.html (default: none written)");
   cmd->add_flag("--quiet", args->quiet, "Do not print the summary table (with --pool: the table and pooled line)");
+  cmd->add_flag("--csv", args->csv,
+                "Also write runs.csv (a row per finished run) and milestones.csv (a row per run and validation "
+                "milestone) for other tools; columns: docs/experiments.md");
   cmd->add_option("--effect", args->effect,
                   "Also give, for every comparison, the seeds needed to detect this |ΔNLL| in nats with 80% power "
                   "(the paper's 0.030 is always given); with --pool, the effect of the futility statement "

@@ -230,10 +230,12 @@ class CorpusReader::Stream {
   Stream& operator=(const Stream&) = delete;
 
   // Appends up to about one block of file content to `out`; false once the file is exhausted.
-  bool read(std::string& out, std::uint64_t& raw_total) {
+  // Adds the bytes read from the file to raw_total, the bytes appended to text_total.
+  bool read(std::string& out, std::uint64_t& raw_total, std::uint64_t& text_total) {
     if (!input_.gzip) {
       const std::size_t got = fill(raw_total);
       out.append(reinterpret_cast<const char*>(block_.data()), got);
+      text_total += got;
       return got != 0;
     }
     std::size_t produced = 0;
@@ -258,6 +260,7 @@ class CorpusReader::Stream {
       const std::size_t got = (kReadBlock << 1) - zs_.avail_out;
       out.resize(old + got);
       produced += got;
+      text_total += got;
       if (rc == Z_STREAM_END) member_done_ = true;
       else if (rc != Z_OK && rc != Z_BUF_ERROR)
         fail(input_.path, ": corrupt gzip data (", zs_.msg ? zs_.msg : "zlib error", ")");
@@ -319,7 +322,7 @@ bool CorpusReader::next_record(RawRecord& record) {
     const InputFile& input = inputs_[current_];
     if (input.format == InputFormat::kText) {
       if (!stream_done_) {
-        while (stream_->read(pending_, raw_bytes_read_)) {}
+        while (stream_->read(pending_, raw_bytes_read_, text_bytes_read_)) {}
         stream_done_ = true;
         if (!pending_.empty()) {
           record.source = static_cast<std::uint32_t>(current_);
@@ -341,7 +344,7 @@ bool CorpusReader::next_record(RawRecord& record) {
     } else if (!stream_done_) {
       pending_.erase(0, pending_pos_);  // keep the partial line, read on
       pending_pos_ = 0;
-      if (!stream_->read(pending_, raw_bytes_read_)) stream_done_ = true;
+      if (!stream_->read(pending_, raw_bytes_read_, text_bytes_read_)) stream_done_ = true;
       continue;
     } else if (pending_pos_ < pending_.size()) {  // a last line without a newline
       line = std::string_view(pending_).substr(pending_pos_);
@@ -381,6 +384,16 @@ bool CorpusReader::next_batch(std::vector<RawRecord>& batch, std::size_t max_byt
   return !batch.empty();
 }
 
+namespace {
+
+// A byte order mark opening a document (editors on Windows write one) is no text of it: else it
+// is tokenized as three byte tokens at every document's start and scored by eval --text.
+void strip_byte_order_mark(std::string& text) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
+}
+
+}  // namespace
+
 Document parse_record(RawRecord& record, const InputFile& input, const SplitFractions& fractions) {
   Document doc;
   const std::size_t bad = find_invalid_utf8(record.data);
@@ -388,6 +401,7 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     if (bad != std::string_view::npos)
       fail(where(input, line_of_offset(record.data, bad)), ": invalid UTF-8 (byte offset ", bad, " of the file)");
     doc.text = std::move(record.data);
+    strip_byte_order_mark(doc.text);
     doc.segments = split_document(doc.text, doc.text, fractions);
   } else {
     if (bad != std::string_view::npos)
@@ -395,10 +409,14 @@ Document parse_record(RawRecord& record, const InputFile& input, const SplitFrac
     nlohmann::json object =
         parse_json(record.data, [&] { return concat(where(input, record.line), ": malformed JSON: "); });
     require(object.is_object(), where(input, record.line), ": expected a JSON object, got ", object.type_name());
-    const auto text = object.find("text");
-    require(text != object.end(), where(input, record.line), ": missing \"text\" field");
-    require(text->is_string(), where(input, record.line), ": field \"text\" is a ", text->type_name(), ", not a string");
+    const std::string& field = input.text_field;
+    const auto text = object.find(field);
+    require(text != object.end(), where(input, record.line), ": missing \"", field, "\" field",
+            field == "text" ? " (a document's text; another field: --text-field NAME)" : "");
+    require(text->is_string(), where(input, record.line), ": field \"", field, "\" is a ", text->type_name(),
+            ", not a string");
     doc.text = std::move(text->get_ref<std::string&>());
+    strip_byte_order_mark(doc.text);
     const auto id = object.find("id");
     if (id != object.end() && !id->is_null()) {
       doc.segments =

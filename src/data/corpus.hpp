@@ -20,6 +20,7 @@ struct InputFile {
   std::string path;
   InputFormat format = InputFormat::kJsonl;
   bool gzip = false;
+  std::string text_field = "text";  // the JSONL field holding a document's text (prepare --text-field)
 };
 
 // Files are taken as given (they must end in .jsonl, .jsonl.gz, .txt or .txt.gz); directories
@@ -119,7 +120,8 @@ class CorpusReader {
 
   const std::vector<InputFile>& inputs() const { return inputs_; }
   const std::vector<SourceStats>& stats() const { return stats_; }
-  std::uint64_t raw_bytes_read() const { return raw_bytes_read_; }
+  std::uint64_t raw_bytes_read() const { return raw_bytes_read_; }    // as stored (compressed for .gz)
+  std::uint64_t text_bytes_read() const { return text_bytes_read_; }  // after decompression
 
  private:
   class Stream;
@@ -135,6 +137,7 @@ class CorpusReader {
   std::uint64_t line_ = 0;
   bool stream_done_ = false;
   std::uint64_t raw_bytes_read_ = 0;
+  std::uint64_t text_bytes_read_ = 0;
   std::exception_ptr deferred_error_;  // a read error met after some records of a batch
 };
 

@@ -11,9 +11,7 @@
 namespace attnres::data {
 
 nlohmann::json dataset_identity(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
-  require(std::filesystem::is_regular_file(path), "'", dir, "' is not a prepared dataset: no ", kManifestName,
-          " (run 'attnres prepare', or it did not finish)");
+  const std::string path = manifest_path(dir);
   const nlohmann::json m = parse_json(read_text_file(path), [&] { return concat(path, ": malformed JSON: "); });
   try {
     nlohmann::json identity = nlohmann::json::object();

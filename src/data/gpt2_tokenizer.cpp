@@ -12,6 +12,7 @@
 #include "util/atomic_file.hpp"
 #include "util/checksum.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
 #include "util/json.hpp"
 
 namespace attnres::data {
@@ -151,7 +152,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string spec) : spec_(s
   namespace fs = std::filesystem;
   const std::string encoder_path = (fs::path(dir) / "encoder.json").string();
   const std::string merges_path = (fs::path(dir) / "vocab.bpe").string();
-  require(fs::is_directory(dir), "GPT-2 tokenizer directory '", dir, "' does not exist");
+  require_path_kind(dir, PathKind::kDirectory, "GPT-2 tokenizer directory", "give the directory holding encoder.json and vocab.bpe");
   const std::string encoder_text = read_text_file(encoder_path);
   const std::string merges_text = read_text_file(merges_path);
   // The content hash covers both files (each hashed, then the pair of hex digests), in a fixed order.

@@ -110,9 +110,7 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
 TokenDataset TokenDataset::open(const std::string& dir, const std::string& split, const DatasetOpenOptions& options) {
   require(split == "train" || split == "val" || split == "test", "unknown split '", split,
           "' (expected train, val or test)");
-  const std::string manifest_path = (fs::path(dir) / kManifestName).string();
-  require(fs::is_regular_file(manifest_path), "'", dir, "' is not a prepared dataset: no ", kManifestName,
-          " (run 'attnres prepare', or it did not finish)");
+  const std::string manifest_path = data::manifest_path(dir);
   const nlohmann::json m =
       parse_json(read_text_file(manifest_path), [&] { return concat(manifest_path, ": malformed JSON: "); });
   require(m.is_object() && m.value("format", "") == "attnres-token-shards", manifest_path,

@@ -10,10 +10,33 @@
 #include "util/atomic_file.hpp"
 #include "util/checksum.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
+#include "util/text.hpp"
 
 namespace attnres::data {
+
+std::string manifest_path(const std::string& dir) {
+  std::error_code ec;
+  require(std::filesystem::exists(dir, ec), "prepared dataset '", dir, "' does not exist (make it with 'attnres prepare ",
+          "--out ", shell_quote(dir), "')");
+  require_path_kind(dir, PathKind::kDirectory, "prepared dataset",
+                    concat("give the directory holding ", kManifestName, " (written by 'attnres prepare')"));
+  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
+  require(std::filesystem::is_regular_file(path), "'", dir, "' is not a prepared dataset: no ", kManifestName,
+          " (run 'attnres prepare', or it did not finish)");
+  return path;
+}
+
 namespace fs = std::filesystem;
 namespace {
+
+// "12.3 MB" of text; with gzip-compressed inputs also what was read: "12.3 MB of text (4.1 MB
+// compressed)".
+std::string read_size(const PrepareSummary& s) {
+  const std::string text = format_bytes(static_cast<double>(s.text_bytes));
+  if (s.text_bytes == s.raw_bytes) return text;
+  return concat(text, " of text (", format_bytes(static_cast<double>(s.raw_bytes)), " compressed)");
+}
 
 void clear_previous_output(const fs::path& dir) {
   std::error_code ec;
@@ -111,7 +134,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
         }
         r.parts.clear();  // do not keep a huge document's buffers
       }
-      progress.update(reader.raw_bytes_read(), total_docs, total_tokens);
+      progress.update(reader.text_bytes_read(), total_docs, total_tokens);
     }
     require(total_docs > 0, "the inputs hold no non-empty documents (", summary.skipped_empty, " empty ones skipped)");
 
@@ -134,6 +157,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
                          {"bytes", st.bytes},
                          {"hash", hex64(st.hash)},
                          {"records", st.records}});
+      if (options.inputs[i].format == InputFormat::kJsonl) sources.back()["text_field"] = options.inputs[i].text_field;
     }
     nlohmann::ordered_json split = {{"rule", split_rule_text(summary.single_text_piece_bytes)},
                                     {"val_fraction", options.fractions.val},
@@ -169,10 +193,11 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     write_text_atomically((out / kManifestName).string(), manifest.dump(2) + "\n");
 
     summary.raw_bytes = reader.raw_bytes_read();
+    summary.text_bytes = reader.text_bytes_read();
     summary.seconds = progress.seconds();
     std::string message = concat(
-        "done: ", format_bytes(static_cast<double>(summary.raw_bytes)), ", ", total_docs, " documents, ", total_tokens,
-        " tokens (train ", summary.tokens[0], ", val ", summary.tokens[1], ", test ", summary.tokens[2], ") in ");
+        "done: ", read_size(summary), ", ", counted(total_docs, "document"), ", ", counted(total_tokens, "token"),
+        " (train ", summary.tokens[0], ", val ", summary.tokens[1], ", test ", summary.tokens[2], ") in ");
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", summary.seconds);
     message += secs;
@@ -181,9 +206,9 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
       message += concat("; its one text cut into pieces of at most ", summary.single_text_piece_bytes,
                         " bytes for the split");
     else if (summary.cut_documents != 0)
-      message += concat("; ", summary.cut_documents, " document", summary.cut_documents == 1 ? "" : "s", " over ",
+      message += concat("; ", counted(summary.cut_documents, "document"), " over ",
                         format_bytes(static_cast<double>(kLongDocumentBytes)), " cut into pieces for the split");
-    if (summary.skipped_empty != 0) message += concat("; skipped ", summary.skipped_empty, " empty documents");
+    if (summary.skipped_empty != 0) message += concat("; skipped ", counted(summary.skipped_empty, "empty document"));
     progress.finish(message);
     return summary;
   } catch (...) {

@@ -16,6 +16,10 @@ inline constexpr std::int64_t kDefaultShardTokens = 100'000'000;
 inline constexpr int kManifestVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 
+// DIR/manifest.json of a prepared dataset directory `dir`; fails naming `dir` when it does not
+// exist, is a file (e.g. the manifest itself) or holds no manifest (not prepared, or unfinished).
+std::string manifest_path(const std::string& dir);
+
 struct PrepareOptions {
   std::vector<InputFile> inputs;
   std::string out_dir;
@@ -33,7 +37,8 @@ struct PrepareSummary {
   // A corpus of one text file of at most kLongDocumentBytes, cut into pieces of at most this many
   // bytes (split_piece_bytes); 0 otherwise.
   std::size_t single_text_piece_bytes = 0;
-  std::uint64_t raw_bytes = 0;
+  std::uint64_t raw_bytes = 0;   // read from the input files (compressed, for .gz ones)
+  std::uint64_t text_bytes = 0;  // of text, after decompression
   double seconds = 0;
 };
 

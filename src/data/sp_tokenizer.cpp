@@ -13,6 +13,8 @@
 #include "util/atomic_file.hpp"
 #include "util/checksum.hpp"
 #include "util/error.hpp"
+#include "util/paths.hpp"
+#include "util/text.hpp"
 
 namespace attnres::data {
 namespace {
@@ -34,7 +36,11 @@ class VectorIterator final : public sentencepiece::SentenceIterator {
 
 SpTokenizer::SpTokenizer(const std::string& file, std::string spec)
     : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()), spec_(std::move(spec)) {
-  require(std::filesystem::is_regular_file(file), "SentencePiece model '", file, "' does not exist");
+  require_path_kind(file, PathKind::kFile, "SentencePiece model",
+                    std::filesystem::is_directory(file)
+                        ? concat("give the model file, e.g. ",
+                                 shell_quote("sp:" + (std::filesystem::path(file) / "tokenizer.model").string()))
+                        : std::string());
   // Load from the bytes we hash, so the hash describes exactly the model in use.
   const std::string bytes = read_text_file(file);
   content_hash_ = checksum_hex(checksum64(bytes));

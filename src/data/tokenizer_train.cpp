@@ -8,6 +8,7 @@
 #include "data/sp_tokenizer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 
 namespace attnres::data {
 namespace {
@@ -86,7 +87,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
         }
       }
     }
-    progress.update(reader.raw_bytes_read(), summary.documents, 0);
+    progress.update(reader.text_bytes_read(), summary.documents, 0);
   }
   require(summary.sentences > 0, "no training text: the training split of the inputs is empty");
 
@@ -98,7 +99,7 @@ SpTrainSummary train_sp_tokenizer(const std::vector<InputFile>& inputs, const st
   summary.sentences_used = sentences.size();
   if (options.progress)
     progress.finish(concat("training a ", options.vocab_size, "-piece BPE model on ", summary.sentences_used, " of ",
-                           summary.sentences, " lines from ", summary.documents, " training documents"));
+                           counted(summary.sentences, "line"), " from ", counted(summary.documents, "training document")));
 
   const std::string model = train_sentencepiece(sentences, options.vocab_size);
   write_file_atomically(out_file, [&](std::FILE* f) { write_bytes(f, model.data(), model.size(), out_file); });

@@ -28,7 +28,11 @@ void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, 
     require(!is_twin(arms[i]) || std::find(arms.begin(), arms.end(), twin_original(arms[i])) != arms.end(), what,
             ": '", arms[i], "' is a twin (suffix ~) of '", twin_original(arms[i]),
             "', which is not among the arms: a twin is measured against the arm it copies (its noise floor)");
-    apply_arm(model, arms[i]);  // validates the name
+    try {
+      apply_arm(model, arms[i]);  // validates the name
+    } catch (const Error& e) {
+      fail(what, ": ", e.what());  // where the arm was given (a protocol's file:line)
+    }
     for (std::size_t k = 0; k < i; ++k) require(arms[i] != arms[k], what, ": arm '", arms[i], "' is listed twice");
   }
 }

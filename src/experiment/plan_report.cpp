@@ -9,6 +9,7 @@
 #include "experiment/planner.hpp"
 #include "model/arms.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 #include "util/machine.hpp"
 
 namespace attnres::experiment {
@@ -30,7 +31,7 @@ std::string plan_report(const ProtocolFile& p, const PlanResult& r) {
   std::string primary;
   for (const std::string& a : e.arms)
     if (a != base && !is_twin(a) && primary.empty()) primary = a;
-  std::string out = concat(e.name, ": planned by `attnres plan --protocol ", p.path, "` on ", cpu_model(), " (",
+  std::string out = concat(e.name, ": planned by `attnres plan --protocol ", shell_quote(p.path), "` on ", cpu_model(), " (",
                            online_cores(), " cores, OpenBLAS ", openblas_core(), ").\n");
   std::string seeds;
   for (std::uint64_t s : pilot.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s);

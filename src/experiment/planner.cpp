@@ -434,7 +434,11 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   // 6. The protocol.
   result.protocol_path = o.write_to.empty() ? pilot.out : o.write_to;
   result.protocol_text = plan_protocol_text(p, result, primary);
-  write_text_atomically(result.protocol_path, result.protocol_text);
+  // Not over a protocol of other contents (a committed study, a hand-edited plan) unless asked.
+  result.protocol_unchanged =
+      write_text_guarded(result.protocol_path, result.protocol_text, o.force,
+                         "the pilot's runs are kept, so rerun with --force to replace it, or with --write PATH to "
+                         "write the plan elsewhere") == GuardedWrite::kUnchanged;
   read_protocol(result.protocol_path);  // it reads back as a protocol
   return result;
 }

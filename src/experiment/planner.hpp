@@ -33,6 +33,7 @@ namespace attnres::experiment {
 struct PlanOptions {
   std::string out_dir;  // the pilot's runs
   std::string write_to;  // the protocol file to write; "" = [pilot] out
+  bool force = false;    // replace a protocol file of other contents there (else refused)
   int worker = 0, workers = 1;
   const std::atomic<bool>* stop = nullptr;
   bool progress = true;
@@ -80,6 +81,7 @@ struct PlanResult {
   int seeds_that_fit = 0;
   std::string protocol_path;
   std::string protocol_text;
+  bool protocol_unchanged = false;  // the file already held this protocol: not rewritten
 };
 
 // Runs (or resumes) this worker's share of the pilot and, once every worker's runs are done, plans

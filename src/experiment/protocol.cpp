@@ -17,6 +17,7 @@
 #include "results/experiment_spec.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres::experiment {
 namespace {
@@ -44,6 +45,7 @@ GroupOptions read_group(const std::string& path, const toml::table& table, const
     if (arm != baseline) g.arms.push_back(arm);
   require(g.arms.size() >= 2, where(path, table), ": [", kind, "] '", g.name,
           "' needs 'arms' besides its baseline '", baseline, "'");
+  check_arms(main.base.model, g.arms, concat(where(path, *table.get("arms")), ": [", kind, "] '", g.name, "' arms"));
   g.settings = s.strings("set");
   const toml::node* tokens = s.find("tokens");
   const toml::node* budget = s.find("budget");
@@ -264,7 +266,7 @@ ProtocolFile read_protocol(const std::string& path) {
   }
   o.arms = e.strings("arms");
   require(!o.arms.empty(), where(path, *ex), ": [experiment] needs 'arms' (the first is the baseline)");
-  check_arms(o.base.model, o.arms, concat(path, ": [experiment] arms"));
+  check_arms(o.base.model, o.arms, concat(where(path, *ex->get("arms")), ": [experiment] arms"));
   if (const toml::node* t = e.find("planned_tokens_per_core_second")) {
     p.planned_tokens_per_core_second = e.number("planned_tokens_per_core_second", 0);
     if (!(p.planned_tokens_per_core_second > 0 && std::isfinite(p.planned_tokens_per_core_second)))
@@ -351,11 +353,11 @@ ProtocolFile read_protocol(const std::string& path) {
   for (std::size_t i = 0; i < o.groups.size(); ++i)
     for (std::size_t k = 0; k < i; ++k)
       require(o.groups[i].name != o.groups[k].name, path, ": two groups are named '", o.groups[i].name, "'");
+  const std::vector<std::string> tables = {"experiment", "model", "train", "controls", "probe", "pilot"};
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    require(k == "experiment" || k == "model" || k == "train" || k == "controls" || k == "probe" || k == "pilot",
-            where(path, node), ": unknown table '", k,
-            "' (expected [experiment], [model], [train], [controls], [[probe]], [pilot])");
+    require(std::find(tables.begin(), tables.end(), k) != tables.end(), where(path, node), ": unknown table '", k,
+            "'", did_you_mean(k, tables), " (expected [experiment], [model], [train], [controls], [[probe]], [pilot])");
   }
   return p;
 }

@@ -12,6 +12,7 @@
 
 #include "train/train_config.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace attnres::experiment {
 
@@ -67,12 +68,17 @@ class Section {
     if (auto v = n->value<std::int64_t>()) return *v;
     bad(*n, key, "must be an integer");
   }
-  // Every key not asked for is unknown.
+  // Every key not asked for is unknown (with the closest known one, util/suggest.hpp).
   void finish(const std::vector<std::string>& tables = {}) const {
+    std::vector<std::string> known(seen_.begin(), seen_.end());
+    known.insert(known.end(), tables.begin(), tables.end());
     for (const auto& [key, node] : table_) {
       const std::string k(key.str());
-      if (seen_.count(k) == 0 && std::find(tables.begin(), tables.end(), k) == tables.end())
-        fail(where(path_, node), ": unknown key '", name_, ".", k, "'");
+      if (seen_.count(k) == 0 && std::find(tables.begin(), tables.end(), k) == tables.end()) {
+        const std::string guess = closest_name(k, known);
+        fail(where(path_, node), ": unknown key '", name_, ".", k, "'",
+             suggestion(guess.empty() ? guess : concat(name_, ".", guess)));
+      }
     }
   }
 

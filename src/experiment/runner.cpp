@@ -24,6 +24,7 @@
 #include "train/trainer.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 #include "util/process.hpp"
 #include "util/status_line.hpp"
 #include "util/threads.hpp"
@@ -109,11 +110,16 @@ std::vector<ConfigDifference> experiment_differences(const results::ExperimentSp
     out.push_back({"configuration", concat("unreadable by this version (", e.what(), ")"), "readable"});
     return out;
   }
-  // The dataset by the keys its record has (an older attnres recorded fewer).
+  // The dataset by the keys its record has (an older attnres recorded fewer). Where it is recorded
+  // (a protocol's experiment.json), the data is compared by that identity alone: its path is a
+  // label, so a study copied to another machine resumes there on a copy of its data at another
+  // path (docs/experiments.md, "Resuming anywhere").
   if (a.contains("dataset") && b.contains("dataset")) {
     for (ConfigDifference d : data::dataset_identity_differences(a["dataset"], b["dataset"]))
       out.push_back({"dataset." + d.key, std::move(d.a), std::move(d.b)});
     a["dataset"] = b["dataset"];
+    if (b.contains("data")) a["data"] = b["data"];
+    else a.erase("data");
   }
   json_differences(a, b, "", out);
   return out;
@@ -317,7 +323,7 @@ bool wait_for_look(const ExperimentOptions& o, const ExperimentPlan& plan, int s
     for (const PlannedRun& r : plan.runs) missing += r.seed_index < seeds && !fs::exists(r.result_path) ? 1 : 0;
     if (missing == 0) return true;
     if (o.stop != nullptr && o.stop->load()) return false;
-    if (!said) status.message(concat("waiting for ", missing, " runs of the other workers before the look at ", seeds, " seeds"));
+    if (!said) status.message(concat("waiting for ", counted(missing, "run"), " of the other workers before the look at ", seeds, " seeds"));
     said = true;
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }

@@ -14,6 +14,7 @@
 #include "results/train_result.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/text.hpp"
 
 namespace attnres {
 
@@ -221,7 +222,10 @@ StoredCheckpoint newest_verified_checkpoint(const std::vector<CheckpointFile>& c
   }
   std::string list;
   for (const std::string& reason : skipped) list += "\n  " + reason;
-  fail("'", files.dir, "': none of its ", checkpoints.size(), " checkpoints verifies, so the run cannot resume:", list,
+  fail("'", files.dir, "': ",
+       checkpoints.size() == 1 ? std::string("its checkpoint does not verify")
+                               : concat("none of its ", checkpoints.size(), " checkpoints verifies"),
+       ", so the run cannot resume:", list,
        "\nto start it over, choose another --out (or remove the run directory)");
 }
 

@@ -134,6 +134,12 @@ TrainResult finished_run(const RunFiles& files, const TrainConfig& config, dist:
 TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   dist::Communicator single;
   dist::Communicator& comm = opt.comm != nullptr ? *opt.comm : single;
+  // --resume with nothing to resume is a mistake (a mistyped or empty --out), not a new run. A
+  // missing directory is said before anything else is read; one without a checkpoint once this
+  // process holds it (another process training there is what to say then).
+  if (comm.is_root() && opt.resume)
+    require(std::filesystem::exists(opt.out_dir), "--resume: '", opt.out_dir,
+            "' does not exist, so there is no run to resume; check --out, or leave out --resume to start a new run");
   const TrainConfig config = resolve_vocab(requested, opt.data_dir);
   config.validate();
   set_num_threads(config.threads > 0 ? config.threads : dist::default_threads(comm));
@@ -147,6 +153,10 @@ TrainResult train(const TrainConfig& requested, const TrainRunOptions& opt) {
   // A finished run is not trained again: its result stays as it was.
   if (comm.any(comm.is_root() && opt.resume && std::filesystem::exists(files.result)))
     return finished_run(files, config, comm);
+  if (comm.is_root() && opt.resume)
+    require(!files.checkpoints().empty(), "--resume: '", files.dir,
+            "' holds no checkpoint (checkpoint-STEP.safetensors) to resume from; check --out, or leave out --resume to "
+            "start the run again");
   TrainLog log(files.metrics, comm.is_root(), opt.progress, opt.label);
 
   const data::TokenDataset train_data = data::TokenDataset::open(opt.data_dir, "train");

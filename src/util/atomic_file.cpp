@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/paths.hpp"
 
 namespace attnres {
 
@@ -101,7 +102,21 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   write_file_atomically(path, [&](std::FILE* f) { write_bytes(f, text.data(), text.size(), path); });
 }
 
+GuardedWrite write_text_guarded(const std::string& path, const std::string& text, bool replace,
+                                std::string_view hint) {
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  if (exists) {
+    if (read_text_file(path) == text) return GuardedWrite::kUnchanged;
+    require(replace, "'", path, "' exists with other contents; not replaced: ", hint);
+  }
+  write_text_atomically(path, text);
+  return exists ? GuardedWrite::kReplaced : GuardedWrite::kCreated;
+}
+
 std::string read_text_file(const std::string& path) {
+  // An ifstream opens a directory and reads it as empty: say what it is.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) require_path_kind(path, PathKind::kFile, "");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read '", path, "': ", std::strerror(errno));
   std::ostringstream out;

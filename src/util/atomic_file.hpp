@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace attnres {
 
@@ -27,6 +28,15 @@ void remove_stale_temporaries(const std::string& path);
 void commit_file(std::FILE* file, const std::string& tmp, const std::string& path);
 
 void write_text_atomically(const std::string& path, const std::string& text);
+
+// What write_text_guarded did: wrote a new file, replaced one of other contents, or found the
+// same text already there (and wrote nothing).
+enum class GuardedWrite { kCreated, kReplaced, kUnchanged };
+
+// write_text_atomically for files a user may have written or committed: a file at `path` with
+// other contents is replaced only when `replace` (else an Error: "'PATH' exists with other
+// contents; not replaced: HINT"); one with the same contents is left as it is.
+GuardedWrite write_text_guarded(const std::string& path, const std::string& text, bool replace, std::string_view hint);
 
 // fwrite that throws an Error naming `path` on a short write.
 void write_bytes(std::FILE* file, const void* data, std::size_t size, const std::string& path);

@@ -52,8 +52,10 @@ ChildResult run_child(const ChildProcess& child) {
   std::vector<char*> argv = c_strings(args);
   std::vector<std::string> env_strings;
   std::vector<char*> envp;
-  if (!child.set_env.empty()) {
-    env_strings = child_environment(child.set_env);
+  std::vector<std::pair<std::string, std::string>> set_env = child.set_env;
+  if (child.stop != nullptr) set_env.emplace_back(kStopAnnouncedByParent, "1");
+  if (!set_env.empty()) {
+    env_strings = child_environment(set_env);
     envp = c_strings(env_strings);
   }
 

@@ -12,6 +12,11 @@ namespace attnres {
 // The running executable itself, even if its file was rebuilt or removed since it started.
 inline constexpr const char* kSelfExecutable = "/proc/self/exe";
 
+// Set (to "1") in the environment of a child run with a stop flag: its parent announces the stops
+// on the terminal and passes them on, so the child's signal handlers stop it without saying so
+// again (each Ctrl-C message was printed by both).
+inline constexpr const char* kStopAnnouncedByParent = "ATTNRES_STOP_ANNOUNCED_BY_PARENT";
+
 struct ChildProcess {
   std::vector<std::string> argv;  // argv[0]: the program's path (not searched for on PATH)
   // Variables set for the child, replacing inherited ones of the same name; the rest of this

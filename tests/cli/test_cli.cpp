@@ -94,8 +94,14 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(run_cli("--help").exit_code, 0);
   EXPECT_EQ(run_cli("train --help").exit_code, 0);
   // CLI11's own parse errors (a missing required option, a bad value) are user errors: 1.
-  expect_user_error("train --data x", {"--out is required"});
-  expect_user_error("eval --checkpoint x --batch many", {"--batch"});
+  // In attnres's form (issue #47: CLI11's sentences were printed raw): the command, the flag.
+  expect_user_error("train --data x", {"attnres train: error: --out: required", "Run 'attnres train --help'"});
+  expect_user_error("eval --checkpoint x --batch many", {"attnres eval: error: --batch: must be a number"});
+  expect_user_error("eval --checkpoint x --data y --split tset",
+                    {"attnres eval: error: --split: 'tset' is not one of train,val,test; did you mean 'test'?"});
+  expect_user_error("experiment --protocol p.toml --arms block,rd --out x",
+                    {"attnres experiment: error: --protocol: cannot be given with --arms"});
+  expect_user_error("tokenizer info --tokenizer bytes extra", {"attnres tokenizer info: error: unexpected argument(s): extra"});
   expect_user_error("eval --checkpoint /nonexistent/model.safetensors --text /dev/null", {"/nonexistent"});
 }
 
@@ -194,6 +200,9 @@ TEST_F(CliTest, EvalHonoursMaxTokensOnText) {
   const auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["tokens"].get<long long>(), 100);
   EXPECT_EQ(j["bytes"].get<double>(), 100.0);  // bytes tokenizer: one byte per token
+  // Counts are written as integers (issue #47: "bytes":100.0).
+  EXPECT_TRUE(j["bytes"].is_number_integer()) << r.output;
+  EXPECT_TRUE(contains(r.output, "\"bytes\":100,")) << r.output;
 }
 
 TEST_F(CliTest, ResumingAFinishedRunChangesNothing) {
@@ -276,7 +285,13 @@ TEST_F(CliTest, ExperimentProtocolErrorsComeBeforeTheFirstRun) {
   expect_user_error(base + runs.str("c") + " --seeds 1 --tokens 0", {"--tokens"});
   expect_user_error(base + runs.str("d") + " --seeds 1 --set model.residual=prenorm", {"model.residual", "--arms"});
   expect_user_error(base + runs.str("e") + " --seeds 1 --set train.seed=9", {"train.seed", "--seeds"});
-  for (const char* name : {"a", "b", "c", "d", "e"}) EXPECT_FALSE(fs::exists(runs.path() / name / "runs")) << name;
+  // Issue #47: an empty item in a list (it was skipped: `--seeds 1,,2` ran seeds 1 and 2).
+  expect_user_error(base + runs.str("f") + " --seeds 1,,2", {"--seeds '1,,2': empty item 2 (a comma too many)"});
+  expect_user_error(base + runs.str("g") + " --seeds 1,2,", {"--seeds '1,2,': empty item 3"});
+  expect_user_error("experiment " + kTiny + " --arms block,,rd --seeds 1 --data " + data() + " --out " + runs.str("h"),
+                    {"--arms 'block,,rd': empty item 2"});
+  for (const char* name : {"a", "b", "c", "d", "e", "f", "g", "h"})
+    EXPECT_FALSE(fs::exists(runs.path() / name / "runs")) << name;
 }
 
 TEST_F(CliTest, ExperimentChecksEverySplitBeforeTheFirstRun) {
@@ -665,7 +680,7 @@ TEST(Cli, TokenizerTrainingSpeaksAttnresTerms) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   std::istringstream lines(ok.output);
   for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("tokenizer train: ", 0), 0u) << line;
-  EXPECT_TRUE(contains(ok.output, "from 1 training documents")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, " of 400 lines from 1 training document\n")) << ok.output;  // the noun agrees (#47)
 }
 
 // `attnres report --pool DIR... --answer ARM` (issue #46): the table, the pooled line and the

@@ -128,7 +128,8 @@ TEST_F(CliSafety, ASecondWriterOfARunIsRefused) {
   ::kill(trainer, SIGKILL);
   ::waitpid(trainer, nullptr, 0);
   ASSERT_TRUE(fs::exists(other / ".lock"));  // left behind by the killed process
-  const CliResult resumed = run_cli(long_run + " --resume --stop-at-step 1");
+  // (--resume only where there is a checkpoint: killed before its first, the run starts again.)
+  const CliResult resumed = run_cli(long_run + (has_checkpoint(other) ? " --resume" : "") + " --stop-at-step 1");
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
 }
 
@@ -163,6 +164,36 @@ TEST_F(CliSafety, ASecondExperimentIsRefusedButWorkersShareOne) {
   const CliResult summary = run_cli(experiment);  // everything done: the summary
   EXPECT_EQ(summary.exit_code, 0) << summary.output;
   EXPECT_TRUE(contains(summary.output, "summary: ")) << summary.output;
+}
+
+// Issue #47: Ctrl-C during an experiment is announced once, by the experiment (its training child,
+// in a process group of its own, stops without saying so again); the exit says it was stopped.
+TEST_F(CliSafety, AStopInAnExperimentIsAnnouncedOnce) {
+  TempDir runs("attnres_safety_exp_stop");
+  const fs::path out = runs.path() / "exp";
+  const std::string log = runs.str("exp.log");
+  const pid_t parent = start_cli("experiment " + kTiny + " --set train.tokens=10000000 --arms block,rd --seeds 1 --data " +
+                                     data() + " --out " + out.string(), log);
+  ASSERT_GT(parent, 0);
+  // The first run's training process holds its directory once its stop handlers are installed.
+  const std::string run_lock = (out / "runs" / "block" / "seed-1" / ".lock").string();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  long child = 0;
+  while ((child = attnres::lock_holder(run_lock)) <= 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GT(child, 0) << read_file(log);
+  ASSERT_NE(child, static_cast<long>(parent));
+  ::kill(parent, SIGINT);
+  int status = 0;
+  ::waitpid(parent, &status, 0);
+  const std::string output = read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  std::size_t announced = 0;
+  for (std::size_t at = output.find("stopping after this step"); at != std::string::npos;
+       at = output.find("stopping after this step", at + 1))
+    ++announced;
+  EXPECT_EQ(announced, 1u) << output;
 }
 
 // Finding 3: --out must be new, empty or attnres' own kind of directory.
@@ -259,6 +290,45 @@ TEST_F(CliSafety, ResumeOnOtherDataIsRefused) {
   EXPECT_TRUE(contains(old.output, "note: '" + newest + "' records no dataset identity")) << old.output;
 }
 
+// Issue #47: --resume with nothing to resume (a mistyped --out, a run stopped before its first
+// checkpoint) is an error naming the directory and what is missing, not a new run from step 1.
+TEST_F(CliSafety, ResumeWithNothingToResumeIsAnError) {
+  TempDir dir("attnres_safety_resume_nothing");
+  const std::string missing = dir.str("mistyped");
+  const std::string train = "train " + kTiny + " --data " + data() + " --resume --out ";
+  expect_user_error(train + missing, {"--resume: '" + missing + "' does not exist"});
+  EXPECT_FALSE(fs::exists(missing)) << "nothing created";
+  const std::string empty = dir.str("empty");
+  fs::create_directories(empty);
+  expect_user_error(train + empty, {"--resume: '" + empty + "' holds no checkpoint (checkpoint-STEP.safetensors)"});
+  EXPECT_TRUE(entries(empty).empty()) << "nothing written";
+}
+
+// Issue #47: a directory given where a file is read (and the reverse) is named as such, by every
+// reader (util/paths.hpp): --config of a directory trained the tiny preset, sp:DIR was "does not
+// exist", --data of the manifest itself was "no manifest.json".
+TEST_F(CliSafety, ADirectoryForAFileAndTheReverseAreNamed) {
+  TempDir dir("attnres_safety_path_kinds");
+  const std::string manifest = data() + "/manifest.json";
+  expect_user_error("train " + kTiny.substr(kTiny.find("--set")) + " --config " + corpus() + " --data " + data() +
+                        " --out " + dir.str("run"),
+                    {"--config '" + corpus() + "' is a directory, not a file"});
+  EXPECT_FALSE(fs::exists(dir.str("run")));
+  expect_user_error("train " + kTiny + " --data " + manifest + " --out " + dir.str("run"),
+                    {"prepared dataset '" + manifest + "' is a file, not a directory",
+                     "give the directory holding manifest.json"});
+  expect_user_error("train " + kTiny + " --data " + dir.str("nodata") + " --out " + dir.str("run"),
+                    {"prepared dataset '" + dir.str("nodata") + "' does not exist (make it with 'attnres prepare --out " +
+                     dir.str("nodata") + "')"});
+  expect_user_error("prepare --input " + corpus() + " --tokenizer sp:" + data() + " --out " + dir.str("p"),
+                    {"SentencePiece model '" + data() + "' is a directory, not a file",
+                     "sp:" + data() + "/tokenizer.model"});
+  expect_user_error("tokenizer info --tokenizer gpt2:" + manifest,
+                    {"GPT-2 tokenizer directory '" + manifest + "' is a file, not a directory"});
+  expect_user_error("experiment --protocol " + data() + " --out " + dir.str("exp"),
+                    {"'" + data() + "' is a directory, not a file"});
+}
+
 // Finding 2: the same identity in a protocol experiment's experiment.json: one recorded by an older
 // attnres (without content_hash) still matches; other data of the same sizes does not.
 TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
@@ -287,6 +357,39 @@ TEST_F(CliSafety, ProtocolExperimentsCompareTheDataByContent) {
   fs::rename(dir.path() / "data", dir.path() / "a");
   fs::rename(dir.path() / "b", dir.path() / "data");
   expect_user_error(experiment, {"differs in dataset.content_hash = ", "(experiment.json) vs"});
+}
+
+// Issue #47: a protocol study copied elsewhere, with its data copied to another path (its protocol
+// pointing there), resumes: the data is compared by identity, the path being a label
+// (docs/experiments.md, "Resuming anywhere"); other data at that path is still refused.
+TEST_F(CliSafety, ACopiedStudyResumesOnACopyOfItsDataElsewhere) {
+  TempDir dir("attnres_safety_copied_study");
+  prepare_lettered(dir.path(), "data", "abcdefgh");
+  const auto protocol_for = [&](const std::string& name, const std::string& data) {
+    const std::string path = dir.str(name);
+    std::ofstream(path) << "[experiment]\nname = \"p\"\ndata = \"" << data
+                        << "\"\nseeds = [1]\narms = [\"block\", \"rd\"]\n\n[model]\nd_model = 32\nn_layers = 2\n"
+                           "n_heads = 2\nmlp_hidden = 64\nn_blocks = 2\n\n[train]\nseq_len = 32\nbatch_size = 4\n"
+                           "tokens = 512\neval_tokens = 256\nthreads = 1\n";
+    return path;
+  };
+  const std::string exp = dir.str("exp");
+  ASSERT_EQ(run_cli("experiment --protocol " + protocol_for("p.toml", dir.str("data")) + " --out " + exp).exit_code, 0);
+  // The copy: the experiment directory with one run still to train, the data at another path.
+  fs::create_directories(dir.path() / "elsewhere");
+  fs::copy(exp, dir.path() / "elsewhere" / "exp", fs::copy_options::recursive);
+  fs::copy(dir.path() / "data", dir.path() / "elsewhere" / "data", fs::copy_options::recursive);
+  fs::remove_all(dir.path() / "elsewhere" / "exp" / "runs" / "rd" / "seed-1");
+  fs::remove_all(dir.path() / "data");  // the original is gone: the copy alone is read
+  const std::string copied = protocol_for("elsewhere/p.toml", dir.str("elsewhere/data"));
+  const std::string resume = "experiment --protocol " + copied + " --out " + dir.str("elsewhere/exp");
+  const CliResult r = run_cli(resume);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "elsewhere" / "exp" / "runs" / "rd" / "seed-1" / "result.json")) << r.output;
+  // Other data at the copy's path is refused, by identity.
+  fs::remove_all(dir.path() / "elsewhere" / "data");
+  prepare_lettered(dir.path() / "elsewhere", "data", "stuvwxyz");
+  expect_user_error(resume, {"differs in dataset.content_hash = "});
 }
 
 // Finding 4: the keys every run of an experiment sets itself are refused in a --config file as

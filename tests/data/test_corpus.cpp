@@ -168,6 +168,18 @@ TEST(DataParseRecord, Documents) {
   EXPECT_EQ(parse("plain text\n", InputFormat::kText, 1).text, "plain text\n");
 }
 
+// Issue #47: a byte order mark opening a text file, a JSONL file or a JSONL document's text is not
+// part of the document (it was tokenized as three byte tokens); one inside the text stays.
+TEST(DataParseRecord, ALeadingByteOrderMarkIsNotText) {
+  const std::string bom = "\xEF\xBB\xBF";
+  EXPECT_EQ(parse(bom + "plain text\n", InputFormat::kText, 1).text, "plain text\n");
+  EXPECT_EQ(parse(bom + "{\"text\": \"first\"}").text, "first");
+  EXPECT_EQ(parse("{\"text\": \"\\ufeffsecond\"}").text, "second");
+  EXPECT_EQ(parse("{\"text\": \"a" + bom + "b\"}").text, "a" + bom + "b");
+  EXPECT_TRUE(parse(bom, InputFormat::kText, 1).empty);
+  EXPECT_EQ(parse(bom + "body", InputFormat::kText, 1).segments, parse("body", InputFormat::kText, 1).segments);
+}
+
 TEST(DataParseRecord, Errors) {
   expect_error([] { parse("{\"text\": \"x\""); }, "/data/in.jsonl:7: malformed JSON");
   expect_error([] { parse("[1, 2]"); }, "/data/in.jsonl:7: expected a JSON object, got array");

@@ -11,6 +11,7 @@
 #include "data/hash.hpp"
 #include "data/loader.hpp"
 #include "data/prepare.hpp"
+#include "data/progress.hpp"
 #include "data/shard.hpp"
 #include "data/tokenizer.hpp"
 #include "data_test_util.hpp"
@@ -293,9 +294,58 @@ TEST(DataPrepareCli, ReportsProgressAndSummary) {
   const CliResult r = run_cli(prepare_cli(quote(c.paths[0]) + " " + quote(c.paths[1]) + " " + quote(c.paths[2]), tmp / "out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("prepare: done: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("skipped 1 empty documents"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("skipped 1 empty document"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("1 empty documents"), std::string::npos) << r.err;  // issue #47: the noun agrees
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no carriage returns when stderr is not a terminal";
   EXPECT_TRUE(fs::exists(tmp / "out/manifest.json"));
+}
+
+// Issue #47: the summary gives the size of the text, not of the compressed files it came from
+// (which it names as such), and counts agree with their nouns.
+TEST(DataPrepareCli, TheSummaryGivesTheTextSizeOfCompressedInputs) {
+  TempDir tmp;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the same line of text, again and again\n";
+  write_gzip(tmp / "one.txt.gz", text);
+  const CliResult r = run_cli(prepare_cli(quote(tmp / "one.txt.gz"), tmp / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string want = "prepare: done: " + format_bytes(double(text.size())) + " of text (" +
+                           format_bytes(double(fs::file_size(tmp / "one.txt.gz"))) + " compressed), 1 document, ";
+  EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
+  // Uncompressed inputs: one size, the text's.
+  write_file(tmp / "plain.txt", text);
+  const CliResult plain = run_cli(prepare_cli(quote(tmp / "plain.txt"), tmp / "out2"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("prepare: done: " + format_bytes(double(text.size())) + ", 1 document, "), std::string::npos)
+      << plain.err;
+}
+
+// Issue #47: JSONL whose text is under another field than "text" (--text-field NAME); a record
+// without it is named by file and line.
+TEST(DataPrepareCli, TheTextFieldCanBeNamed) {
+  TempDir tmp;
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) {
+    const std::string text = "document " + std::to_string(i) + " says something about depth";
+    jsonl += "{\"id\": " + std::to_string(i) + ", \"content\": \"" + text + "\", \"text\": \"not this\"}\n";
+  }
+  write_file(tmp / "c.jsonl", jsonl);
+  const CliResult r = run_cli(prepare_cli(quote(tmp / "c.jsonl"), tmp / "out", "--text-field content"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const TokenDataset train = TokenDataset::open(tmp / "out", "train");
+  Ids ids(static_cast<std::size_t>(train.num_tokens()));
+  train.copy_tokens(0, ids);
+  std::string decoded;
+  for (std::int32_t id : ids) decoded += id == 256 ? '|' : static_cast<char>(id);
+  EXPECT_NE(decoded.find("says something about depth"), std::string::npos) << decoded;
+  EXPECT_EQ(decoded.find("not this"), std::string::npos) << decoded;
+  EXPECT_EQ(read_manifest(tmp / "out")["sources"][0]["text_field"], "content");
+  write_file(tmp / "partial.jsonl", "{\"content\": \"one\"}\n{\"text\": \"two\"}\n");
+  expect_cli_error(run_cli(prepare_cli(quote(tmp / "partial.jsonl"), tmp / "o2", "--text-field content")),
+                   (tmp / "partial.jsonl") + ":2: missing \"content\" field");
+  // A field no record has: the first record is named.
+  expect_cli_error(run_cli(prepare_cli(quote(tmp / "c.jsonl"), tmp / "o3", "--text-field body")),
+                   (tmp / "c.jsonl") + ":1: missing \"body\" field");
 }
 
 TEST(DataPrepareCli, TrainsSentencePieceWhenNoTokenizerGiven) {

@@ -403,6 +403,22 @@ out = ")" + runs.str("planned.toml") + "\"\n" + kModelTrain;
   r = run_cli("plan --protocol " + path + " --out " + runs.str("pilot"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(runs.str("planned.toml")), written);
+  EXPECT_NE(r.output.find("planned.toml (unchanged: it already held this plan)"), std::string::npos) << r.output;
+  // Issue #47: a protocol file of other contents there (a committed study, a hand edit) is not
+  // replaced without --force; the refusal names it and both ways out.
+  std::ofstream(runs.str("planned.toml"), std::ios::app) << "# edited by hand\n";
+  const std::string edited = read_file(runs.str("planned.toml"));
+  r = run_cli("plan --protocol " + path + " --out " + runs.str("pilot"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("'" + runs.str("planned.toml") + "' exists with other contents; not replaced"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--write PATH"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plan: note: '" + runs.str("planned.toml") + "' exists"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(runs.str("planned.toml")), edited);
+  r = run_cli("plan --protocol " + path + " --out " + runs.str("pilot") + " --force");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(runs.str("planned.toml")), written);
   // A grid over the pilot's cap is refused before any run.
   std::string big = pilot;
   big.replace(big.find("run_core_seconds = 0.2"), 22, "run_core_seconds = 10");  // 15 runs: 150 s

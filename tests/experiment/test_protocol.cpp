@@ -97,6 +97,15 @@ TEST(Protocol, ErrorsNameTheFileLineAndKey) {
       {"[experiment]\nname = \"s\"\ndata = \"d\"\nseeds = [-1]\narms = [\"block\"]\n", "non-negative integers"},
       {"[model]\nd_model = 32\n", "needs an [experiment] table"},
       {"[experiment\n", "p.toml:1"},
+      // Issue #47: unknown keys and tables get the closest known one; a bad arm its file and line.
+      {head + "sedes = [2]\n", "unknown key 'experiment.sedes'; did you mean 'experiment.seeds'?"},
+      {head + "[controls]\narms = [\"rd-tied\"]\nbudjet = 0.5\n", "p.toml:8: unknown key 'controls.budjet'; did you "
+                                                                  "mean 'controls.budget'?"},
+      {head + "[experiment.sequentail]\nlooks = [2]\n", "did you mean 'experiment.sequential'?"},
+      {head + "[probes]\nname = \"x\"\n", "p.toml:6: unknown table 'probes'; did you mean 'probe'?"},
+      {"[experiment]\nname = \"s\"\ndata = \"d\"\nseeds = [1]\narms = [\"block\", \"rdd\"]\n",
+       "p.toml:5: [experiment] arms: unknown arm 'rdd'"},
+      {head + "[[probe]]\nname = \"x\"\narms = [\"rd-tide\"]\n", "p.toml:8: [probe] 'x' arms: unknown arm 'rd-tide'"},
   };
   for (const Case& c : cases) {
     const std::string path = write_file(dir, "p.toml", c.text);

@@ -287,5 +287,55 @@ TEST(ReportCommand, EndToEnd) {
   EXPECT_NE(out.find("runs/block/seed-1/result.json"), std::string::npos) << out;
 }
 
+// Issue #47: the runs and milestones as CSV for other tools, one row per run and per run x
+// milestone, every number exactly as in the result files.
+TEST(ReportCommand, CsvHoldsARowPerRunAndPerMilestone) {
+  if (!std::filesystem::exists(ATTNRES_BINARY)) GTEST_SKIP() << "attnres binary not built: " << ATTNRES_BINARY;
+  SyntheticExperiment exp;
+  const std::string out_dir = exp.dir() + "-csv";
+  std::string out;
+  ASSERT_EQ(run_cli("report --experiment '" + exp.dir() + "' --quiet --csv --out '" + out_dir + "'", &out), 0) << out;
+  EXPECT_NE(out.find("csv:     " + out_dir + "/runs.csv"), std::string::npos) << out;
+  const auto lines = [](const std::string& text) {
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> fields;
+      std::istringstream f(line);
+      for (std::string field; std::getline(f, field, ',');) fields.push_back(field);
+      if (!line.empty() && line.back() == ',') fields.push_back("");
+      rows.push_back(fields);
+    }
+    return rows;
+  };
+  const auto runs = lines(read_text_file(out_dir + "/runs.csv"));
+  ASSERT_EQ(runs.size(), 1u + 11u);  // 4 arms x 3 seeds, rd's seed 3 missing
+  EXPECT_EQ(runs[0], (std::vector<std::string>{"group", "arm", "seed", "params", "test_nll", "final_val_nll",
+                                               "final_tokens", "tokens_per_sec", "step_time_ms", "peak_rss_bytes",
+                                               "unstable"}));
+  bool found = false;
+  for (const auto& row : runs) {
+    if (row.size() != 11 || row[1] != "rd" || row[2] != "2") continue;
+    found = true;
+    EXPECT_EQ(row[0], "main");
+    EXPECT_EQ(row[3], "1064");
+    EXPECT_EQ(std::stod(row[4]), 5.2 + 0.01 * 2 + testing::arm_offset("rd", 2));
+    EXPECT_EQ(std::stod(row[5]), testing::base_nll(8000, 2) + testing::arm_offset("rd", 2));
+    EXPECT_EQ(row[6], "8000");
+    EXPECT_EQ(row[7], "900");  // integers as integers (900.0 in the file)
+    EXPECT_EQ(row[9], std::to_string(220 << 20));
+    EXPECT_EQ(row[10], "false");
+  }
+  EXPECT_TRUE(found) << read_text_file(out_dir + "/runs.csv");
+  const auto milestones = lines(read_text_file(out_dir + "/milestones.csv"));
+  ASSERT_EQ(milestones.size(), 1u + 11u * 4u);
+  EXPECT_EQ(milestones[0], (std::vector<std::string>{"group", "arm", "seed", "step", "tokens", "val_nll"}));
+  EXPECT_EQ(milestones[1][0], "main");
+  EXPECT_EQ(milestones[1][3], "");  // the fixture's milestones record no step
+  EXPECT_EQ(std::stod(milestones[1][5]), testing::base_nll(std::stoll(milestones[1][4]), std::stoi(milestones[1][2])) +
+                                             testing::arm_offset(milestones[1][1], std::stoi(milestones[1][2])));
+  std::filesystem::remove_all(out_dir);
+}
+
 }  // namespace
 }  // namespace attnres::experiment

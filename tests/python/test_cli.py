@@ -215,6 +215,72 @@ class CliTest(unittest.TestCase):
                 self.assertIn(message, str(caught.exception))
 
 
+class SavedTokenizerTest(unittest.TestCase):
+    """attnres.save keeps the tokenizer's content hash (issue #47: it wrote the spec alone, and `attnres eval` then
+    scored the saved weights with a tokenizer of another content, exit 0): the hash the model was loaded with, or
+    the given tokenizer's; eval and attnres.score refuse a tokenizer of another hash."""
+
+    def setUp(self):
+        support.need_binary(self)
+        self.tmp = support.TempDir("saved-tokenizer")
+        self.addCleanup(self.tmp.cleanup)
+        with open(self.tmp("doc.txt"), "w") as f:
+            f.write("a short text to score " * 8)
+
+    def hash_of(self, path):
+        return safetensors.read_header(path)[1].get("tokenizer_hash")
+
+    def test_save_records_and_keeps_the_tokenizer_hash(self):
+        info = support.cli("tokenizer", "info", "--tokenizer", "bytes").stdout
+        model = attnres.AttnResModel(attnres.ModelConfig(vocab_size=257, d_model=16, n_layers=2, n_heads=2,
+                                                         mlp_hidden=32, residual="rd"))
+        first = self.tmp("first.safetensors")
+        attnres.save(model, first, tokenizer="bytes")
+        self.assertIsNotNone(self.hash_of(first))
+        self.assertIn(self.hash_of(first), info)  # the hash attnres computes
+        again = self.tmp("again.safetensors")
+        attnres.save(attnres.load(first), again)  # the loaded model's tokenizer, hash kept
+        self.assertEqual(self.hash_of(again), self.hash_of(first))
+        support.cli("eval", "--checkpoint", again, "--text", self.tmp("doc.txt"), "--seq", "16")
+        # Weights trained with another tokenizer at that spec (retrained since): saving them again keeps their
+        # hash, and both readers refuse the tokenizer now at the spec.
+        other = self.tmp("other.safetensors")
+        attnres.save(model, other, tokenizer="bytes", metadata={"tokenizer_hash": "0123456789abcdef"})
+        resaved = self.tmp("resaved.safetensors")
+        attnres.save(attnres.load(other), resaved)
+        self.assertEqual(self.hash_of(resaved), "0123456789abcdef")
+        r = support.cli("eval", "--checkpoint", resaved, "--text", self.tmp("doc.txt"), "--seq", "16", check=False)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("was trained with a tokenizer of hash 0123456789abcdef", r.stderr)
+        with self.assertRaisesRegex(ValueError, "trained with a tokenizer of hash 0123456789abcdef"):
+            attnres.score(attnres.load(resaved), "some text", seq=16)
+
+
+class ByteOrderMarkTest(unittest.TestCase):
+    """A byte order mark opening a document is not scored, by `attnres eval --text` nor by attnres.score (issue #47:
+    it was three byte tokens)."""
+
+    def test_a_leading_byte_order_mark_is_not_scored(self):
+        support.need_binary(self)
+        tmp = support.TempDir("bom")
+        self.addCleanup(tmp.cleanup)
+        model = attnres.AttnResModel(attnres.ModelConfig(vocab_size=257, d_model=16, n_layers=2, n_heads=2,
+                                                         mlp_hidden=32, residual="rd"))
+        weights = tmp("m.safetensors")
+        attnres.save(model, weights, tokenizer="bytes")
+        text = "a document that an editor saved with a byte order mark\n"
+        for name, data in (("plain.txt", text.encode()), ("bom.txt", b"\xef\xbb\xbf" + text.encode())):
+            with open(tmp(name), "wb") as f:
+                f.write(data)
+        evals = [json.loads(support.cli("eval", "--checkpoint", weights, "--text", tmp(name), "--seq", "32",
+                                        "--json").stdout) for name in ("plain.txt", "bom.txt")]
+        self.assertEqual(evals[0], evals[1])
+        self.assertEqual(evals[1]["bytes"], len(text.encode()))
+        got = attnres.score(model, "\ufeff" + text, tokenizer="bytes", seq=32)
+        self.assertEqual(got["tokens"], evals[1]["tokens"])
+        self.assertLess(abs(got["nll"] - evals[1]["nll"]) / evals[1]["nll"], 1e-5)
+
+
 class ConfigKeysTest(unittest.TestCase):
     """python/attnres/config.py accepts exactly the model keys `attnres config --keys` lists."""
 

@@ -20,6 +20,12 @@ def cli_ids(spec, path):
     return [int(x) for x in line.split()] if line else []
 
 
+def cli_hash(spec):
+    """The content hash `attnres tokenizer info` prints (what weights and manifests record)."""
+    out = support.cli("tokenizer", "info", "--tokenizer", spec).stdout
+    return next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("hash: "))
+
+
 class TokenizerTest(unittest.TestCase):
     def setUp(self):
         self.tmp = support.TempDir("tok")
@@ -39,6 +45,7 @@ class TokenizerTest(unittest.TestCase):
             tok.decode([257])
         if os.path.exists(support.BINARY):
             self.assertEqual(tok.encode(TRICKY), cli_ids("bytes", self.tmp("tricky.txt")))
+            self.assertEqual(tok.content_hash, cli_hash("bytes"))
 
     def test_specs_and_errors(self):
         for spec, message in (("gpt", "unknown tokenizer spec 'gpt'"), ("gpt2:", "names no path"),
@@ -67,6 +74,7 @@ class TokenizerTest(unittest.TestCase):
         self.assertEqual(tok.decode([tok.eot_id]), "<|endoftext|>")
         support.need_binary(self)
         self.assertEqual(ids, cli_ids("gpt2:" + GPT2_DIR, self.tmp("tricky.txt")))
+        self.assertEqual(tok.content_hash, cli_hash("gpt2:" + GPT2_DIR))
         shakespeare = os.path.join(support.SHARED_DATA, "smoke", "tinyshakespeare.txt")
         if os.path.exists(shakespeare):
             with open(shakespeare, encoding="utf-8") as f:
@@ -96,6 +104,7 @@ class TokenizerTest(unittest.TestCase):
             f.write(text)
         ids = tok.encode(text)
         self.assertEqual(ids, cli_ids("sp:" + self.tmp("t.model"), self.tmp("text.txt")))
+        self.assertEqual(tok.content_hash, cli_hash("sp:" + self.tmp("t.model")))
         self.assertEqual(tok.decode(ids), text.replace("\u2581", " "))  # U+2581 is SentencePiece's space mark
         self.assertEqual(tok.decode(tok.encode(TRICKY)), TRICKY)  # lossless otherwise (byte fallback)
         self.assertEqual(tok.decode(ids[:3] + [tok.eot_id] + ids[3:]), tok.decode(ids[:3]) + "<|endoftext|>" +

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "util/error.hpp"
+#include "util/text.hpp"
 
 namespace attnres {
 namespace {
@@ -51,6 +52,23 @@ TEST(UserError, RequireThrowsTheUserErrorWithTheMessage) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "key 'lr' must be positive");
   }
+}
+
+// Issue #47: "1 documents" and pasted hints that broke on a space: one helper for each.
+TEST(MessageText, CountsAgreeWithTheirNoun) {
+  EXPECT_EQ(counted(1, "document"), "1 document");
+  EXPECT_EQ(counted(0, "document"), "0 documents");
+  EXPECT_EQ(counted(2, "empty document"), "2 empty documents");
+  EXPECT_EQ(counted(3, "entry", "entries"), "3 entries");
+}
+
+TEST(MessageText, PathsInHintsAreQuotedForTheShell) {
+  EXPECT_EQ(shell_quote("runs/exp-small"), "runs/exp-small");
+  EXPECT_EQ(shell_quote("sp:/data/tok.model"), "sp:/data/tok.model");
+  EXPECT_EQ(shell_quote("my runs/exp"), "'my runs/exp'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+  EXPECT_EQ(shell_quote(""), "''");
 }
 
 }  // namespace
