@@ -268,6 +268,20 @@ budget = 0.5
   EXPECT_NE(dry.output.find("against-rd/rd-average seed 2"), std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("against-rd/rd seed"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
+  // On a GPU, an arm the CUDA backend cannot train (its family's record, model/family.hpp) is refused
+  // by name before any run, whatever the build.
+  dry = run_cli("experiment --preset tiny --data " + data() + " --arms block,rd+vres,hc --device cuda --out " + out +
+                " --dry-run");
+  EXPECT_EQ(dry.exit_code, 1) << dry.output;
+  EXPECT_NE(dry.output.find("arm 'rd+vres' cannot train on --device cuda: model.value_residual has no CUDA"),
+            std::string::npos) << dry.output;
+  EXPECT_FALSE(fs::exists(out));
+  dry = run_cli("experiment --preset tiny --data " + data() + " --arms block,hc --device cuda --out " + out +
+                " --dry-run");
+  EXPECT_NE(dry.output.find("arm 'hc' cannot train on --device cuda: residual mode 'hc' has no CUDA"),
+            std::string::npos) << dry.output;
+  EXPECT_EQ(run_cli("experiment --preset tiny --data " + data() + " --arms block,rd --device cuda --out " + out +
+                    " --dry-run").exit_code, 0);
   // Without prepared data there is nothing to check the runs against: a plain error, nothing written.
   dry = run_cli("experiment --preset tiny --data " + runs.str("no-data") + " --out " + out + " --dry-run");
   EXPECT_EQ(dry.exit_code, 1) << dry.output;
