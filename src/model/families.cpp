@@ -13,7 +13,8 @@ namespace attnres {
   X(stream_family)                   \
   X(mudd_family)                     \
   X(delta_family)                    \
-  X(gated_residual_family)
+  X(gated_residual_family)           \
+  /* (the list ends here) */
 
 #define ATTNRES_DECLARE_FAMILY(f) const ResidualFamily& f();
 ATTNRES_RESIDUAL_FAMILIES(ATTNRES_DECLARE_FAMILY)
