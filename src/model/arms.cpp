@@ -11,11 +11,7 @@ namespace {
 
 // Every family's arms, in the families' order.
 const std::vector<ArmRecord>& arms() {
-  static const std::vector<ArmRecord> arms = [] {
-    std::vector<ArmRecord> out;
-    for (const ResidualFamily* f : residual_families()) out.insert(out.end(), f->arms.begin(), f->arms.end());
-    return out;
-  }();
+  static const std::vector<ArmRecord> arms = from_families(&ResidualFamily::arms);
   return arms;
 }
 

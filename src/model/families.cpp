@@ -35,11 +35,7 @@ const ResidualFamily& residual_family(ResidualMode mode) {
 }
 
 const std::vector<ResidualModeInfo>& residual_modes() {
-  static const std::vector<ResidualModeInfo> modes = [] {
-    std::vector<ResidualModeInfo> out;
-    for (const ResidualFamily* f : residual_families()) out.insert(out.end(), f->modes.begin(), f->modes.end());
-    return out;
-  }();
+  static const std::vector<ResidualModeInfo> modes = from_families(&ResidualFamily::modes);
   return modes;
 }
 
@@ -59,11 +55,7 @@ const ResidualModeInfo& residual_mode_info(ResidualMode mode) {
 }
 
 const std::vector<ModeSpecificKey>& mode_specific_keys() {
-  static const std::vector<ModeSpecificKey> keys = [] {
-    std::vector<ModeSpecificKey> out;
-    for (const ResidualFamily* f : residual_families()) out.insert(out.end(), f->keys.begin(), f->keys.end());
-    return out;
-  }();
+  static const std::vector<ModeSpecificKey> keys = from_families(&ResidualFamily::keys);
   return keys;
 }
 

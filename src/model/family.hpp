@@ -105,6 +105,13 @@ const ResidualFamily& residual_family(ResidualMode mode);
 inline const ResidualFamily& residual_family(const ModelConfig& config) { return residual_family(config.residual); }
 
 // Derived from the records.
+// One field of every record, in the families' order (their modes, keys, arms).
+template <class T>
+std::vector<T> from_families(std::vector<T> ResidualFamily::*field) {
+  std::vector<T> out;
+  for (const ResidualFamily* f : residual_families()) out.insert(out.end(), (f->*field).begin(), (f->*field).end());
+  return out;
+}
 // Every mode in the config's order (the choices of model.residual).
 const std::vector<ResidualMode>& residual_mode_values();
 const std::vector<ResidualModeInfo>& residual_modes();
