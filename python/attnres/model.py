@@ -326,6 +326,12 @@ class ResidualMode:
         """The init std of a mode's own random matrix (None: the model's default)."""
         return None
 
+    def decayed(self, name: str, shape: Tuple[int, ...]) -> bool:
+        """Whether attnres's AdamW decays the parameter (ParamInfo::decay): the matrices, and never the
+        norm weights, queries and value-residual lambdas; a family says how its own parameters are
+        decayed (its parameter-group policy) and leaves the rest to this rule."""
+        return len(shape) == 2
+
     def trunk(self, model: "AttnResModel", emb, ctx: _Pass):
         raise NotImplementedError
 
@@ -369,6 +375,9 @@ class DenseFormer(PreNorm):
     after every dwa_period-th block a DWA Y_i = sum_j alpha_{i,j} X_j over every dwa_dilation-th block
     output (dwa_sources) feeds the next block, other blocks pass Y_i = X_i on; Y_L feeds the final
     norm. With return_weights each DWA records its alpha (a ReadWeights with mixer "dwa")."""
+
+    def decayed(self, name, shape):  # the DWA weights when dwa_weight_decay (the official code's policy)
+        return self.config.dwa_weight_decay if name.startswith("dwa.") else super().decayed(name, shape)
 
     def __init__(self, config):
         super().__init__(config)
@@ -581,6 +590,11 @@ class StreamResiduals(ResidualMode):
     pre-norm's x; the sum readout scales it by n, which the final norm undoes); mHC starts near it
     through its biases (H_pre sigmoid(+-3), H_res Sinkhorn of 6I - 3)."""
 
+    def decayed(self, name, shape):  # HC's dynamic w_alpha, w_beta and mHC's phi; never A, B, s, alpha, b
+        if name.startswith(("hc.", "mhc.")):
+            return name.endswith((".w_alpha", ".w_beta", ".phi"))
+        return super().decayed(name, shape)
+
     def __init__(self, config):
         super().__init__(config)
         c = config
@@ -722,6 +736,11 @@ class Mudd(ResidualMode):
     mixes X_0..X_{i+1} into the next block's streams, and the last one's R stream feeds the final
     norm. At initialisation every stream is the block output: pre-norm's function, bit for bit."""
 
+    def decayed(self, name, shape):  # the generator's matrices; with mudd_decay_all (the official policy) all
+        if name.startswith("mudd."):
+            return self.config.mudd_decay_all or name.endswith((".w1", ".w2"))
+        return super().decayed(name, shape)
+
     def final_params(self):
         c, d, out = self.config, self.config.d_model, []
         for i in range(c.n_layers):
@@ -843,6 +862,11 @@ class DeltaAttnRes(ResidualMode):
     after the next block's first) with an optional learned null source first. No final read: the final norm
     reads x_L. At zero queries every read adds the mean of its sources, x_j / n, so the model computes
     pre-norm's function up to epsilon."""
+
+    def decayed(self, name, shape):  # the reads' parameters with delta_decay_all (the released code's
+        if ".attn_res." in name or ".mlp_res." in name:  # policy); else only the vector gates' matrices
+            return self.config.delta_decay_all or len(shape) == 2
+        return super().decayed(name, shape)
 
     def __init__(self, config):
         super().__init__(config)
@@ -969,6 +993,11 @@ class GatedResidualMode(ResidualMode):
     H_i <- H_i + beta_i y; no mixing between branches. The final mixer's read feeds the LM head (no final
     norm). With W_up = 0, W_inject = 0 and the norms at 0, pre-norm's function with every norm weight 1/2."""
 
+    def decayed(self, name, shape):  # the matrices; the zero-centred norms too with gr_decay_norm
+        if name.startswith(("gr.", "gr_final.")):
+            return len(shape) == 2 or self.config.gr_decay_norm
+        return super().decayed(name, shape)
+
     def final_params(self):
         c, n, d, r = self.config, self.config.gr_n, self.config.d_model, self.config.gr_bottleneck
         out = []
@@ -1057,20 +1086,13 @@ def param_layout(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
 
 
 def weight_decayed(config: ModelConfig, name: str, shape: Tuple[int, ...]) -> bool:
-    """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices, DenseFormer's DWA
-    weights when dwa_weight_decay, HC's dynamic w_alpha and w_beta and mHC's phi (not HC's A);
-    Delta AttnRes's read parameters when delta_decay_all (the released code's policy; else only its
-    vector gates' matrices); GR's matrices (and its zero-centred norms when gr_decay_norm); never
-    other norm weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
-    if config.residual in DELTA_MODES and (".attn_res." in name or ".mlp_res." in name):
-        return config.delta_decay_all or len(shape) == 2
-    if name.startswith(("gr.", "gr_final.")):
-        return len(shape) == 2 or config.gr_decay_norm
-    if name.startswith(("hc.", "mhc.")):
-        return name.endswith((".w_alpha", ".w_beta", ".phi"))
-    if name.startswith("mudd."):  # the generator's matrices; with mudd_decay_all (the official policy) all
-        return config.mudd_decay_all or name.endswith((".w1", ".w2"))
-    return len(shape) == 2 or (name.startswith("dwa.") and config.dwa_weight_decay)
+    """Whether attnres's AdamW decays a parameter (ParamInfo::decay): the matrices and whatever the
+    config's residual family decides for its own parameters (its ResidualMode's decayed: DenseFormer's
+    DWA weights when dwa_weight_decay, HC's dynamic w_alpha and w_beta and mHC's phi (not HC's A);
+    Delta AttnRes's read parameters when delta_decay_all; GR's matrices (and its zero-centred norms
+    when gr_decay_norm); MUDD's generator, all of mudd.* with mudd_decay_all); never other norm
+    weights, queries, value-residual lambdas or the HC / mHC scalars and biases."""
+    return residual_mode(config).decayed(name, shape)
 
 
 # ------------------------------------------------------------------------------------------------

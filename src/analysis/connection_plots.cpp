@@ -7,6 +7,7 @@
 #include "analysis/format.hpp"
 #include "analysis/plots.hpp"
 #include "analysis/svg.hpp"
+#include "model/family.hpp"
 #include "util/error.hpp"
 
 namespace attnres::analysis {
@@ -41,8 +42,10 @@ std::string plot_connections(const ExperimentSummary& s, const ArmConnections& a
   const double cw = std::clamp(380.0 / cols, 14.0, 48.0), ch = std::clamp(260.0 / n_rows, 14.0, 30.0);
   const double left = 56, top = 30, bottom = 70;
   const std::string what = a.arm + " '" + a.connections.name + "'";
-  // GR's gates (gr.read, gr.write) have the branches as sources, not the embedding and the blocks.
-  const bool branches = a.connections.name.rfind("gr.", 0) == 0;
+  // What the columns are: the family's record says (model/family.hpp); the embedding and the blocks
+  // by default.
+  const ConnectionKind* kind = connection_kind(a.connections.name);
+  const ConnectionAxis axis = kind != nullptr ? kind->axis : ConnectionAxis::source;
   const std::string title = what + " · mean over " + std::to_string(a.n_seeds) + " seeds";
   const double W = std::max({left + cw * cols + 12, 320.0, 24 + 7.5 * static_cast<double>(title.size())}),
                H = top + ch * n_rows + bottom;
@@ -66,9 +69,9 @@ std::string plot_connections(const ExperimentSummary& s, const ArmConnections& a
     svg.text(left - 6, y0 + ch / 2 + 4, std::to_string(r.target), " text-anchor=\"end\" class=\"tick\"");
   }
   for (int c = 0; c < cols; ++c)
-    svg.text(left + cw * c + cw / 2, top + ch * n_rows + 15, c == 0 && !branches ? "emb" : std::to_string(c),
+    svg.text(left + cw * c + cw / 2, top + ch * n_rows + 15, connection_tick_label(axis, c),
              " text-anchor=\"middle\" class=\"tick\"");
-  svg.text(left + cw * cols / 2, top + ch * n_rows + 32, branches ? "branch" : "source",
+  svg.text(left + cw * cols / 2, top + ch * n_rows + 32, to_string(axis),
            " text-anchor=\"middle\" class=\"axis-label\"");
   // The scale: -vmax .. 0 .. +vmax.
   const double sx = left, sy = H - 22, sw = std::min(200.0, W - left - 70);

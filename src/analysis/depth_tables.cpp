@@ -5,6 +5,7 @@
 
 #include "analysis/format.hpp"
 #include "analysis/tables.hpp"
+#include "model/family.hpp"
 
 namespace attnres::analysis {
 namespace {
@@ -113,8 +114,11 @@ std::vector<Table> depth_tables(const ExperimentSummary& s, bool detailed) {
     Table t;
     t.title = "Depth connections: " + a.arm + " '" + a.connections.name + "' (mean over " +
               std::to_string(a.n_seeds) + (a.n_seeds == 1 ? " seed)" : " seeds)");
+    // The columns and notes are the family's record's for this table (model/family.hpp).
+    const ConnectionKind* kind = connection_kind(a.connections.name);
+    const ConnectionAxis axis = kind != nullptr ? kind->axis : ConnectionAxis::source;
     t.header = {"target"};
-    for (int k = 0; k <= max_source; ++k) t.header.push_back(k == 0 ? "emb" : std::to_string(k));
+    for (int k = 0; k <= max_source; ++k) t.header.push_back(connection_column_label(axis, k));
     for (const auto& row : a.connections.rows) {
       std::vector<std::string> cells(static_cast<std::size_t>(max_source) + 2);
       cells[0] = std::to_string(row.target);
@@ -122,19 +126,7 @@ std::vector<Table> depth_tables(const ExperimentSummary& s, bool detailed) {
         cells[static_cast<std::size_t>(row.sources[k]) + 1] = format_number(row.weights[k], 3);
       t.rows.push_back(std::move(cells));
     }
-    const std::string& name = a.connections.name;
-    if (name == "hc" || name == "mhc" || name == "hc_static_part")
-      t.notes = {"Hyper-connections unfolded (HC-P eq. 27): row k is sublayer k's input (the last row the final "
-                 "readout), column s > 0 the output of sublayer s - 1; each weight is B_j (prod A_r) A_m^k" +
-                 std::string(name == "mhc" ? " with mHC's H_post, H_res^T and H_pre in those roles" : "") + "."};
-    if (name == "hc" || name == "mhc")
-      t.notes.push_back("Per token from that token's coefficients, then the mean over evaluation tokens (static HC: "
-                        "the same for every token, computed from A and B).");
-    if (name == "hc_static_part")  // result.json files of versions before the per-token connections
-      t.notes.push_back("Dynamic HC: the static part A, B only, without the per-token terms s tanh(.).");
-    if (a.connections.name == "dwa")
-      t.notes = {"DenseFormer: row i is the DWA after block i, Y_i = sum_j alpha_j X_j over the block outputs it "
-                 "reads (emb = X_0); identity initialisation puts 1 on X_i. Weights are signed."};
+    if (kind != nullptr) t.notes = kind->notes;
     tables.push_back(std::move(t));
   }
 

@@ -10,7 +10,7 @@ FlopCount training_flops_per_token(const ModelConfig& c, int seq) {
   f.dense = 6 * L * (4 * d * d + 3 * d * F);
   f.lm_head = 6 * V * d;
   f.attention = 6 * L * d * (double(seq) + 1);
-  f.depth_reads = trunk_family_info(trunk_family(c)).residual_flops(c);
+  f.depth_reads = residual_family(c).residual_flops(c);
   return f;
 }
 

@@ -66,8 +66,8 @@ std::string version_text() {
   return text;
 }
 
-// The app's description. The residual modes come from the key that sets them (the one list of
-// ResidualMode's names, kResidualModes), so a new mode is listed without touching this text.
+// The app's description. The residual modes come from the key that sets them (its choices, from
+// the families' records), so a new mode is listed without touching this text.
 std::string residual_modes_help() {
   const auto* key = attnres::find_config_key(attnres::model_config_keys(), "model", "residual");
   return "attnres: train and compare decoder-only Transformers whose residual stream is a learned\n"

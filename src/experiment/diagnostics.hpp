@@ -4,7 +4,7 @@
 // mean depth distribution of each route and the per-token Jensen-Shannon divergence against the V
 // route (Q/K for full, block and rd; MUDD's Q, K and V ways); connections and Amax gains: the
 // family's sums (DenseFormer's DWA weights, HC's and mHC's unfolded connections and gains, MUDD's
-// mixing weights). Which mode offers which is its record in model/arms.hpp.
+// mixing weights). Which mode offers which is its family's record (model/family.hpp).
 #pragma once
 
 #include <cstdint>

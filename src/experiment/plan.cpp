@@ -6,6 +6,7 @@
 
 #include "data/dataset_identity.hpp"
 #include "data/loader.hpp"
+#include "model/family.hpp"
 #include "results/run_result.hpp"
 #include "train/evaluate.hpp"
 #include "train/trainer.hpp"
@@ -38,6 +39,19 @@ void check_arms(const ModelConfig& model, const std::vector<std::string>& arms, 
 }
 
 namespace {
+
+// On a GPU every arm's model must be one the CUDA backend trains: one it lacks (a mode, an option;
+// its family's record says, model/family.hpp) is refused here, naming the arm, before any run starts
+// rather than when its turn comes.
+void check_device(const std::string& device, const ModelConfig& model, const std::vector<std::string>& arms,
+                  const std::string& what) {
+  if (device == "cpu") return;
+  for (const std::string& arm : arms) {
+    const std::string lacking = cuda_refusal(apply_arm(model, arm));
+    require(lacking.empty(), what, ": arm '", arm, "' cannot train on --device ", device, ": ", lacking,
+            " has no CUDA implementation; use --device cpu");
+  }
+}
 
 std::vector<std::int64_t> milestone_tokens(const TrainConfig& c) {
   std::vector<std::int64_t> out;
@@ -100,6 +114,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o, bool data_prepared) {
   require(!o.arms.empty(), "--arms must name at least one arm");
   require(!o.seeds.empty(), "--seeds must name at least one seed");
   check_arms(o.base.model, o.arms, "the main arms");
+  check_device(o.device, o.base.model, o.arms, "the main arms");
   for (std::size_t i = 0; i < o.seeds.size(); ++i)
     for (std::size_t k = 0; k < i; ++k) require(o.seeds[i] != o.seeds[k], "seed ", o.seeds[i], " is listed twice");
   ExperimentPlan plan;
@@ -142,6 +157,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o, bool data_prepared) {
             "group name '", g.name, "' is not valid or is the name of a main arm");
     check_arms(o.base.model, g.arms, "group '" + g.name + "'");
     const TrainConfig gc = group_config(base, g);
+    check_device(o.device, gc.model, g.arms, "group '" + g.name + "'");
     results::GroupSpec gs;
     gs.name = g.name;
     gs.kind = g.kind;

@@ -6,7 +6,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/depth_read.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "util/error.hpp"
 
 namespace attnres {
@@ -29,7 +29,7 @@ std::string to_string(MhcBiasInit init) { return init == MhcBiasInit::home_pm3 ?
 std::string to_string(MuddWays ways) { return ways == MuddWays::qkvr ? "qkvr" : "r"; }
 std::string to_string(DeltaValueRoute route) { return route == DeltaValueRoute::none ? "none" : "decoupled"; }
 
-ResidualMode parse_residual_mode(const std::string& text) { return parse_choice(text, kResidualModes, "residual mode"); }
+ResidualMode parse_residual_mode(const std::string& text) { return parse_choice(text, residual_mode_values(), "residual mode"); }
 
 ValueRoute parse_value_route(const std::string& text) {
   return parse_choice(text, kValueRoutes, "value route");
@@ -50,7 +50,7 @@ const ConfigKeys<ModelConfig>& model_config_keys() {
           config_field("n_heads", &M::n_heads, ">= 1",
                        "attention heads; must divide d_model, with head_dim = d_model / n_heads even"),
           config_field("mlp_hidden", &M::mlp_hidden, ">= 1", "SwiGLU hidden width"),
-          config_choice("residual", &M::residual, kResidualModes, "the residual stream (docs/model.md)"),
+          config_choice("residual", &M::residual, residual_mode_values(), "the residual stream (docs/model.md)"),
           config_field("n_blocks", &M::n_blocks, "",
                        "Block AttnRes blocks of block, rd and delta_block: must divide 2·n_layers into blocks of "
                        "an even number of sublayers, or equal it"),
@@ -141,6 +141,10 @@ int ModelConfig::mudd_da_hidden(int i) const {
                                     mudd_hidden_round);
 }
 
+std::string ModelConfig::residual_label() const {
+  return to_string(residual) + (residual == ResidualMode::rd ? "/" + to_string(value_route) : "");
+}
+
 int ModelConfig::effective_blocks() const {
   switch (residual) {
     case ResidualMode::full:
@@ -164,7 +168,7 @@ const ConfigKey<ModelConfig>& model_key(std::string_view name) {
 bool applies_to(const ModeSpecificKey& key, ResidualMode mode) { return std::ranges::find(key.modes, mode) != key.modes.end(); }
 
 // A value other than the default under another mode is refused, naming the key and its modes (the
-// keys of the older modes predate this rule).
+// keys of the older families' records, hc_*, mhc_*, mudd_*, dwa_*, predate this rule and list none).
 void check_mode_keys(const ModelConfig& c) {
   const ModelConfig defaults;
   for (const ModeSpecificKey& key : mode_specific_keys()) {
@@ -178,17 +182,6 @@ void check_mode_keys(const ModelConfig& c) {
 }
 
 }  // namespace
-
-const std::vector<ModeSpecificKey>& mode_specific_keys() {
-  using R = ResidualMode;
-  static const std::vector<R> delta = {R::delta, R::delta_block};
-  static const std::vector<ModeSpecificKey> keys = {
-      {"delta_null_source", delta}, {"delta_gate", delta},         {"delta_value_route", delta},
-      {"delta_block_partial", {R::delta_block}}, {"delta_decay_all", delta}, {"gr_n", {R::gr}},
-      {"gr_rank", {R::gr}},         {"gr_decay_norm", {R::gr}},
-  };
-  return keys;
-}
 
 void reset_keys_of_other_modes(ModelConfig& c) {
   const ModelConfig defaults;

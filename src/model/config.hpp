@@ -15,6 +15,8 @@
 
 namespace attnres {
 
+// The residual modes. A mode's name, family and facts are its family's record (model/family.hpp),
+// whose order is the order of the config's choices (residual_mode_values()).
 enum class ResidualMode {
   prenorm, full, block, rd, denseformer, hc, mhc, mudd,
   delta, delta_block,  // Delta AttnRes (docs/delta-gated-spec.md §1)
@@ -23,11 +25,6 @@ enum class ResidualMode {
 enum class ValueRoute { decoupled, tied, average, frozen };
 // MUDDFormer's ways (baselines-spec §2.5): four streams Q, K, V, R, or R alone ("DDFormer").
 enum class MuddWays { qkvr, r };
-inline constexpr std::array kResidualModes = {ResidualMode::prenorm,     ResidualMode::full, ResidualMode::block,
-                                              ResidualMode::rd,          ResidualMode::denseformer,
-                                              ResidualMode::hc,          ResidualMode::mhc,  ResidualMode::mudd,
-                                              ResidualMode::delta,       ResidualMode::delta_block,
-                                              ResidualMode::gr};
 inline constexpr std::array kMuddWays = {MuddWays::qkvr, MuddWays::r};
 inline constexpr std::array kValueRoutes = {ValueRoute::decoupled, ValueRoute::tied, ValueRoute::average,
                                             ValueRoute::frozen};
@@ -149,18 +146,15 @@ struct ModelConfig {
            (value_route == ValueRoute::decoupled || value_route == ValueRoute::average);
   }
 
+  // The mode as messages name it: its name, with rd's value route ("rd/tied").
+  std::string residual_label() const;
+
   // Throws Error naming the offending key.
   void validate() const;
 };
 
-// The keys that apply to some residual modes only (delta_*, gr_*): a value other than the default
-// under another mode is an Error naming the key and its modes (validate). python/attnres/config.py's
-// MODE_KEYS is the same list. (The keys of the older modes predate this rule.)
-struct ModeSpecificKey {
-  const char* name;
-  std::vector<ResidualMode> modes;
-};
-const std::vector<ModeSpecificKey>& mode_specific_keys();
+// The keys that apply to some residual modes only (delta_*, gr_*: the families' records list them,
+// model/family.hpp's mode_specific_keys()).
 // Sets the keys that do not apply to c.residual to their defaults (an experiment's arms share one
 // base configuration, whose gr_* settings are the gr arm's, say).
 void reset_keys_of_other_modes(ModelConfig& c);

@@ -18,7 +18,7 @@
 #include "kernels/delta_read.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
@@ -383,5 +383,29 @@ std::unique_ptr<Trunk<Real>> make_delta_trunk(const ModelParts<Real>& parts) {
 
 template std::unique_ptr<Trunk<float>> make_delta_trunk(const ModelParts<float>&);
 template std::unique_ptr<Trunk<double>> make_delta_trunk(const ModelParts<double>&);
+
+const ResidualFamily& delta_family() {
+  using M = ModelConfig;
+  using R = ResidualMode;
+  static const std::vector<R> both = {R::delta, R::delta_block};
+  static const ResidualFamily family = {
+      .name = "Delta AttnRes",
+      // Delta AttnRes's routing: its attention reads (Q/K and, decoupled, V); also routing_max_weight.
+      .modes = {{R::delta, "delta", false, {.routing = true}}, {R::delta_block, "delta_block", false, {.routing = true}}},
+      .trunk_float = make_delta_trunk<float>,
+      .trunk_double = make_delta_trunk<double>,
+      .add_params = add_delta_params,
+      .static_connections = nullptr,  // per token only
+      .residual_flops = delta_residual_flops,
+      .keys = {{"delta_null_source", both},
+               {"delta_gate", both},
+               {"delta_value_route", both},
+               {"delta_block_partial", {R::delta_block}},
+               {"delta_decay_all", both}},
+      .arms = {{"delta", [](M& m) { m.residual = R::delta; }},  // the delta_* keys from the config
+               {"delta-block", [](M& m) { m.residual = R::delta_block; }}},  // and n_blocks
+  };
+  return family;
+}
 
 }  // namespace attnres

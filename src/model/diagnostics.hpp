@@ -1,7 +1,7 @@
 // What a model shows of its depth mixing, for a run's diagnostics (baselines-spec §6.5, spec §7):
 // the records themselves (result.json keeps them: results/run_result.hpp names them in results::)
 // and the view of the last forward pass that every trunk offers (Model::depth_view()). Averaging
-// over evaluation tokens is experiment/diagnostics.hpp's; which mode offers what, model/arms.hpp's.
+// over evaluation tokens is experiment/diagnostics.hpp's; which mode offers what, its family's record (model/family.hpp).
 #pragma once
 
 #include <cstdint>
@@ -96,7 +96,7 @@ class MixingSum {
 };
 
 // What a trunk shows of the model's last forward pass. A family offers what its record in
-// model/arms.hpp says: routed inputs, a mixing sum, both or neither.
+// model/family.hpp says: routed inputs, a mixing sum, both or neither.
 class DepthView {
  public:
   virtual ~DepthView() = default;

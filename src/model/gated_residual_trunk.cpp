@@ -4,7 +4,7 @@
 // gated mean of the normalised branches that replaces the sublayer's pre-norm; the shared body
 // (sublayers.cpp) gives y_j; the write adds beta_i y_j to branch i (no mixing between branches).
 // The final mixer, a read without a write, gives the LM head its input: the family has no
-// pre-norms and no final norm (TrunkFamilyInfo::model_norms = false, model/arms.cpp).
+// pre-norms and no final norm (its record's model_norms = false).
 //
 // Its own trunk rather than a case of stream_trunk.cpp: HC and mHC share a pre-norm per sublayer,
 // a mixing write and a summed exit into the final norm, none of which GR has; GR shares with them
@@ -21,7 +21,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/gated_residual.hpp"
 #include "kernels/streams.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
@@ -266,5 +266,25 @@ std::unique_ptr<Trunk<Real>> make_gated_residual_trunk(const ModelParts<Real>& p
 
 template std::unique_ptr<Trunk<float>> make_gated_residual_trunk(const ModelParts<float>&);
 template std::unique_ptr<Trunk<double>> make_gated_residual_trunk(const ModelParts<double>&);
+
+const ResidualFamily& gated_residual_family() {
+  using M = ModelConfig;
+  using R = ResidualMode;
+  static const ResidualFamily family = {
+      .name = "gated residual",
+      // GR's gates (spec §2.7): per branch, the read gates' channel mean and the write gates.
+      .modes = {{R::gr, "gr", false, {.connections = true}}},
+      .trunk_float = make_gated_residual_trunk<float>,
+      .trunk_double = make_gated_residual_trunk<double>,
+      .add_params = add_gated_residual_params,
+      .static_connections = nullptr,  // per token only (its gates)
+      .residual_flops = gated_residual_flops,
+      .model_norms = false,
+      .keys = {{"gr_n", {R::gr}}, {"gr_rank", {R::gr}}, {"gr_decay_norm", {R::gr}}},
+      .connections = {{"gr.read", ConnectionAxis::branch, {}}, {"gr.write", ConnectionAxis::branch, {}}},
+      .arms = {{"gr", [](M& m) { m.residual = R::gr; }}},  // gr_n, gr_rank, gr_decay_norm from the config
+  };
+  return family;
+}
 
 }  // namespace attnres

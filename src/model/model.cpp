@@ -8,7 +8,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "util/error.hpp"
 
 namespace attnres {

@@ -94,7 +94,7 @@ class Model {
   std::int64_t max_batch_;
   int max_seq_;
   bool with_grad_;
-  bool final_norm_;  // the family's record says whether the model has one (gr: no, model/arms.hpp)
+  bool final_norm_;  // the family's record says whether the model has one (gr: no, model/family.hpp)
   Topology topo_;
   // The flat buffers and the arena a step sweeps, on huge pages where the kernel offers them.
   HugePageVector<Real> params_;

@@ -16,7 +16,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/mudd.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "model/mudd_trunk.hpp"
 #include "model/trunk.hpp"
@@ -290,5 +290,29 @@ std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>& parts) {
 ATTNRES_MUDD_INSTANTIATIONS(float)
 ATTNRES_MUDD_INSTANTIATIONS(double)
 #undef ATTNRES_MUDD_INSTANTIATIONS
+
+const ResidualFamily& mudd_family() {
+  using M = ModelConfig;
+  using R = ResidualMode;
+  static const ResidualFamily family = {
+      .name = "MUDD",
+      // MUDD's routing: its Q, K and V ways (mudd_ways = qkvr); its connections: the ways' weights.
+      .modes = {{R::mudd, "mudd", false, {.routing = true, .connections = true}}},
+      .trunk_float = make_mudd_trunk<float>,
+      .trunk_double = make_mudd_trunk<double>,
+      .add_params = add_mudd_params,
+      .static_connections = nullptr,  // per token only
+      .residual_flops = mudd_residual_flops,
+      .connections = {{"mudd.q", ConnectionAxis::source, {}},
+                      {"mudd.k", ConnectionAxis::source, {}},
+                      {"mudd.v", ConnectionAxis::source, {}},
+                      {"mudd.r", ConnectionAxis::source, {}}},
+      .arms = {{"mudd", [](M& m) { m.residual = R::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = true; }},
+               {"mudd-static",
+                [](M& m) { m.residual = R::mudd, m.mudd_ways = MuddWays::qkvr, m.mudd_dynamic = false; }},
+               {"mudd-r", [](M& m) { m.residual = R::mudd, m.mudd_ways = MuddWays::r, m.mudd_dynamic = true; }}},
+  };
+  return family;
+}
 
 }  // namespace attnres

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"

@@ -14,7 +14,7 @@
 #include "kernels/dwa.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/rmsnorm.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "model/trunk.hpp"
 #include "util/error.hpp"
@@ -22,6 +22,8 @@
 namespace attnres {
 
 namespace k = kernels;
+
+namespace {
 
 // Per source of each read: its RMS (2 d), a logit dot (2 d) for each route with a query, a mix
 // (2 d) for each output; x3 for forward and backward. DenseFormer's DWAs are not counted.
@@ -80,8 +82,6 @@ std::vector<Connections> single_stream_static_connections(const ModelConfig& c, 
   }
   return {std::move(dwa)};
 }
-
-namespace {
 
 template <class Real>
 class SingleStreamTrunk final : public Trunk<Real> {
@@ -392,11 +392,42 @@ void Model<Real>::read_weights(int read, int route, std::int64_t token, std::spa
   trunk->read_weights(read, route, token, alpha);
 }
 
-#define ATTNRES_SINGLE_STREAM_INSTANTIATIONS(Real)                                                      \
-  template std::unique_ptr<Trunk<Real>> make_single_stream_trunk(const ModelParts<Real>&);              \
-  template void Model<Real>::read_weights(int, int, std::int64_t, std::span<Real>) const;
-ATTNRES_SINGLE_STREAM_INSTANTIATIONS(float)
-ATTNRES_SINGLE_STREAM_INSTANTIATIONS(double)
-#undef ATTNRES_SINGLE_STREAM_INSTANTIATIONS
+template void Model<float>::read_weights(int, int, std::int64_t, std::span<float>) const;
+template void Model<double>::read_weights(int, int, std::int64_t, std::span<double>) const;
+
+const ResidualFamily& single_stream_family() {
+  using M = ModelConfig;
+  using R = ResidualMode;
+  static const ResidualFamily family = {
+      .name = "single-stream",
+      .modes = {{R::prenorm, "prenorm", true, {}},
+                {R::full, "full", true, {.routing = true}},
+                {R::block, "block", true, {.routing = true}},
+                {R::rd, "rd", true, {.routing = true}},
+                // DenseFormer's connections are its DWA weights.
+                {R::denseformer, "denseformer", false, {.connections = true}}},
+      .trunk_float = make_single_stream_trunk<float>,
+      .trunk_double = make_single_stream_trunk<double>,
+      .cuda_lacks = {"value_residual"},
+      .add_params = add_single_stream_params,
+      .static_connections = single_stream_static_connections,
+      .residual_flops = single_stream_residual_flops,
+      .connections = {{"dwa",
+                       ConnectionAxis::source,
+                       {"DenseFormer: row i is the DWA after block i, Y_i = sum_j alpha_j X_j over the block outputs it "
+                        "reads (emb = X_0); identity initialisation puts 1 on X_i. Weights are signed."}}},
+      .arms = {{"prenorm", [](M& m) { m.residual = R::prenorm; }},
+               {"full", [](M& m) { m.residual = R::full; }},
+               {"block", [](M& m) { m.residual = R::block; }},
+               {"rd", [](M& m) { m.residual = R::rd, m.value_route = ValueRoute::decoupled; }},
+               {"rd-tied", [](M& m) { m.residual = R::rd, m.value_route = ValueRoute::tied; }},
+               {"rd-average", [](M& m) { m.residual = R::rd, m.value_route = ValueRoute::average; }},
+               {"rd-frozen", [](M& m) { m.residual = R::rd, m.value_route = ValueRoute::frozen; }},
+               {"denseformer", [](M& m) { m.residual = R::denseformer, m.dwa_dilation = 1, m.dwa_period = 1; }},
+               {"denseformer-4x5",
+                [](M& m) { m.residual = R::denseformer, m.dwa_dilation = 4, m.dwa_period = 5; }}},
+  };
+  return family;
+}
 
 }  // namespace attnres

@@ -19,7 +19,7 @@
 #include "kernels/mhc.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/streams.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "model/stream_mixing.hpp"
 #include "model/trunk.hpp"
@@ -424,5 +424,38 @@ void Model<Real>::stream_weights(int sublayer, std::int64_t token, std::span<Rea
 ATTNRES_STREAM_TRUNK_INSTANTIATIONS(float)
 ATTNRES_STREAM_TRUNK_INSTANTIATIONS(double)
 #undef ATTNRES_STREAM_TRUNK_INSTANTIATIONS
+
+const ResidualFamily& stream_family() {
+  using M = ModelConfig;
+  using R = ResidualMode;
+  // Hyper-connections unfolded (HC-P eq. 27), as hc's or mhc's connections.
+  auto unfolded = [](const char* roles) {
+    return std::string("Hyper-connections unfolded (HC-P eq. 27): row k is sublayer k's input (the last row the "
+                       "final readout), column s > 0 the output of sublayer s - 1; each weight is B_j (prod A_r) "
+                       "A_m^k") + roles + ".";
+  };
+  const std::string per_token = "Per token from that token's coefficients, then the mean over evaluation tokens "
+                                "(static HC: the same for every token, computed from A and B).";
+  static const ResidualFamily family = {
+      .name = "n-stream",
+      .modes = {{R::hc, "hc", false, {.connections = true, .amax_gain = true}},
+                {R::mhc, "mhc", false, {.connections = true, .amax_gain = true}}},
+      .trunk_float = make_stream_trunk<float>,
+      .trunk_double = make_stream_trunk<double>,
+      .add_params = add_stream_params,
+      .static_connections = stream_static_connections,
+      .residual_flops = stream_residual_flops,
+      .connections = {{"hc", ConnectionAxis::source, {unfolded(""), per_token}},
+                      {"mhc", ConnectionAxis::source,
+                       {unfolded(" with mHC's H_post, H_res^T and H_pre in those roles"), per_token}},
+                      // result.json files of versions before the per-token connections
+                      {"hc_static_part", ConnectionAxis::source,
+                       {unfolded(""), "Dynamic HC: the static part A, B only, without the per-token terms s tanh(.)."}}},
+      .arms = {{"hc", [](M& m) { m.residual = R::hc, m.hc_dynamic = true; }},  // hc_n etc. from the config
+               {"hc-static", [](M& m) { m.residual = R::hc, m.hc_dynamic = false; }},
+               {"mhc", [](M& m) { m.residual = R::mhc; }}},
+  };
+  return family;
+}
 
 }  // namespace attnres

@@ -1,44 +1,30 @@
-// The one place a trunk family is plugged in: its trunk, its parameters and its static
-// connections, by the mode's family (model/arms.hpp). A new mode of an existing family changes
-// nothing here.
+// The trunk, parameters and static connections of a config's family, from its record
+// (model/family.hpp). A new family or mode changes nothing here.
 #include "model/trunk.hpp"
 
-#include "model/arms.hpp"
+#include <type_traits>
+
+#include "model/family.hpp"
 
 namespace attnres {
 
 template <class Real>
 std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts) {
-  switch (trunk_family(parts.config)) {
-    case TrunkFamily::single_stream: return make_single_stream_trunk(parts);
-    case TrunkFamily::streams: return make_stream_trunk(parts);
-    case TrunkFamily::mudd: return make_mudd_trunk(parts);
-    case TrunkFamily::delta: return make_delta_trunk(parts);
-    case TrunkFamily::gated: return make_gated_residual_trunk(parts);
-  }
-  return nullptr;  // (every family is a case above)
+  const ResidualFamily& f = residual_family(parts.config);
+  if constexpr (std::is_same_v<Real, float>)
+    return f.trunk_float(parts);
+  else
+    return f.trunk_double(parts);
 }
 
 void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer) {
-  switch (trunk_family(config)) {
-    case TrunkFamily::single_stream: return add_single_stream_params(layout, config, place, layer);
-    case TrunkFamily::streams: return add_stream_params(layout, config, place, layer);
-    case TrunkFamily::mudd: return add_mudd_params(layout, config, place, layer);
-    case TrunkFamily::delta: return add_delta_params(layout, config, place, layer);
-    case TrunkFamily::gated: return add_gated_residual_params(layout, config, place, layer);
-  }
+  residual_family(config).add_params(layout, config, place, layer);
 }
 
 std::vector<Connections> trunk_static_connections(const ModelConfig& config, const ParamLayout& layout,
                                                   std::span<const double> params) {
-  switch (trunk_family(config)) {
-    case TrunkFamily::single_stream: return single_stream_static_connections(config, layout, params);
-    case TrunkFamily::streams: return stream_static_connections(config, layout, params);
-    case TrunkFamily::mudd: return {};  // per token only
-    case TrunkFamily::delta: return {};  // per token only
-    case TrunkFamily::gated: return {};  // per token only (its gates)
-  }
-  return {};
+  const ResidualFamily& f = residual_family(config);
+  return f.static_connections != nullptr ? f.static_connections(config, layout, params) : std::vector<Connections>{};
 }
 
 template std::unique_ptr<Trunk<float>> make_trunk(const ModelParts<float>&);

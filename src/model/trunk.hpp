@@ -2,8 +2,8 @@
 // residual mode shapes. The model (model.hpp) owns the embedding, the sublayer bodies
 // (sublayers.hpp), the final norm and the LM head; a trunk forms each sublayer's input from the
 // residual state, runs the body, writes the output back into the state, and hands the final norm
-// its input; its backward runs the same way down. One class per family (model/arms.hpp's
-// TrunkFamily), each in its own file with its buffers, its parameters and its FLOP term:
+// its input; its backward runs the same way down. One class per family, each in its own file with
+// its buffers, its parameters, its FLOP term and its record (model/family.hpp), which registers it:
 //   single_stream_trunk.cpp  prenorm, full, block, rd, denseformer (wiring: model/topology.hpp)
 //   stream_trunk.cpp         hc, mhc
 //   mudd_trunk.cpp           mudd
@@ -69,41 +69,20 @@ class Trunk : public DepthView {
   virtual void backward(const Pass<Real>& pass) = 0;
 };
 
-// The trunk of parts.config's family.
+// The trunk of parts.config's family (its record's factory).
 template <class Real>
 std::unique_ptr<Trunk<Real>> make_trunk(const ModelParts<Real>& parts);
 
 // Where a family's parameters go in the layout, whose order is that of checkpoints' tensors and of
 // the optimizer's sums: right after a layer's attention norm, at the end of a layer, after the
 // last layer (before the final norm).
-enum class ParamPlace { attention_norm, layer_end, after_layers };
+enum class ParamPlace : int { attention_norm, layer_end, after_layers };
 void add_trunk_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
 
 // The connections a config's weights determine (model/diagnostics.hpp's static_connections), from
 // the parameters laid out by `layout`.
 std::vector<Connections> trunk_static_connections(const ModelConfig& config, const ParamLayout& layout,
                                                   std::span<const double> params);
-
-// Each family's own (the switch in trunk.cpp picks them).
-template <class Real>
-std::unique_ptr<Trunk<Real>> make_single_stream_trunk(const ModelParts<Real>& parts);
-template <class Real>
-std::unique_ptr<Trunk<Real>> make_stream_trunk(const ModelParts<Real>& parts);
-template <class Real>
-std::unique_ptr<Trunk<Real>> make_mudd_trunk(const ModelParts<Real>& parts);
-template <class Real>
-std::unique_ptr<Trunk<Real>> make_delta_trunk(const ModelParts<Real>& parts);
-void add_single_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
-void add_stream_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
-void add_mudd_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
-void add_delta_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
-template <class Real>
-std::unique_ptr<Trunk<Real>> make_gated_residual_trunk(const ModelParts<Real>& parts);
-void add_gated_residual_params(ParamLayout& layout, const ModelConfig& config, ParamPlace place, int layer);
-std::vector<Connections> single_stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
-                                                          std::span<const double> params);
-std::vector<Connections> stream_static_connections(const ModelConfig& config, const ParamLayout& layout,
-                                                   std::span<const double> params);
 
 // Connections fixed by the weights (DenseFormer's): a sum that needs no pass.
 class StaticMixing final : public MixingSum {

@@ -10,7 +10,7 @@
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
 #include "cuda/kernels.hpp"
-#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/safetensors.hpp"
 #include "train/device_backends.hpp"
 #include "util/error.hpp"
@@ -177,12 +177,11 @@ void check_cuda_device(int device) {
 
 namespace {
 
-// The CUDA kernels cover the modes whose record says so (model/arms.hpp); the others run on the CPU only.
+// The CUDA kernels cover what the family's record says (model/family.hpp's cuda_refusal): a mode
+// or an option they lack is refused by name before any work, never run on the CPU instead.
 void require_cuda_support(const ModelConfig& config) {
-  require(residual_mode_info(config.residual).cuda, "--device cuda: residual mode '", to_string(config.residual),
-          "' has no CUDA implementation; use --device cpu");
-  require(!config.value_residual,
-          "--device cuda: model.value_residual has no CUDA implementation; use --device cpu");
+  const std::string lacking = cuda_refusal(config);
+  require(lacking.empty(), "--device cuda: ", lacking, " has no CUDA implementation; use --device cpu");
 }
 
 }  // namespace

@@ -93,7 +93,6 @@ TrainConfig preset(const std::string& name) {
   }
   TrainConfig c;
   ModelConfig& m = c.model;
-  m.residual = ResidualMode::block;
   m.vocab_size = p->vocab_size;
   m.d_model = p->d_model;
   m.n_layers = p->n_layers;

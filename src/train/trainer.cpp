@@ -73,10 +73,8 @@ struct Speed {
 
 void run_start_messages(TrainLog& log, const TrainConfig& config, const Geometry& geo, const TrainBackend& backend,
                         const dist::Communicator& comm) {
-  log.message(concat("model ", to_string(config.model.residual),
-                     config.model.residual == ResidualMode::rd ? "/" + to_string(config.model.value_route) : "", ", ",
-                     backend.layout().total(), " parameters; ", config.total_steps(), " steps of ",
-                     config.tokens_per_step(), " tokens"));
+  log.message(concat("model ", config.model.residual_label(), ", ", backend.layout().total(), " parameters; ",
+                     config.total_steps(), " steps of ", config.tokens_per_step(), " tokens"));
   log.message(concat(comm.world(), comm.world() == 1 ? " process" : " processes", ", ", geo.micro_batches,
                      geo.micro_batches == 1 ? " micro-batch" : " micro-batches", " of ", geo.micro_batch,
                      " sequences per step; ", backend.describe(), comm.distributed() ? " per process" : ""));

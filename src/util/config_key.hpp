@@ -119,10 +119,10 @@ std::string join_choices(const std::vector<std::string>& names);
 // The value of `values` (an enum's values, each named by to_string(value), found by
 // argument-dependent lookup) whose name is `text`. Otherwise an Error: "unknown WHAT 'text'
 // (expected a, b or c); did you mean 'b'?" (the suggestion when one is close).
-template <class E, std::size_t N>
-E parse_choice(const std::string& text, const std::array<E, N>& values, std::string_view what) {
+template <class Values>
+auto parse_choice(const std::string& text, const Values& values, std::string_view what) {
   std::vector<std::string> names;
-  for (E e : values) {
+  for (const auto e : values) {
     if (to_string(e) == text) return e;
     names.emplace_back(to_string(e));
   }
@@ -131,8 +131,8 @@ E parse_choice(const std::string& text, const std::array<E, N>& values, std::str
 
 // A key whose field is an enum: `values` lists every value, named by to_string(value), so the
 // enum's names are written once.
-template <class Config, class E, std::size_t N>
-ConfigKey<Config> config_choice(std::string name, E Config::*member, const std::array<E, N>& values, std::string help) {
+template <class Config, class E, class Values>
+ConfigKey<Config> config_choice(std::string name, E Config::*member, const Values& values, std::string help) {
   ConfigKey<Config> k;
   k.name = std::move(name);
   k.type = ConfigType::choice;

@@ -16,6 +16,7 @@
 #include "experiment/pool_fixture.hpp"
 #include "model/config.hpp"
 #include "util/build_info.hpp"
+#include "model/family.hpp"
 
 using namespace attnres::testing;
 namespace fs = std::filesystem;
@@ -109,7 +110,7 @@ TEST(Cli, HelpListsEveryResidualMode) {
   const CliResult r = run_cli("--help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::string> names;
-  for (const attnres::ResidualMode mode : attnres::kResidualModes) names.push_back(attnres::to_string(mode));
+  for (const attnres::ResidualMode mode : attnres::residual_mode_values()) names.push_back(attnres::to_string(mode));
   // As one list (the key's choices), hc and mhc included.
   EXPECT_TRUE(contains(r.output, "(model.residual): " + attnres::join_choices(names))) << r.output;
   EXPECT_TRUE(contains(r.output, "model.value_residual")) << r.output;

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <functional>
 
+#include "analysis/plots.hpp"
+#include "analysis/tables.hpp"
 #include "model/diagnostics.hpp"
 #include "model/param_layout.hpp"
 #include "model/safetensors.hpp"
@@ -101,6 +103,25 @@ TEST(Connections, DenseFormerRowsAreTheDwaWeights) {
   EXPECT_EQ(all[0].rows[1].weights, (std::vector<double>{-0.25, 0, 1}));
   c.residual = ResidualMode::block;
   EXPECT_TRUE(connections_of(c, [](const ParamLayout&, std::vector<double>&) {}).empty());
+}
+
+// The tables' columns are what the family's record says its connections are over: GR's gates
+// over its branches (the committed report once labelled branch 0 "emb"), DenseFormer's DWAs over
+// the embedding and the block outputs; the notes are the record's too.
+TEST(Connections, TablesLabelColumnsByTheFamilysAxis) {
+  analysis::ExperimentSummary s;
+  const std::vector<ConnectionRow> rows = {{0, {0, 1, 2}, {0.5, 0.25, 0.25}}};
+  s.connections = {{"gr", 3, {"gr.read", rows}}, {"denseformer", 3, {"dwa", rows}}};
+  const std::vector<analysis::Table> tables = analysis::depth_tables(s, false);
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].header, (std::vector<std::string>{"target", "branch 0", "branch 1", "branch 2"}));
+  EXPECT_TRUE(tables[0].notes.empty());
+  EXPECT_EQ(tables[1].header, (std::vector<std::string>{"target", "emb", "1", "2"}));
+  ASSERT_EQ(tables[1].notes.size(), 1u);
+  EXPECT_EQ(tables[1].notes[0].rfind("DenseFormer: row i is the DWA after block i", 0), 0u);
+  const std::string svg = analysis::plot_connections(s, s.connections[0]);
+  EXPECT_NE(svg.find(">branch</text>"), std::string::npos);
+  EXPECT_EQ(svg.find(">emb</text>"), std::string::npos);
 }
 
 }  // namespace

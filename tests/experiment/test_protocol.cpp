@@ -292,6 +292,20 @@ budget = 0.5
       << dry.output;
   EXPECT_NE(dry.output.find("planned: the protocol's planned_tokens_per_core_second: 1,000 tokens per core-second"),
             std::string::npos) << dry.output;
+  // On a GPU, an arm the CUDA backend cannot train (its family's record, model/family.hpp) is refused
+  // by name before any run, whatever the build.
+  dry = run_cli("experiment --preset tiny --data " + data() + " --arms block,rd+vres,hc --device cuda --out " + out +
+                " --dry-run");
+  EXPECT_EQ(dry.exit_code, 1) << dry.output;
+  EXPECT_NE(dry.output.find("arm 'rd+vres' cannot train on --device cuda: model.value_residual has no CUDA"),
+            std::string::npos) << dry.output;
+  EXPECT_FALSE(fs::exists(out));
+  dry = run_cli("experiment --preset tiny --data " + data() + " --arms block,hc --device cuda --out " + out +
+                " --dry-run");
+  EXPECT_NE(dry.output.find("arm 'hc' cannot train on --device cuda: residual mode 'hc' has no CUDA"),
+            std::string::npos) << dry.output;
+  EXPECT_EQ(run_cli("experiment --preset tiny --data " + data() + " --arms block,rd --device cuda --out " + out +
+                    " --dry-run").exit_code, 0);
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(runs.str("no-data")));
   const CliResult r = run_cli("experiment --protocol " + path + " --out " + out);

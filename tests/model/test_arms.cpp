@@ -1,5 +1,5 @@
-// The residual modes' record (model/arms.hpp): one entry per mode, in the order of the config's
-// choices, whose facts agree with what the code does with the mode.
+// The residual families' records (model/family.hpp) and the arms (model/arms.hpp): one entry per
+// mode, in the order of the config's choices, whose facts agree with what the code does with the mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,36 +8,100 @@
 #include "common/model_util.hpp"
 #include "model/arms.hpp"
 #include "model/config.hpp"
+#include "model/family.hpp"
+#include "model/model.hpp"
 
 namespace attnres {
 namespace {
 
 TEST(ResidualModes, OneRecordPerModeInConfigOrder) {
-  ASSERT_EQ(residual_modes().size(), kResidualModes.size());
-  for (std::size_t i = 0; i < kResidualModes.size(); ++i) {
-    const ResidualModeInfo& m = residual_modes()[i];
-    EXPECT_EQ(m.mode, kResidualModes[i]);
-    EXPECT_EQ(&residual_mode_info(m.mode), &m);
-    EXPECT_EQ(parse_residual_mode(m.name), m.mode);
-    EXPECT_EQ(trunk_family_info(m.family).family, m.family);
+  // The config's choices are the records' modes, family by family, each mode in one family.
+  std::size_t i = 0;
+  for (const ResidualFamily* f : residual_families())
+    for (const ResidualModeInfo& m : f->modes) {
+      ASSERT_LT(i, residual_modes().size());
+      EXPECT_EQ(residual_mode_values()[i], m.mode);
+      EXPECT_EQ(&residual_family(m.mode), f) << m.name;
+      EXPECT_EQ(residual_mode_info(m.mode).name, std::string(m.name));
+      EXPECT_EQ(parse_residual_mode(m.name), m.mode);
+      ++i;
+    }
+  EXPECT_EQ(i, residual_modes().size());
+  EXPECT_EQ(i, residual_mode_values().size());
+  const auto& choices = std::ranges::find_if(model_config_keys(), [](const auto& k) { return k.name == "residual"; })->choices;
+  ASSERT_EQ(choices.size(), i);
+  for (std::size_t k = 0; k < i; ++k) EXPECT_EQ(choices[k], residual_modes()[k].name);
+}
+
+TEST(ResidualModes, EveryRecordIsComplete) {
+  for (const ResidualFamily* f : residual_families()) {
+    EXPECT_FALSE(f->modes.empty()) << f->name;
+    EXPECT_NE(f->trunk_float, nullptr) << f->name;
+    EXPECT_NE(f->trunk_double, nullptr) << f->name;
+    EXPECT_NE(f->add_params, nullptr) << f->name;
+    EXPECT_NE(f->residual_flops, nullptr) << f->name;
+    const bool cuda = std::ranges::any_of(f->modes, [](const ResidualModeInfo& m) { return m.cuda; });
+    EXPECT_TRUE(cuda || f->cuda_lacks.empty()) << f->name;
+    for (const ArmRecord& a : f->arms) EXPECT_EQ(&residual_family(apply_arm(ModelConfig{}, a.name)), f) << a.name;
   }
 }
 
 TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
-  for (const testing::Variant& v : testing::all_variants())
-    EXPECT_EQ(residual_mode_info(v.residual).cuda && !v.value_residual, v.on_cuda()) << v.name;
+  for (const testing::Variant& v : testing::all_variants()) {
+    const std::string refusal = cuda_refusal(testing::tiny_config(v));
+    EXPECT_EQ(refusal.empty(), v.on_cuda()) << v.name;
+    // Refused by name: the mode, or the option the CUDA kernels lack.
+    if (!residual_mode_info(v.residual).cuda) {
+      EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
+    } else if (v.value_residual) {
+      EXPECT_EQ(refusal, "model.value_residual") << v.name;
+    }
+  }
 }
 
 TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
   for (const testing::Variant& v : testing::all_variants()) {
     const ModelConfig c = testing::tiny_config(v);
-    const TrunkFamily f = trunk_family(c);
-    EXPECT_EQ(f == TrunkFamily::streams, c.uses_streams()) << v.name;
-    EXPECT_EQ(f == TrunkFamily::mudd, c.residual == ResidualMode::mudd) << v.name;
-    EXPECT_EQ(f == TrunkFamily::delta, c.uses_delta_reads()) << v.name;
+    const std::string family = residual_family(c).name;
+    EXPECT_EQ(family == "n-stream", c.uses_streams()) << v.name;
+    EXPECT_EQ(family == "MUDD", c.residual == ResidualMode::mudd) << v.name;
+    EXPECT_EQ(family == "Delta AttnRes", c.uses_delta_reads()) << v.name;
     // The FLOP count takes the family's term: none without a depth mixing of its own.
     const double residual = bench::training_flops_per_token(c, 4).depth_reads;
     EXPECT_EQ(residual == 0, c.residual == ResidualMode::prenorm || c.residual == ResidualMode::denseformer) << v.name;
+  }
+}
+
+TEST(ResidualModes, ConnectionTablesAreLabelledByTheirFamily) {
+  // GR's gates are over its branches, the other tables over the embedding and the mixed outputs.
+  ASSERT_NE(connection_kind("gr.read"), nullptr);
+  EXPECT_EQ(connection_kind("gr.read")->axis, ConnectionAxis::branch);
+  EXPECT_EQ(connection_column_label(ConnectionAxis::branch, 0), "branch 0");
+  EXPECT_EQ(connection_tick_label(ConnectionAxis::branch, 0), "0");
+  for (const char* name : {"dwa", "hc", "mhc", "hc_static_part", "mudd.q", "mudd.r"}) {
+    ASSERT_NE(connection_kind(name), nullptr) << name;
+    EXPECT_EQ(connection_kind(name)->axis, ConnectionAxis::source) << name;
+  }
+  EXPECT_EQ(connection_column_label(ConnectionAxis::source, 0), "emb");
+  EXPECT_EQ(connection_column_label(ConnectionAxis::source, 2), "2");
+  EXPECT_EQ(connection_kind("no such table"), nullptr);
+  // Every table a model emits is in its family's record.
+  for (const testing::Variant& v : testing::all_variants()) {
+    const ModelConfig c = testing::tiny_config(v);
+    if (!residual_mode_info(c.residual).diagnostics.connections) continue;
+    Model<double> model(c, 1, 4, false);
+    testing::randomize_weights(model, 8);
+    const std::vector<std::int32_t> tokens = {1, 2, 3, 4, 5};
+    model.forward(tokens, 1, 4);
+    const std::unique_ptr<MixingSum> sum = model.depth_view().mixing_sum();
+    ASSERT_NE(sum, nullptr) << v.name;
+    sum->add_pass();
+    for (const Connections& t : sum->connections()) {
+      const ConnectionKind* kind = connection_kind(t.name);
+      ASSERT_NE(kind, nullptr) << v.name << " " << t.name;
+      const auto& own = residual_family(c).connections;
+      EXPECT_TRUE(std::ranges::any_of(own, [&](const ConnectionKind& k) { return &k == kind; })) << t.name;
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/cli_util.hpp"
+#include "model/family.hpp"
 #include "train/train_config.hpp"
 #include "util/error.hpp"
 
@@ -387,9 +388,9 @@ TEST(ConfigKeys, ModelJsonRoundTripOfEveryKey) {
     for (const auto& c : candidates) {
       ModelConfig m = base;
       bool valid = false;
-      for (std::size_t mode = 0; mode <= kResidualModes.size() && !valid; ++mode) {
+      for (std::size_t mode = 0; mode <= residual_mode_values().size() && !valid; ++mode) {
         m = base;
-        if (mode > 0) m.residual = kResidualModes[mode - 1];
+        if (mode > 0) m.residual = residual_mode_values()[mode - 1];
         k.set(m, c);
         try {
           m.validate();

@@ -18,7 +18,10 @@
 set -euo pipefail
 build="$(cd "${1:?usage: run.sh BUILD_DIR [check options]}" && pwd)"
 shift
-if ! cmake --build "$build" --target help 2> /dev/null | grep -q attnres_gpu_emu; then
+# The target list is captured whole: `... | grep -q` would close the pipe at the first match, and
+# make, killed by SIGPIPE, fails the pipeline under pipefail ("no target" on a build that has it).
+targets="$(cmake --build "$build" --target help 2> /dev/null || true)"
+if ! grep -q attnres_gpu_emu <<< "$targets"; then
   echo "run.sh: $build has no attnres_gpu_emu target: configure it with the CUDA backend (and python3)" >&2
   exit 1
 fi
