@@ -69,6 +69,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
   ATTNRES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;
   gemm_ = std::make_unique<Gemm>(stream_);
+  attention_ = std::make_unique<Attention>(stream_);
   ce_rows_ = ce_rows_for(max_batch_ * max_seq_, config_.vocab_size);
 
   const auto bytes = static_cast<std::size_t>(layout_.total()) * sizeof(float);
@@ -92,6 +93,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
 CudaModel::~CudaModel() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
+    attention_.reset();
     gemm_.reset();
     cudaStreamDestroy(stream_);
   }
