@@ -27,6 +27,7 @@
 // never chosen for it; docs/cuda.md states its cost.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,9 @@ class Attention {
   kern::AttentionImpl impl() const { return impl_; }
   void set_impl(kern::AttentionImpl impl);
   bool deterministic() const { return deterministic_; }
+
+  // Device bytes held for cuDNN's plans (their shared workspace; 0 before the first cuDNN call).
+  std::size_t workspace_bytes() const;
 
   // The implementation a call with this type and head_dim tries first ("cudnn", "wmma", "simt").
   std::string choice(DType type, int head_dim) const;

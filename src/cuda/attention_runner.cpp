@@ -44,6 +44,7 @@ Attention::Cudnn::Outcome Attention::Cudnn::backward(void*, void*, void*, const 
   return {false, true, "this build has no cuDNN"};
 }
 struct Attention::Cudnn::Impl {};
+std::size_t Attention::Cudnn::workspace_bytes() const { return 0; }
 bool Attention::cudnn_built() { return false; }
 #else
 bool Attention::cudnn_built() { return true; }
@@ -77,6 +78,8 @@ std::string Attention::choice(DType type, int head_dim) const {
   if (impl_ == kern::AttentionImpl::simt) return "simt";
   return kern::attention_has_wmma(type, head_dim) ? "wmma" : "simt";
 }
+
+std::size_t Attention::workspace_bytes() const { return cudnn_ ? cudnn_->workspace_bytes() : 0; }
 
 Attention::Cudnn& Attention::cudnn() {
   if (!cudnn_) cudnn_ = std::make_unique<Cudnn>(stream_, deterministic_);

@@ -102,7 +102,8 @@ CudaModel::~CudaModel() {
 void CudaModel::synchronize() const { ATTNRES_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 std::size_t CudaModel::device_bytes() const {
-  return params_.bytes() + grads_.bytes() + shadow_.bytes() + arena_.bytes() + gemm_->workspace_bytes();
+  return params_.bytes() + grads_.bytes() + shadow_.bytes() + arena_.bytes() + gemm_->workspace_bytes() +
+         attention_->workspace_bytes();
 }
 
 void CudaModel::set_precision(MatmulPrecision p) {

@@ -113,7 +113,8 @@ class CudaModel {
 
   Stream stream() const { return stream_; }
   void synchronize() const;
-  // Bytes this model holds on the device (parameters, gradients, bf16 copy, arena, GEMM workspace).
+  // Bytes this model holds on the device (parameters, gradients, bf16 copy, arena, GEMM and
+  // cuDNN attention workspaces).
   std::size_t device_bytes() const;
   Gemm& gemm() { return *gemm_; }
   // Which attention implementation runs (cuda/attention.hpp; automatic by default: cuDNN when

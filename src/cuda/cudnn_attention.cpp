@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <map>
@@ -389,25 +390,31 @@ struct Attention::Cudnn::Impl {
         .finalize("operation graph");
     std::string tried;
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-      heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
-          .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode, 1, "heuristics mode")
-          .finalize("heuristics");
-      std::int64_t count = 0;
-      build_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                           0, &count, nullptr),
-                  "heuristics result count");
+      Desc heur;
       std::vector<Desc> cfgs;
       std::vector<cudnnBackendDescriptor_t> raw;
-      for (std::int64_t i = 0; i < count; ++i) {
-        cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-        raw.push_back(cfgs.back().get());
-      }
       std::int64_t got = 0;
-      if (count > 0)
-        build_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                             count, &got, raw.data()),
-                    "heuristics results");
+      try {
+        heur = Desc(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph")
+            .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode, 1, "heuristics mode")
+            .finalize("heuristics");
+        std::int64_t count = 0;
+        build_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+                    "heuristics result count");
+        for (std::int64_t i = 0; i < count; ++i) {
+          cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+          raw.push_back(cfgs.back().get());
+        }
+        if (count > 0)
+          build_check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
+                      "heuristics results");
+      } catch (const Unsupported& e) {
+        tried += concat(" [heuristics mode ", static_cast<int>(mode), ": ", e.what(), "]");
+        continue;
+      }
       for (std::int64_t i = 0; i < got; ++i) {
         try {
           if (backward && deterministic && engine_is_nondeterministic(raw[static_cast<std::size_t>(i)])) {
@@ -451,6 +458,13 @@ struct Attention::Cudnn::Impl {
           run_check(cudnnSetStream(handle, stream), "cudnnSetStream");
         }
         it = plans.emplace(key, build(backward, shape)).first;
+        // Once per shape and direction: which plan runs it (the engine's choice is cuDNN's).
+        std::fprintf(stderr,
+                     "attnres: cuDNN %s attention %s plan (batch %lld, seq %d, heads %d, head_dim %d): "
+                     "workspace %.1f MiB%s\n",
+                     version().c_str(), backward ? "backward" : "forward", static_cast<long long>(shape.batch),
+                     shape.seq, shape.n_heads, shape.head_dim, static_cast<double>(it->second->workspace) / (1 << 20),
+                     backward ? (deterministic ? ", deterministic" : ", nondeterministic (atomic dQ)") : "");
       } catch (const Unsupported& e) {
         refusals.emplace(key, e.what());
         return {false, true, e.what()};
@@ -505,6 +519,8 @@ Attention::Cudnn::~Cudnn() {
     cudnnDestroy(impl_->handle);
   }
 }
+
+std::size_t Attention::Cudnn::workspace_bytes() const { return impl_->workspace.bytes(); }
 
 std::string Attention::Cudnn::version() {
   const std::size_t v = cudnnGetVersion();  // major * 10000 + minor * 100 + patch (cuDNN 9)

@@ -2,6 +2,7 @@
 // when the build found cuDNN (ATTNRES_WITH_CUDNN), else by stubs in attention_runner.cpp.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,8 @@ struct Attention::Cudnn {
     bool first = false;
     std::string why;
   };
+  // Device bytes of the workspace the plans share.
+  std::size_t workspace_bytes() const;
   // bf16 operands only.
   Outcome forward(void* out, float* lse, const void* q, const void* k, const void* v,
                       const kern::AttentionShape& shape);
