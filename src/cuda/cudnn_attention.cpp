@@ -248,6 +248,15 @@ Layout layout_of(const kern::AttentionShape& s) {
   return l;
 }
 
+// scale * Q K^T [b, h, s, s], fp32.
+const Desc& scaled_scores(GraphBuilder& g, const Layout& l, const Desc& q, const Desc& kt, const Desc& scale) {
+  const Desc& s0 = g.virt(l.scores, l.scores_strides);
+  g.matmul(q, kt, s0);
+  const Desc& s1 = g.virt(l.scores, l.scores_strides);
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, nullptr, s1);
+  return s1;
+}
+
 void build_forward(GraphBuilder& g, const kern::AttentionShape& shape) {
   const Layout l = layout_of(shape);
   const Desc& q = g.tensor(kQ, l.qkv, l.qkv_strides, g.io(), false);
@@ -258,10 +267,7 @@ void build_forward(GraphBuilder& g, const kern::AttentionShape& shape) {
   const Desc& scale = g.scalar(kScale);
   const Desc& neg_inf = g.scalar(kNegInf);
 
-  const Desc& s0 = g.virt(l.scores, l.scores_strides);
-  g.matmul(q, kt, s0);
-  const Desc& s1 = g.virt(l.scores, l.scores_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, nullptr, s1);
+  const Desc& s1 = scaled_scores(g, l, q, kt, scale);
   const Desc& s2 = g.causal_mask(s1, l.scores, l.scores_strides, neg_inf);
   // softmax with its stats: max, exp(s - max), sum, stats = max + log(sum), p = e / sum
   const Desc& mx = g.virt(l.stats, l.stats_strides);
@@ -303,10 +309,7 @@ void build_backward(GraphBuilder& g, const kern::AttentionShape& shape, bool det
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, doo, rows);
   g.pointwise(CUDNN_POINTWISE_MUL, rows, &one, nullptr, delta);
   // P = exp(scale * Q K^T - stats), masked
-  const Desc& s0 = g.virt(l.scores, l.scores_strides);
-  g.matmul(q, kt, s0);
-  const Desc& s1 = g.virt(l.scores, l.scores_strides);
-  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, nullptr, s1);
+  const Desc& s1 = scaled_scores(g, l, q, kt, scale);
   const Desc& s2 = g.virt(l.scores, l.scores_strides);
   g.pointwise(CUDNN_POINTWISE_SUB, s1, &stats, nullptr, s2);
   const Desc& s3 = g.causal_mask(s2, l.scores, l.scores_strides, neg_inf);
