@@ -457,8 +457,15 @@ struct Attention::Cudnn::Impl {
     if (it == plans.end()) {
       try {
         if (handle == nullptr) {
-          run_check(cudnnCreate(&handle), "cudnnCreate");
-          run_check(cudnnSetStream(handle, stream), "cudnnSetStream");
+          // A library that does not load (e.g. cuDNN's sub-libraries not on the loader's path)
+          // is a refusal too: logged, and the kernels run.
+          cudnnHandle_t h = nullptr;
+          build_check(cudnnCreate(&h), "cudnnCreate");
+          if (const cudnnStatus_t st = cudnnSetStream(h, stream); st != CUDNN_STATUS_SUCCESS) {
+            cudnnDestroy(h);
+            build_check(st, "cudnnSetStream");
+          }
+          handle = h;
         }
         it = plans.emplace(key, build(backward, shape)).first;
         // Once per shape and direction: which plan runs it (the engine's choice is cuDNN's).

@@ -78,12 +78,20 @@ __device__ __forceinline__ void norm_store(const float (&h)[VPL], const float* w
 #pragma unroll
   for (int i = 0; i < VPL; ++i) ss = fmaf(h[i], h[i], ss);
   ss = warp_sum(ss);
+  // The weights are loaded before the first store: interleaved, each load would wait for the
+  // previous element's store (the compiler cannot rule out that x aliases w).
+  float wv[VPL];
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) {
+    const int k = lane + 32 * i;
+    wv[i] = k < d ? w[k] : 0.0f;
+  }
   const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   if (lane == 0) *rstd = r;
 #pragma unroll
   for (int i = 0; i < VPL; ++i) {
     const int k = lane + 32 * i;
-    if (k < d) x[k] = from_float<T>(h[i] * r * w[k]);
+    if (k < d) x[k] = from_float<T>(h[i] * r * wv[i]);
   }
 }
 
