@@ -46,6 +46,8 @@ __global__ void attn_delta_kernel(const T* dout, const T* out, float* delta, std
 }
 
 bool use_wmma(DType type, int hd, AttentionImpl impl) {
+  require(impl != AttentionImpl::cudnn,
+          "CUDA attention: the cuDNN implementation runs through cuda::Attention, not kern::attention_*");
   if (impl == AttentionImpl::simt) return false;
   const bool ok = attention_has_wmma(type, hd);
   if (impl == AttentionImpl::wmma)

@@ -69,6 +69,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
   ATTNRES_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;
   gemm_ = std::make_unique<Gemm>(stream_);
+  attention_ = std::make_unique<Attention>(stream_);
   ce_rows_ = ce_rows_for(max_batch_ * max_seq_, config_.vocab_size);
 
   const auto bytes = static_cast<std::size_t>(layout_.total()) * sizeof(float);
@@ -92,6 +93,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
 CudaModel::~CudaModel() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
+    attention_.reset();
     gemm_.reset();
     cudaStreamDestroy(stream_);
   }
@@ -100,7 +102,8 @@ CudaModel::~CudaModel() {
 void CudaModel::synchronize() const { ATTNRES_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 std::size_t CudaModel::device_bytes() const {
-  return params_.bytes() + grads_.bytes() + shadow_.bytes() + arena_.bytes() + gemm_->workspace_bytes();
+  return params_.bytes() + grads_.bytes() + shadow_.bytes() + arena_.bytes() + gemm_->workspace_bytes() +
+         attention_->workspace_bytes();
 }
 
 void CudaModel::set_precision(MatmulPrecision p) {

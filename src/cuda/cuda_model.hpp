@@ -23,7 +23,8 @@
 //         accumulation. fp32: master weights, gradients, optimizer state, the residual stream
 //         (embedding, sublayer outputs and partial sums, their gradients), depth reads and all
 //         their statistics (RMS factors, logits, mixes), norms' statistics, logits and the loss.
-//         Attention uses bf16 tensor cores when head_dim is 64 or 128.
+//         Attention uses bf16 tensor cores when head_dim is 64 or 128 (cuDNN's fused flash
+//         attention when the build has cuDNN, else the WMMA kernels; attention()).
 //
 // Not provided (CPU model only for now): KV-cache decoding, read_weights diagnostics.
 #pragma once
@@ -35,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention.hpp"
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
 #include "kernels/precision.hpp"
@@ -111,9 +113,13 @@ class CudaModel {
 
   Stream stream() const { return stream_; }
   void synchronize() const;
-  // Bytes this model holds on the device (parameters, gradients, bf16 copy, arena, GEMM workspace).
+  // Bytes this model holds on the device (parameters, gradients, bf16 copy, arena, GEMM and
+  // cuDNN attention workspaces).
   std::size_t device_bytes() const;
   Gemm& gemm() { return *gemm_; }
+  // Which attention implementation runs (cuda/attention.hpp; automatic by default: cuDNN when
+  // built with it, bf16 and head_dim 64 / 128, else the WMMA or FMA kernels).
+  Attention& attention() { return *attention_; }
 
  private:
   struct Sublayer {
@@ -184,6 +190,7 @@ class CudaModel {
 
   Stream stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<Attention> attention_;
   DeviceBuffer params_, grads_, shadow_, arena_;
   bool shadow_valid_ = false;  // the bf16 copy (shadow_) holds the current params_
   ModelWeights<float> w_, g_;

@@ -105,7 +105,7 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
       kern::rope(s.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
       kern::rope(s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
-      kern::attention_forward(s.att, s.lse, s.q, s.k, s.v, ot, shape, stream_);
+      attention_->forward(s.att, s.lse, s.q, s.k, s.v, ot, shape);
       gemm_->linear_forward(s.out, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
     } else {
       gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
@@ -197,7 +197,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     if (attn) {
       gemm_->linear_backward_weight(lg.wo, dy, s.att, ot, n, d, d);
       gemm_->linear_backward_input(b.datt, ot, dy, op_weight(lw.wo), ot, n, d, d);
-      kern::attention_backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, b.delta, ot, shape, stream_);
+      attention_->backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, b.delta, ot, shape);
       kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);

@@ -9,7 +9,8 @@
 // registers). RD's two routes share the pass, the RMS factors and gamma.
 //
 // Backward (spec §6): two passes per token, as on the CPU: c_rs = g_r . v_s, then
-// dv_s += sum_r (alpha_rs g_r + delta_rs r_s u_r) - r_s^2 (sum_r delta_rs z_rs)/d v_s.
+// dv_s += sum_r (alpha_rs g_r + delta_rs r_s u_r) - r_s^2 (sum_r delta_rs z_rs)/d v_s; in the
+// second pass each source's loads are all issued before its stores (one round trip a source).
 // Query and gamma gradients are summed per 64-token chunk (one block) in a fixed warp order,
 // then over chunks in a fixed order (deterministic).
 #include <cmath>
@@ -77,12 +78,20 @@ __device__ __forceinline__ void norm_store(const float (&h)[VPL], const float* w
 #pragma unroll
   for (int i = 0; i < VPL; ++i) ss = fmaf(h[i], h[i], ss);
   ss = warp_sum(ss);
+  // The weights are loaded before the first store: interleaved, each load would wait for the
+  // previous element's store (the compiler cannot rule out that x aliases w).
+  float wv[VPL];
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) {
+    const int k = lane + 32 * i;
+    wv[i] = k < d ? w[k] : 0.0f;
+  }
   const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   if (lane == 0) *rstd = r;
 #pragma unroll
   for (int i = 0; i < VPL; ++i) {
     const int k = lane + 32 * i;
-    if (k < d) x[k] = from_float<T>(h[i] * r * w[k]);
+    if (k < d) x[k] = from_float<T>(h[i] * r * wv[i]);
   }
 }
 
@@ -303,12 +312,24 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthR
       const float kv = rs * rs * key / static_cast<float>(d);
       const float* vp = a.sources[s] + t * d;
       float* dvp = a.dsources[s] + t * d;
+      // Every load of this source's slice and of its gradient first, then the arithmetic and the
+      // stores. Interleaved (load, update, store per element), the compiler may not move an
+      // element's loads above the previous element's store (dvp and vp might alias, as far as it
+      // knows), which made this pass one dependent memory round trip per element. Same
+      // arithmetic in the same order: bit-identical results.
+      float vs[VPL], dvs[VPL];
+#pragma unroll
+      for (int i = 0; i < VPL; ++i) {
+        const int k = lane + 32 * i;
+        vs[i] = k < d ? vp[k] : 0.0f;
+        dvs[i] = k < d ? dvp[k] : 0.0f;
+      }
 #pragma unroll
       for (int i = 0; i < VPL; ++i) {
         const int k = lane + 32 * i;
         if (k < d) {
-          const float v = vp[k];
-          float dv = dvp[k];
+          const float v = vs[i];
+          float dv = dvs[i];
           dv += al0 * g0[i] + b0 * su[k];
           if (R > 1) dv += al1 * g1[i] + b1 * su[d + k];
           dv -= kv * v;

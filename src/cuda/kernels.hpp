@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
@@ -148,7 +149,12 @@ enum class AttentionImpl {
   automatic,  // bf16 with head_dim 64 or 128: tensor cores (WMMA); otherwise the fp32-FMA kernels
   simt,       // fp32 FMA kernels (any type, head_dim <= 256)
   wmma,       // bf16 tensor-core kernels (head_dim 64 or 128 only)
+  cudnn,      // cuDNN's fused flash attention: only through cuda::Attention (attention.hpp), which
+              // owns the plans; the functions below refuse it
 };
+const char* to_string(AttentionImpl impl);
+// "auto", "cudnn", "wmma", "simt" (exit-1 style attnres::Error naming the value otherwise).
+AttentionImpl parse_attention_impl(const std::string& name);
 struct AttentionShape {
   std::int64_t batch = 0;
   int seq = 0;

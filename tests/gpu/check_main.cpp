@@ -5,12 +5,16 @@
 //       fp32 weights, largest relative error <= 1e-4 (Model<float>'s error is shown beside it).
 //   (b) bf16: loss within 1e-2 of fp32 (small models in every mode, and preset S at init), the
 //       whole gradient within 5% (norm-wise); the attention kernels (tensor-core and fp32-FMA)
-//       against CPU float64 attention on the same bf16-rounded inputs.
+//       and, in a build with cuDNN, cuDNN's fused attention (cuda::Attention, impl cudnn) against
+//       CPU float64 attention on the same bf16-rounded inputs.
 //   (c) 20 AdamW steps (grad clip 1.0, weight decay) on the CPU (Model<float> + AdamW) and on
 //       the GPU (fp32): loss curves agree to 1e-3 relative.
 //   (d) throughput of presets S and M in bf16 (block and rd): tokens/s, MFU against the bf16 GEMM
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
+//
+// --attention auto|cudnn|wmma|simt picks the attention implementation of every CudaModel the
+// checks build (cuda::Attention; auto: cuDNN when the build has it); (d) names it in each row.
 //
 // Prints one table; exits 1 when a check failed, 2 when there is no GPU.
 #include <cuda_runtime_api.h>
@@ -27,6 +31,7 @@
 
 #include "bench/flops.hpp"
 #include "common/model_util.hpp"
+#include "cuda/attention.hpp"
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
 #include "cuda/kernels.hpp"
@@ -34,6 +39,7 @@
 #include "model/model.hpp"
 #include "optim/adamw.hpp"
 #include "train/train_config.hpp"
+#include "util/checksum.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
 
@@ -61,6 +67,8 @@ struct Row {
 std::vector<Row> g_rows;
 bool g_strict = false;
 bool g_quick = false;  // skip the preset-size cases in (b)
+// --attention: the implementation every CudaModel of the checks uses (cuda/attention.hpp).
+cuda::kern::AttentionImpl g_attention = cuda::kern::AttentionImpl::automatic;
 
 void add_row(const std::string& check, const std::string& name, const std::string& metric, double value,
              double limit, bool higher_is_better = false, bool fatal = true, const std::string& note = "") {
@@ -184,6 +192,7 @@ void parity_case(const std::string& name, const ModelConfig& c, int batch, int s
   const double cpu_loss = cpu.forward_backward(tokens, batch, seq);
 
   CudaModel gpu(c, batch, seq);
+  gpu.attention().set_impl(g_attention);
   gpu.load_params_from_host(w);
   std::vector<float> gpu_logits(n_logits);
   gpu.logits(inputs, batch, seq, gpu_logits);
@@ -208,8 +217,11 @@ void parity_case(const std::string& name, const ModelConfig& c, int batch, int s
           "cpu f32: " + fmt("%.1e", max_rel(cpu_logits.data(), ref_logits.data(), n_logits)));
   add_row("a", name, "loss rel err vs f64", loss_err, 1e-4, false, true,
           "loss " + fmt("%.6f", ref_loss) + ", cpu f32: " + fmt("%.1e", std::abs(cpu_loss - ref_loss) / ref_loss));
+  // The digest of the CUDA gradients: equal digests across builds or runs mean bit-identical
+  // gradients (a kernel rewritten without changing its arithmetic; reproducibility).
   add_row("a", name, "grads max rel err vs f64 (worst)", worst_grad, 1e-4, false, true,
-          worst_name + "; cpu f32: " + fmt("%.1e", worst_cpu_grad));
+          worst_name + "; cpu f32: " + fmt("%.1e", worst_cpu_grad) + "; cuda grads xxh3 " +
+              checksum_hex(checksum64(gpu_grads.data(), gpu_grads.size() * sizeof(float))));
 }
 
 void check_parity() {
@@ -260,6 +272,7 @@ void bf16_case(const std::string& name, const ModelConfig& c, int batch, int seq
   const std::vector<float> w = random_weights(c, seed, {0.02, 0.2, 1.4 / std::sqrt(double(c.d_model))});
   const std::vector<std::int32_t> tokens = testing::random_tokens(batch, seq, c.vocab_size, seed + 3);
   CudaModel gpu(c, batch, seq);
+  gpu.attention().set_impl(g_attention);
   gpu.load_params_from_host(w);
   const double loss32 = gpu.forward_backward(tokens, batch, seq);
   std::vector<float> g32(w.size()), g16(w.size());
@@ -283,11 +296,12 @@ void bf16_case(const std::string& name, const ModelConfig& c, int batch, int seq
 }
 
 // The attention kernels on bf16-rounded inputs against CPU float64 attention on the same values.
+// Through cuda::Attention, as CudaModel calls it (impl cudnn: cuDNN's fused attention).
 void attention_case(int head_dim, cuda::kern::AttentionImpl impl, DType type, double tol_out, double tol_grad) {
   const int B = 2, H = 3, T = 150, d = H * head_dim;
   const std::size_t n = static_cast<std::size_t>(B) * T * d;
-  const std::string name = std::string(impl == cuda::kern::AttentionImpl::wmma ? "wmma" : "simt") + " " +
-                           cuda::to_string(type) + " hd" + std::to_string(head_dim);
+  const std::string name = std::string(cuda::kern::to_string(impl)) + " " + cuda::to_string(type) + " hd" +
+                           std::to_string(head_dim);
   Rng rng(head_dim * 7 + static_cast<int>(impl));
   std::vector<float> host[4];  // q, k, v, dout (rounded to the element type)
   for (auto& h : host) {
@@ -311,11 +325,10 @@ void attention_case(int head_dim, cuda::kern::AttentionImpl impl, DType type, do
     }
   }
   const cuda::kern::AttentionShape shape{B, T, H, head_dim};
-  cuda::kern::attention_forward(out.data(), lse.as<float>(), dev[0].data(), dev[1].data(), dev[2].data(), type, shape,
-                                nullptr, impl);
-  cuda::kern::attention_backward(dq.data(), dk.data(), dv.data(), dev[3].data(), dev[0].data(), dev[1].data(),
-                                 dev[2].data(), out.data(), lse.as<float>(), delta.as<float>(), type, shape, nullptr,
-                                 impl);
+  cuda::Attention attention(nullptr, impl);
+  attention.forward(out.data(), lse.as<float>(), dev[0].data(), dev[1].data(), dev[2].data(), type, shape);
+  attention.backward(dq.data(), dk.data(), dv.data(), dev[3].data(), dev[0].data(), dev[1].data(), dev[2].data(),
+                     out.data(), lse.as<float>(), delta.as<float>(), type, shape);
   ATTNRES_CUDA_CHECK(cudaDeviceSynchronize());
   auto fetch = [&](const cuda::DeviceBuffer& b) {
     std::vector<float> v(n);
@@ -341,7 +354,12 @@ void attention_case(int head_dim, cuda::kern::AttentionImpl impl, DType type, do
   kernels::attention_backward<double>(rdq.data(), rdk.data(), rdv.data(), g.data(), q.data(), k.data(), v.data(),
                                       rout.data(), rlse.data(), cs);
   const std::vector<float> gout = fetch(out), gdq = fetch(dq), gdk = fetch(dk), gdv = fetch(dv);
+  std::vector<float> glse(rlse.size());
+  ATTNRES_CUDA_CHECK(cudaMemcpy(glse.data(), lse.data(), glse.size() * 4, cudaMemcpyDeviceToHost));
+  double lse_err = 0;  // absolute: the saved softmax stats every backward reads
+  for (std::size_t i = 0; i < glse.size(); ++i) lse_err = std::max(lse_err, std::abs(glse[i] - rlse[i]));
   add_row("b", "attention " + name, "out max rel err vs f64", max_rel(gout.data(), rout.data(), n), tol_out);
+  add_row("b", "attention " + name, "lse max abs err vs f64", lse_err, tol_out);
   const double eg = std::max({max_rel(gdq.data(), rdq.data(), n), max_rel(gdk.data(), rdk.data(), n),
                               max_rel(gdv.data(), rdv.data(), n)});
   add_row("b", "attention " + name, "dq/dk/dv max rel err vs f64", eg, tol_grad);
@@ -354,6 +372,7 @@ void check_bf16() {
     try {
       attention_case(hd, AttentionImpl::wmma, DType::bf16, 2e-2, 5e-2);
       attention_case(hd, AttentionImpl::simt, DType::bf16, 2e-2, 5e-2);
+      if (cuda::Attention::cudnn_built()) attention_case(hd, AttentionImpl::cudnn, DType::bf16, 2e-2, 5e-2);
     } catch (const std::exception& e) {
       add_error("b", "attention hd" + std::to_string(hd), e.what());
     }
@@ -394,6 +413,7 @@ void check_bf16() {
       c.residual = mode;
       const int B = 4, T = c.max_seq_len;
       CudaModel gpu(c, B, T, Precision::fp32, false);
+      gpu.attention().set_impl(g_attention);
       gpu.init_params(1);
       const std::vector<std::int32_t> tokens = testing::random_tokens(B, T, c.vocab_size, 5);
       const double l32 = gpu.forward(tokens, B, T);
@@ -432,6 +452,7 @@ void check_training(int steps) {
       init_params<float>(cpu.layout(), 3, cpu.params());
       AdamW<float> cpu_opt(cpu.layout(), ac);
       CudaModel gpu(c, B, T);
+      gpu.attention().set_impl(g_attention);
       gpu.load_params_from_host(cpu.params());
       CudaAdamW gpu_opt(gpu.layout(), ac);
       double worst = 0, first = 0, last = 0, worst_norm = 0;
@@ -504,6 +525,7 @@ ArmResult run_arm(const ModelConfig& c, int B, int T, int warmup, int steps, dou
   std::size_t free0 = 0, total = 0;
   ATTNRES_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
   CudaModel model(c, B, T, Precision::bf16);
+  model.attention().set_impl(g_attention);
   model.init_params(1);
   AdamWConfig ac;
   CudaAdamW opt(model.layout(), ac);
@@ -530,6 +552,9 @@ ArmResult run_arm(const ModelConfig& c, int B, int T, int warmup, int steps, dou
 void check_throughput(int warmup, int steps, bool with_m, double given_peak) {
   std::printf("(d) throughput, bf16 (median of %d steps after %d warm-up; a step = forward_backward + clip + AdamW)\n",
               steps, warmup);
+  const std::string att = cuda::Attention(nullptr, g_attention).choice(DType::bf16, 64);
+  add_info("d", "attention", "--attention " + std::string(cuda::kern::to_string(g_attention)) + ": " + att +
+                                 (att == "cudnn" ? " (cuDNN " + cuda::Attention::cudnn_version() + ")" : ""));
   double peak = given_peak;
   try {
     if (peak > 0) {
@@ -592,17 +617,27 @@ int main(int argc, char** argv) {
     else if (a == "--peak-tflops") peak_tflops = std::stod(value());
     else if (a == "--no-m") with_m = false;
     else if (a == "--quick") g_quick = true;
+    else if (a == "--attention") {
+      try {
+        g_attention = cuda::kern::parse_attention_impl(value());
+        const cuda::Attention probe(nullptr, g_attention);  // refuses cudnn in a build without it
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "attnres_gpu_check: %s\n", e.what());
+        return 2;
+      }
+    }
     else {
       std::printf(
           "usage: attnres_gpu_check [--only abcd] [--strict] [--steps 20] [--perf-steps 5] [--perf-warmup 2]\n"
-          "                         [--peak-tflops X] [--no-m] [--quick]\n"
+          "                         [--peak-tflops X] [--no-m] [--quick] [--attention auto|cudnn|wmma|simt]\n"
           "  --only      which checks to run (letters a-d)\n"
           "  --strict    performance targets (d) fail the run when missed\n"
           "  --steps     AdamW steps of (c)\n"
           "  --perf-steps, --perf-warmup  timed and untimed steps per arm in (d) (a profiler run: 1 and 0)\n"
           "  --peak-tflops  the bf16 GEMM rate for (d)'s MFU instead of measuring it (a profiler run)\n"
           "  --no-m      throughput of preset S only\n"
-          "  --quick     skip the preset-S cases of (b)\n");
+          "  --quick     skip the preset-S cases of (b)\n"
+          "  --attention the attention implementation of every model (auto: cuDNN when built with it)\n");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }

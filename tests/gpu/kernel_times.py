@@ -15,7 +15,9 @@ import sys
 from collections import defaultdict
 
 FAMILIES = [  # (family, substrings of the kernel's function name), first match wins
-    ("attention", ("attn_",)),
+    # the project's kernels (attn_*) and cuDNN's fused attention (its names carry sdpa / flash /
+    # fmha; before the GEMM family, whose "sm90" they may also contain)
+    ("attention", ("attn_", "sdpa", "flash", "fmha")),
     ("depth read", ("depth_read",)),
     ("rmsnorm", ("rmsnorm",)),
     ("swiglu", ("swiglu",)),

@@ -12,6 +12,8 @@
 #   3. compute-sanitizer racecheck over check (b) without preset S (shared-memory hazards).
 #
 #   tests/gpu/profile.sh BUILD_DIR OUT_DIR [NCU_S=200] [MEMCHECK_S=120] [RACECHECK_S=90]
+#   PROFILE_CHECK_ARGS="--attention cudnn" (extra attnres_gpu_check options for the ncu step, e.g.
+#   the attention implementation: auto, cudnn or wmma)
 # Each part runs under its own timeout (0 skips it); the exit status is 0 when every part that
 # ran finished and the sanitizers found nothing. A part stopped at its timeout prints the check's
 # last rows, so that one sees how far it got.
@@ -45,11 +47,12 @@ fail=0
 if [ "$ncu_s" = 0 ]; then
   echo "profile: 1. ncu skipped"
 elif ncu=$(find_tool ncu); then
-  echo "profile: 1. ncu, one step of preset S (bf16), block and rd"
+  echo "profile: 1. ncu, one step of preset S (bf16), block and rd ${PROFILE_CHECK_ARGS:-}"
   t0=$(date +%s)
+  # shellcheck disable=SC2086  # PROFILE_CHECK_ARGS is a list of options
   timeout --kill-after=10 "$ncu_s" "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --print-kernel-base function -f -o "$out/step" \
-    "$check" --only d --no-m --perf-warmup 0 --perf-steps 1 --peak-tflops 894 > "$out/ncu.log" 2>&1
+    "$check" --only d --no-m --perf-warmup 0 --perf-steps 1 --peak-tflops 894 ${PROFILE_CHECK_ARGS:-} > "$out/ncu.log" 2>&1
   rc=$?
   echo "profile: ncu exit $rc after $(( $(date +%s) - t0 )) s"
   if [ -f "$out/step.ncu-rep" ]; then
