@@ -15,8 +15,8 @@
 #            --device cuda (2 arms x 2 seeds of preset small), report
 #   resume   train --device cuda, SIGINT mid-way, --resume; compared with an uninterrupted run
 #            (scripts/compare_runs.py)
-#   eval     eval --device cuda vs CPU eval of the same checkpoint; a CPU run continued on the GPU
-#            and a GPU run continued on the CPU
+#   eval     eval --device cuda vs CPU eval of the same checkpoint; greedy sample --device cuda vs
+#            the CPU's; a CPU run continued on the GPU and a GPU run continued on the CPU
 #   (the cuDNN helper's phases plug in at "PLUG-IN" below: check (d) with the cuDNN path, ncu)
 #
 #   tests/gpu/device-run.sh OUT_DIR [BUDGET_S] [--phases LIST] [--archive FILE] [--no-m] [-- CHECK_ARGS...]
@@ -412,6 +412,16 @@ ok = abs(na - nb) <= 1e-2
 print(f"eval: NLL {na:.5f} (device) vs {nb:.5f} (cpu): |diff| {abs(na - nb):.2e} {'within' if ok else 'OUTSIDE'} 1e-2")
 sys.exit(0 if ok else 1)
 EOF
+  echo "---- sample, greedy, on $device (a full pass per token) and on the CPU (KV cache)"
+  limited "$(phase_left)" "$attnres" sample --checkpoint "$ckpt" --prompt "The" --max-tokens 24 --temperature 0 \
+    --device "$device" > "$out/eval/sample-$device.txt" || rc=1
+  limited "$(phase_left)" "$attnres" sample --checkpoint "$ckpt" --prompt "The" --max-tokens 24 --temperature 0 \
+    --device cpu > "$out/eval/sample-cpu.txt" || rc=1
+  if cmp -s "$out/eval/sample-$device.txt" "$out/eval/sample-cpu.txt"; then
+    headline "eval: sample --temperature 0: the same 24 tokens on $device and the CPU"
+  else  # fp32 on both; a near-tie between two logits may still pick another token
+    headline "eval: sample --temperature 0 differs between $device and the CPU (see eval/sample-*.txt)"
+  fi
   echo "---- a run continued on the other device (stopped at a checkpoint on one, resumed on the other)"
   local other=cpu  # for a rehearsal on the CPU (DEVICE_RUN_DEVICE=cpu) both sides are the CPU
   rm -rf "$runs/cross-a" "$runs/cross-b"
