@@ -77,7 +77,7 @@ def time_arm(cfg, batch, seq, args, device):
     def forward_loss(inputs, targets):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(inputs)
-            return F.cross_entropy(logits.view(-1, V).float(), targets)
+            return F.cross_entropy(logits.view(-1, V), targets)  # autocast runs it in fp32
 
     step_fn = torch.compile(forward_loss) if args.compile else forward_loss
     g = torch.Generator(device="cpu").manual_seed(args.seed + 1)

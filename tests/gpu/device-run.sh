@@ -100,7 +100,7 @@ phase_limit() {
   local s
   case "$1" in
     build) s=240 ;; checks) s=60 ;; bench) s=110 ;; peer) s=150 ;;
-    study) s=150 ;; resume) s=80 ;; eval) s=60 ;; *) s=60 ;;
+    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; *) s=60 ;;
   esac
   echo $(( s * ${DEVICE_RUN_LIMIT_SCALE:-1} ))
 }
@@ -269,12 +269,12 @@ phase_checks() {
 # Sizes: the GPU's, or tiny ones for a rehearsal on the CPU.
 if [ "$size" = tiny ]; then
   bench_presets=(tiny); bench_flags=(--steps 2 --warmup 1 --vocab 512 --set model.n_layers=2)
-  study_preset=tiny; study_tokens=16384; resume_tokens=24576; resume_stop_step=8
+  study_preset=tiny; study_tokens=16384; resume_tokens=24576; resume_steps=24; resume_stop_step=8
   prepare_flags=(--vocab-size 512 --max-sentences 20000)
 else
   bench_presets=(S); if [ "$with_m" = 1 ]; then bench_presets+=(M); fi
   bench_flags=(--steps 10 --warmup 2)
-  study_preset=small; study_tokens=2097152; resume_tokens=1048576; resume_stop_step=0
+  study_preset=small; study_tokens=2097152; resume_tokens=1048576; resume_steps=256; resume_stop_step=0
   prepare_flags=(--vocab-size 4096)
 fi
 
@@ -425,9 +425,11 @@ EOF
   echo "---- a run continued on the other device (stopped at a checkpoint on one, resumed on the other)"
   local other=cpu  # for a rehearsal on the CPU (DEVICE_RUN_DEVICE=cpu) both sides are the CPU
   rm -rf "$runs/cross-a" "$runs/cross-b"
-  train_run "$(phase_left)" "$runs/cross-a" "$other" --stop-at-step 4; echo "exit $? (stopped on $other)"
+  # The CPU's share short either way (4 steps first, or the last 8), so the phase stays short.
+  local back=$((resume_steps - 8))
+  train_run "$(phase_left)" "$runs/cross-a" "$other" --stop-at-step 4; echo "exit $? (stopped on $other at step 4)"
   train_run "$(phase_left)" "$runs/cross-a" "$device" --resume || rc=1
-  train_run "$(phase_left)" "$runs/cross-b" "$device" --stop-at-step 4; echo "exit $? (stopped on $device)"
+  train_run "$(phase_left)" "$runs/cross-b" "$device" --stop-at-step "$back"; echo "exit $? (stopped on $device at step $back)"
   train_run "$(phase_left)" "$runs/cross-b" "$other" --resume || rc=1
   local name
   for name in cross-a cross-b; do
