@@ -14,7 +14,8 @@
 # GPU work (docs/cuda.md "Running on a bare GPU machine"):
 #   make gpu-bundle      collect the GPU-check build's dependencies into .gpu/bundle
 #   make gpu-rehearsal   rehearse tests/gpu/device-run.sh here, without a GPU (minutes; not in `make test`)
-#                        EMULATE="--only c --steps 1" also runs those checks under the CPU emulator
+#                        EMULATE="--only c --steps 1" also runs those checks under the CPU emulator;
+#                        CCACHE=1 compiles through ccache (a second rehearsal is quick); KEEP=1 keeps its scratch
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
@@ -118,7 +119,7 @@ gpu-bundle:
 	@bash scripts/gpu-bundle.sh
 
 gpu-rehearsal:
-	@EMULATE="$(EMULATE)" bash tests/gpu/rehearse.sh
+	@EMULATE="$(EMULATE)" CCACHE="$(CCACHE)" KEEP="$(KEEP)" bash tests/gpu/rehearse.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(SANITIZE_BUILD) $(SANITIZE_BUILD).configure.log \

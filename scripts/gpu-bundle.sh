@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# Collects what the GPU-check build (cmake -DATTNRES_GPU_CHECK_ONLY=ON) needs beyond a compiler,
-# CMake and the CUDA toolkit into .gpu/bundle/ (ignored by git), for a bare GPU machine that has
-# none of the Debian packages and no network (docs/cuda.md "Running on a bare GPU machine"):
+# Collects what the GPU machine's builds need beyond a compiler, CMake and the CUDA toolkit into
+# .gpu/bundle/ (ignored by git), for a bare GPU machine that has none of the Debian packages and no
+# network (docs/cuda.md "Running on a bare GPU machine"). Two builds use it (tests/gpu/device-run.sh):
 #
+# the GPU check (cmake -DATTNRES_GPU_CHECK_ONLY=ON):
 #   libopenblas-openmp-dev   cblas.h and the static libopenblas.a (linked in: no libopenblas.so,
 #                            libgfortran or glibc-version dependency travels; libgomp is the
 #                            GPU machine's compiler's own)
 #   nlohmann-json3-dev       header-only
 #   libtomlplusplus-dev      its headers, used header-only (its shared library is not needed)
 #   libxxhash-dev            xxhash.h, used header-only (safetensors digests, src/util/checksum.cpp)
+# and the whole CLI (cmake -DATTNRES_BUNDLED_DEPS=ON: no pkg-config, no MPI), also:
+#   libsentencepiece-dev     sentencepiece_processor.h, sentencepiece_trainer.h, the .so links
+#   libsentencepiece0        libsentencepiece.so.0 and libsentencepiece_train.so.0 (no static
+#                            archive in Debian; they need only libstdc++, libm, libgcc_s and libc,
+#                            and are found there through the binary's RUNPATH into the prefix)
+#   zlib1g-dev               zlib.h and the static libz.a
+#   libcli11-dev             CLI11, header-only, with its CMake config
+#   libboost1.74-dev         Boost's headers (Boost.Math, header-only) and BoostConfig.cmake
 #
-# The .deb files of the versions installed here (scripts/install-deps.sh), as apt-get download
-# fetches them, and MANIFEST (package, version, architecture, sha256, file). tests/gpu/device-run.sh
-# unpacks them into a scratch prefix there. Idempotent: files already present with the right
-# version are kept. Prints the bundle's size, the size of the tree that travels and the carry list.
+# The .deb files of the versions installed here (scripts/install-deps.sh), from apt's cache
+# (/var/cache/apt/archives) when it holds them, else as apt-get download fetches them, and MANIFEST
+# (package, version, architecture, sha256, file). tests/gpu/device-run.sh unpacks them into a
+# scratch prefix there. Idempotent: files already present with the right version are kept. Prints
+# the bundle's size, the size of the tree that travels and the carry list; with the mini-study's
+# corpus slice (scripts/gpu-data-slice.sh, .gpu/data) when it exists.
 #
 #   scripts/gpu-bundle.sh            (needs apt-get and the network unless the files are present)
 set -euo pipefail
 
-packages=(libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libxxhash-dev)
+packages=(libopenblas-openmp-dev nlohmann-json3-dev libtomlplusplus-dev libxxhash-dev
+          libsentencepiece-dev libsentencepiece0 zlib1g-dev libcli11-dev libboost1.74-dev)
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bundle="$root/.gpu/bundle"
@@ -47,6 +59,16 @@ for p in "${packages[@]}"; do
     if [ "$(dpkg-deb -f "$f" Package)" = "$p" ] && [ "$(dpkg-deb -f "$f" Version)" = "$want" ]; then deb="$f"; fi
   done
   if [ -z "$deb" ]; then
+    for f in /var/cache/apt/archives/"${p}"_*.deb; do
+      [ -f "$f" ] || continue
+      if [ "$(dpkg-deb -f "$f" Package)" = "$p" ] && [ "$(dpkg-deb -f "$f" Version)" = "$want" ]; then
+        echo "gpu-bundle: $p=$want from apt's cache"
+        cp "$f" "$bundle/" && deb="$bundle/$(basename "$f")"
+        break
+      fi
+    done
+  fi
+  if [ -z "$deb" ]; then
     echo "gpu-bundle: downloading $p=$want"
     (cd "$bundle" && apt-get download -q -o APT::Sandbox::User=root "$p=$want" > /dev/null)
     for f in "$bundle/${p}"_*.deb; do
@@ -68,14 +90,21 @@ done
 if ! cmp -s "$manifest" "$bundle/MANIFEST"; then install -m 644 "$manifest" "$bundle/MANIFEST"; fi
 
 # What the GPU machine receives: tracked and untracked-but-not-ignored files, plus the carried
-# bundle (64 MiB in all).
+# bundle and data slice (64 MiB in all).
 tree_bytes=$(cd "$root" && { git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s -- 2> /dev/null || true; } |
              awk '{s += $1} END {print s + 0}')
 bundle_bytes=$(du -sb "$bundle" | cut -f1)
-total=$((tree_bytes + bundle_bytes))
+carry='".gpu/bundle"'
+data_bytes=0
+if [ -d "$root/.gpu/data" ]; then
+  data_bytes=$(du -sb "$root/.gpu/data" | cut -f1)
+  carry="$carry, \".gpu/data\""
+fi
+total=$((tree_bytes + bundle_bytes + data_bytes))
 limit=$((64 * 1024 * 1024))
-echo "gpu-bundle: .gpu/bundle $(awk -v b="$bundle_bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB ($(wc -l < "$bundle/MANIFEST") packages); tree $(awk -v b="$tree_bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB; travels $(awk -v b="$total" 'BEGIN {printf "%.1f", b / 1048576}') MiB of 64 MiB"
-echo 'gpu-bundle: carry [".gpu/bundle"]'
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+echo "gpu-bundle: .gpu/bundle $(mib "$bundle_bytes") MiB ($(wc -l < "$bundle/MANIFEST") packages); .gpu/data $(mib "$data_bytes") MiB; tree $(mib "$tree_bytes") MiB; travels $(mib "$total") MiB of 64 MiB"
+echo "gpu-bundle: carry [$carry]"
 if [ "$total" -gt "$limit" ]; then
   echo "gpu-bundle: the tree that travels exceeds 64 MiB" >&2
   exit 1

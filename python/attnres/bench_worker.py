@@ -120,13 +120,15 @@ def run_matmul_rates(args):
           flush=True)
 
 
-def optimizer(model, foreach=True):
-    """torch.optim.AdamW with attnres's decay groups: [decayed (weight_decay 0.1), the rest (0)]."""
+def optimizer(model, foreach=True, fused=False):
+    """torch.optim.AdamW with attnres's decay groups: [decayed (weight_decay 0.1), the rest (0)];
+    fused: torch's fused kernel (CUDA; scripts/torch_peer.py), instead of foreach."""
     named = list(model.named_parameters())
     decay = [t for n, t in named if weight_decayed(model.config, n, tuple(t.shape))]
     no_decay = [t for n, t in named if not weight_decayed(model.config, n, tuple(t.shape))]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, foreach=foreach)
+                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
+                             **({"fused": True} if fused else {"foreach": foreach}))
 
 
 def run(args):

@@ -8,7 +8,10 @@ docs/model.md and /work/shared/docs/attnres-spec.md. Parameter names are the che
 
 Efficiency (this is also the PyTorch side of `attnres bench`, attnres.bench_worker):
   * attention is matmul + additive causal mask + softmax + matmul (Debian's torch 1.13 has no
-    scaled_dot_product_attention), with 1/sqrt(head_dim) folded into W_Q;
+    scaled_dot_product_attention), with 1/sqrt(head_dim) folded into W_Q; on a torch that has it,
+    ``model.set_attention("sdpa")`` computes training and scoring passes (no KV cache) with
+    F.scaled_dot_product_attention(is_causal=True, scale=1) instead: the fused (flash) kernels on
+    a GPU (scripts/torch_peer.py), the same function;
   * depth reads never stack their sources (that would keep an O(n_sources) copy per read for the
     backward, the memory pitfall of spec §9): z_s = r_s * (v_s . (w*gamma)) per source, with the RMS
     factor r_s computed once per source and shared by every read of it, and h = sum_s alpha_s v_s;
@@ -83,6 +86,18 @@ class ValueResidual:
         return lambda1 * v1 + lambda2 * vn
 
 
+def sdpa_available() -> bool:
+    """Whether this torch has F.scaled_dot_product_attention with `scale` (torch >= 2.1)."""
+    f = getattr(F, "scaled_dot_product_attention", None)
+    if f is None:
+        return False
+    try:
+        import inspect
+        return "scale" in inspect.signature(f).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: torch >= 2.1 documents `scale`
+        return tuple(int(x) for x in torch.__version__.split(".")[:2] if x.isdigit()) >= (2, 1)
+
+
 class Attention(nn.Module):
     """Causal multi-head attention; Q and K from x_qk, V from x_v (RD reads them separately). With a
     value residual, layer 0 hands its projected values to the pass and later layers mix them in
@@ -97,6 +112,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(d, d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
         self.vres = vres
+        self.sdpa = False  # AttnResModel.set_attention
         if vres is not None and layer >= 1 and vres.n_params > 0:  # the first layer keeps its own values
             self.vres_lambda = nn.Parameter(torch.tensor(vres.initial()))
 
@@ -119,6 +135,9 @@ class Attention(nn.Module):
         v = heads(v)
         if ctx.cache is not None:
             k, v = ctx.cache.append(layer, k, v)
+        elif self.sdpa:  # a whole sequence from position 0: the plain causal mask
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+            return F.linear(o.transpose(1, 2).reshape(B, T, d), self.wo.weight)
         s = torch.matmul(q, k.transpose(-1, -2))
         if T > 1:  # a single new token may see every cached position
             s = s + ctx.mask
@@ -1149,6 +1168,21 @@ class AttnResModel(nn.Module):
                 p[-1] = 1.0
             else:
                 p.fill_(1.0)
+
+    ATTENTIONS = ("matmul", "sdpa")
+
+    def set_attention(self, kind: str) -> "AttnResModel":
+        """How attention is computed without a KV cache: "matmul" (matmul, additive mask, softmax,
+        matmul; the default, any torch) or "sdpa" (F.scaled_dot_product_attention, torch >= 2.1).
+        Decoding with a KVCache always uses "matmul". Returns the model."""
+        if kind not in self.ATTENTIONS:
+            raise ValueError(f"attention '{kind}': expected one of {', '.join(self.ATTENTIONS)}")
+        if kind == "sdpa" and not sdpa_available():
+            raise RuntimeError(f"attention 'sdpa' needs F.scaled_dot_product_attention with a scale argument "
+                               f"(torch >= 2.1); this is torch {torch.__version__}")
+        for layer in self.layers:
+            layer.attn.sdpa = kind == "sdpa"
+        return self
 
     def _tables(self, dtype, device):
         """RoPE cos/sin [max_seq_len, head_dim] (computed in float64) and the additive causal mask."""

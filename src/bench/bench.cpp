@@ -260,6 +260,16 @@ void print_start(const Plan& p, const std::string& load_start, const TorchSide& 
 // (bench_worker --matmul-rate), each on bf16_reference_shapes().
 std::vector<GemmRate> measure_bf16_candidates(const Options& o, const Plan& p, const TorchSide& torch,
                                               std::int64_t tokens) {
+  if (o.device != "cpu") {  // the steps run on a GPU: its cuBLASLt bf16 GEMM is the reference
+    std::vector<GemmRate> rates;
+    for (const auto& [m, n, k] : bf16_reference_shapes(p.base.model, tokens, kGpuBf16ReferenceCube)) {
+      rates.push_back({"attnres", "cuBLASLt bf16 (" + o.device + ")", m, n, k,
+                       gpu_bf16_gemm_gflops(o.device, m, n, k, kBf16ReferenceReps)});
+      std::fprintf(stderr, "bench:   %-7s %-40s %14s %7.1f GFLOP/s\n", rates.back().impl.c_str(),
+                   rates.back().op.c_str(), rates.back().shape().c_str(), rates.back().gflops);
+    }
+    return rates;
+  }
   const auto shapes = bf16_reference_shapes(p.base.model, tokens, o.bf16_reference_cube);
   std::vector<GemmRate> rates = measure_bf16_rates(shapes, kBf16ReferenceReps);
   if (torch.on) {

@@ -61,6 +61,8 @@ void keep_better(std::vector<GemmRate>& into, const std::vector<GemmRate>& again
 // The shapes (m, n, k) of the bf16 reference: cube^3 (2048^3 unless a test asks for a smaller one)
 // and the model's largest trunk GEMM, the forward of the MLP's gate/up Linear [B*T, d] x [d, mlp_hidden].
 constexpr std::int64_t kBf16ReferenceCube = 2048;
+// On a GPU (`bench --device cuda`): cuBLASLt on 8192^3, the cube of tests/gpu/check.sh (d).
+constexpr std::int64_t kGpuBf16ReferenceCube = 8192;
 std::vector<std::array<std::int64_t, 3>> bf16_reference_shapes(const ModelConfig& config, std::int64_t tokens,
                                                                std::int64_t cube = kBf16ReferenceCube);
 

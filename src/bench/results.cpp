@@ -53,7 +53,8 @@ std::string precision_pair(const std::string& ours, const std::string& theirs) {
 }
 
 json run_json(const Results& r, const Cell& c) {
-  const FlopCount f = training_flops_per_token(arm_config(r.base, c.arm, c.seq), c.seq);
+  const ModelConfig model = arm_config(r.base, c.arm, c.seq);
+  const FlopCount f = training_flops_per_token(model, c.seq);
   const double tps = c.tokens_per_sec();
   const RateReference& ref = reference_for(r, c.precision);
   return {{"impl", c.impl},
@@ -79,7 +80,8 @@ json run_json(const Results& r, const Cell& c) {
           {"model_gflops", f.total() * tps / 1e9},
           {"mfu", f.total() * tps / 1e9 / ref.rate().gflops},
           {"mfu_reference", ref.precision},  // the key of the rate in "mfu_reference"
-          {"mfu_vs_sgemm_1024", f.total() * tps / 1e9 / r.gemm.square}};
+          {"mfu_vs_sgemm_1024", f.total() * tps / 1e9 / r.gemm.square},
+          {"model", json(model)}};  // the arm's model config (scripts/torch_peer.py builds the same model)
 }
 
 // attnres against torch, arm by arm.

@@ -207,6 +207,7 @@ struct SampleArgs {
   int max_tokens = 200, top_k = 0, threads = 0;
   double temperature = 1.0;
   std::uint64_t seed = 1;
+  std::string device = "cpu";
 };
 
 // Draws the next token from logits with temperature and optional top-k. The kept tokens are in a
@@ -242,7 +243,7 @@ void run_sample(SampleArgs a) {
   const auto tokenizer = weights_tokenizer(file, a.checkpoint, a.tokenizer);
   require(tokenizer->vocab_size() <= config.vocab_size, "tokenizer '", tokenizer->spec(),
           "' does not fit the model's vocabulary");
-  const std::unique_ptr<InferenceBackend> model = load_model("cpu", file, a.checkpoint, config, 1, config.max_seq_len);
+  const std::unique_ptr<InferenceBackend> model = load_model(a.device, file, a.checkpoint, config, 1, config.max_seq_len);
   const std::unique_ptr<Decoder> decoder = model->decoder(1);
   // Training documents start after an end-of-text token, so a prompt does too.
   std::vector<std::int32_t> ids = {tokenizer->eot_id()};
@@ -322,6 +323,10 @@ void register_inference_commands(CLI::App& app) {
                          "tokenizer spec (default: the one named in the checkpoint; either way its content hash must "
                          "be the one the checkpoint records)");
   sample_cmd->add_option("--threads", sargs->threads, "threads (0: all cores)")->check(at_least(0));
+  add_device_option(sample_cmd, sargs->device);
+  sample_cmd->footer(
+      "On the CPU each new token costs one position of work (KV cache); with --device cuda each new token\n"
+      "recomputes the whole context on the GPU (no KV cache there yet): a full forward pass per token.");
   sample_cmd->callback([sargs] { run_sample(*sargs); });
 }
 

@@ -48,6 +48,13 @@ class TrainBackend : public InferenceBackend {
 std::unique_ptr<TrainBackend> make_train_backend(const std::string& device, const TrainConfig& config,
                                                  int micro_batch, int local_micro, dist::Communicator& comm);
 
+// The bf16 GEMM rate of the GPU `device` names ("cuda", "cuda:N"): cuBLASLt with bf16 operands,
+// fp32 accumulation and bf16 output on C[m,n] = A[m,k] B[n,k]^T (a Linear's forward), the best of
+// `reps` batches of 10 calls after 3 warm-up calls, in GFLOP/s: the reference of `attnres bench
+// --device cuda`'s MFU (tests/gpu/check.sh (d) measures the same on 8192^3). An Error for the CPU or
+// a build without the CUDA backend.
+double gpu_bf16_gemm_gflops(const std::string& device, std::int64_t m, std::int64_t n, std::int64_t k, int reps);
+
 // Checks, without building anything, that this process can train on `device` as
 // make_train_backend would (a valid name; for a GPU, a build with the CUDA backend and that GPU
 // visible); throws Error saying what is missing. Returns the GPU index, or -1 for the CPU.

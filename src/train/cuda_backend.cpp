@@ -4,11 +4,13 @@
 // through host memory by the MPI communicator (slower, but the same tree order as the CPU).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <bit>
 #include <vector>
 
 #include "cuda/check.hpp"
 #include "cuda/cuda_model.hpp"
+#include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
 #include "model/family.hpp"
 #include "model/safetensors.hpp"
@@ -197,6 +199,42 @@ std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainCon
                                                       int local_micro, dist::Communicator& comm) {
   require_cuda_support(config.model);
   return std::make_unique<CudaTrainBackend>(device, config, micro_batch, local_micro, comm);
+}
+
+double cuda_bf16_gemm_gflops(int device, std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
+  ATTNRES_CUDA_CHECK(cudaSetDevice(device));
+  const auto elements = [](std::int64_t rows, std::int64_t cols) { return std::size_t(rows) * std::size_t(cols); };
+  cuda::DeviceBuffer a(elements(m, k) * 2), b(elements(n, k) * 2), c(elements(m, n) * 2);
+  ATTNRES_CUDA_CHECK(cudaMemset(a.data(), 0, a.bytes()));
+  ATTNRES_CUDA_CHECK(cudaMemset(b.data(), 0, b.bytes()));
+  cudaStream_t stream = nullptr;
+  ATTNRES_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  ATTNRES_CUDA_CHECK(cudaEventCreate(&e0));
+  ATTNRES_CUDA_CHECK(cudaEventCreate(&e1));
+  double best = 0;
+  {
+    cuda::Gemm gemm(stream);
+    const auto call = [&] {
+      gemm.run(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, cuda::DType::bf16, 0.0f, nullptr, c.data(), n,
+               cuda::DType::bf16);
+    };
+    constexpr int kCalls = 10;
+    for (int i = 0; i < 3; ++i) call();
+    for (int rep = 0; rep < reps; ++rep) {
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e0, stream));
+      for (int i = 0; i < kCalls; ++i) call();
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e1, stream));
+      ATTNRES_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      ATTNRES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = std::max(best, kCalls * 2.0 * double(m) * double(n) * double(k) / (double(ms) * 1e-3) / 1e9);
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+  return best;
 }
 
 }  // namespace attnres::detail

@@ -21,6 +21,7 @@ std::unique_ptr<InferenceBackend> make_cuda_inference_backend(int device, const 
                                                               int max_seq, kernels::MatmulPrecision precision);
 std::unique_ptr<TrainBackend> make_cuda_train_backend(int device, const TrainConfig& config, int micro_batch,
                                                       int local_micro, dist::Communicator& comm);
+double cuda_bf16_gemm_gflops(int device, std::int64_t m, std::int64_t n, std::int64_t k, int reps);
 #endif
 
 }  // namespace attnres::detail

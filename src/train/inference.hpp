@@ -52,10 +52,17 @@ class InferenceBackend {
   // per-pass queries show what the last loss() pass mixed across depth (model/diagnostics.hpp);
   // null where the device keeps nothing on the host (CUDA).
   virtual const Model<float>* host_model() const { return nullptr; }
-  // A decoder for `batch` rows with a context of the model's max_seq_len; an error where the
-  // device has no KV-cache decoding (CUDA).
+  // A decoder for `batch` rows with a context of the model's max_seq_len: the CPU's KV cache; on a
+  // device without one (CUDA), make_recompute_decoder.
   virtual std::unique_ptr<Decoder> decoder(int batch);
 };
+
+// Decoding without a KV cache (`sample --device cuda`): every append recomputes each row's whole
+// context with backend.logits() and keeps its last position's logits, a full forward pass per new
+// token (milliseconds on a GPU at a model's context length; the CPU decodes with its cache). The
+// backend must hold batches of `batch` rows of the model's max_seq_len; the decoder keeps a
+// reference to it.
+std::unique_ptr<Decoder> make_recompute_decoder(InferenceBackend& backend, int batch);
 
 // `device`: "cpu", "cuda" (GPU 0) or "cuda:N". Sized for batches of up to max_batch sequences
 // of up to max_seq tokens; `precision` as train.precision.

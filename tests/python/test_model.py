@@ -222,6 +222,28 @@ class OracleTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "max_seq_len 16"):
             m(torch.zeros(1, 17, dtype=torch.long))
 
+    def test_sdpa_attention_is_the_same_function(self):
+        """model.set_attention("sdpa") (F.scaled_dot_product_attention, scripts/torch_peer.py) computes the
+        matmul path's logits in every mode; a torch without it (Debian's 1.13) is refused by name."""
+        c = config_dict("rd")
+        m = model_with(c, R.random_params(R.parse_config(c), seed=4, std=0.3, query_std=1.0))
+        with self.assertRaisesRegex(ValueError, "attention 'flash'"):
+            m.set_attention("flash")
+        if not attnres.model.sdpa_available():
+            with self.assertRaisesRegex(RuntimeError, "torch >= 2.1.*" + re.escape(torch.__version__)):
+                m.set_attention("sdpa")
+            self.skipTest(f"torch {torch.__version__} has no F.scaled_dot_product_attention(scale=)")
+        for name, c in all_configs(tie=False):
+            m = model_with(c, R.random_params(R.parse_config(c), seed=4, std=0.3, query_std=1.0))
+            toks = tokens(2, T=10)[:, :10]
+            with torch.no_grad():
+                ref = m(toks)
+                got = m.set_attention("sdpa")(toks)
+                self.assertLess(rel(got, ref), 1e-12, name)
+                cache = m.new_cache(batch=2, max_seq=10)  # decoding keeps the matmul path
+                self.assertLess(rel(m(toks[:, :4], cache=cache), ref[:, :4]), 1e-12, name)
+                m.set_attention("matmul")
+
     def test_spec_invariants(self):
         toks = tokens(5)
         P = R.random_params(R.parse_config(config_dict("rd")), seed=5, std=0.3, query_std=1.0)

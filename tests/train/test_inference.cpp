@@ -4,6 +4,7 @@
 // same calls the same way.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -123,6 +124,44 @@ TEST_P(InferenceBackendTest, CpuMatchesTheModelExactly) {
 
 INSTANTIATE_TEST_SUITE_P(AllModes, InferenceBackendTest, ::testing::ValuesIn(all_variants()),
                          [](const auto& info) { return info.param.name; });
+
+// make_recompute_decoder (`sample --device cuda`: no KV cache on the GPU) on the CPU backend: each
+// append's logits are the full pass's last position, which the KV cache gives too (to rounding:
+// other GEMM shapes), for two rows with different prompts, to the full context; then it is full.
+TEST(InferenceBackend, RecomputeDecodingMatchesTheKvCache) {
+  for (const Variant& v : all_variants()) {
+    if (v.name != "block" && v.name != "rd" && v.name != "prenorm") continue;
+    SCOPED_TRACE(v.name);
+    const ModelConfig c = tiny_config(v);
+    const int B = 2;
+    TempDir dir("attnres_recompute_" + v.name);
+    const fs::path path = dir.path() / "model.safetensors";
+    SavedModel saved(c, B, c.max_seq_len, path);
+    const std::unique_ptr<InferenceBackend> cached = make_inference_backend("cpu", c, B, c.max_seq_len);
+    const std::unique_ptr<InferenceBackend> plain = make_inference_backend("cpu", c, B, c.max_seq_len);
+    cached->load_weights(path.string());
+    plain->load_weights(path.string());
+    const std::unique_ptr<Decoder> kv = cached->decoder(B);
+    const std::unique_ptr<Decoder> recompute = make_recompute_decoder(*plain, B);
+    std::vector<float> want(static_cast<std::size_t>(B * c.vocab_size)), got(want.size());
+    const std::vector<std::int32_t> prompts = {1, 4, 2, 7, 0, 3};  // [2, 3]
+    kv->append(prompts, 3, want);
+    recompute->append(prompts, 3, got);
+    for (std::int32_t next = 5; recompute->length() < c.max_seq_len; next = (next + 3) % c.vocab_size) {
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "position " << recompute->length() << " logit " << i;
+      const std::vector<std::int32_t> step = {next, (next + 1) % c.vocab_size};
+      kv->append(step, 1, want);
+      recompute->append(step, 1, got);
+    }
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "last position, logit " << i;
+    EXPECT_EQ(recompute->length(), kv->length());
+    const std::vector<std::int32_t> more = {0, 0};
+    EXPECT_THROW(recompute->append(more, 1, got), Error);  // the context is full
+    EXPECT_THROW(make_recompute_decoder(*plain, 0), Error);
+  }
+}
 
 TEST(InferenceBackend, TrainBackendAnswersTheSameCalls) {
   const ModelConfig c = tiny_config(ResidualMode::rd);
