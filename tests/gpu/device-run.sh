@@ -53,11 +53,11 @@ shift
 budget=540
 if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then budget="$1"; shift; fi
 
-all_phases=(build checks bench peer study resume eval)
-# PLUG-IN (cuDNN helper, issue #45 and after): add a phase `NAME` as a function phase_NAME below
-# (see the others: it writes into "$out/NAME/" and returns non-zero on failure), give it a limit
-# in phase_limit, and append NAME to all_phases here, e.g. checks_d_cudnn (check (d) for S and M
-# with the cuDNN attention) and ncu (tests/gpu/profile.sh), both after `checks`.
+# In order of what each GPU issue needs first: the build and the correctness checks (#45, #48, #49),
+# check (d) with cuDNN's attention against the WMMA kernels (#49), bench beside torch.compile (#45),
+# the CLI on the GPU (#45), and last an ncu profile (#49). A phase is a function phase_NAME below
+# (it writes into "$out/NAME/" and returns non-zero on failure) with a limit in phase_limit.
+all_phases=(build checks checks_d_cudnn bench peer study resume eval ncu)
 phases_arg=""
 archive=""
 with_m=1
@@ -100,7 +100,7 @@ phase_limit() {
   local s
   case "$1" in
     build) s=240 ;; checks) s=60 ;; bench) s=110 ;; peer) s=150 ;;
-    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; *) s=60 ;;
+    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; checks_d_cudnn) s=170 ;; ncu) s=100 ;; *) s=60 ;;
   esac
   echo $(( s * ${DEVICE_RUN_LIMIT_SCALE:-1} ))
 }
@@ -253,6 +253,7 @@ phase_build() {
 }
 
 phase_checks() {
+  cudnn_env || true
   local args=("${check_args[@]}")
   if [ ${#args[@]} -eq 0 ] || ! printf '%s\n' "${args[@]}" | grep -q -- '^--only'; then args=(--only abc "${args[@]}"); fi
   local left
@@ -440,7 +441,45 @@ EOF
   done
   return "$rc"
 }
-# PLUG-IN: the cuDNN helper's phase functions go here (phase_checks_d_cudnn, phase_ncu).
+# Issue #49: cuDNN's attention. The linked cuDNN's directory on LD_LIBRARY_PATH (it dlopens its
+# sub-libraries); false when the build has none.
+cudnn_env() {
+  local lib dir
+  grep -q '^ATTNRES_CUDNN:BOOL=OFF' "$build/CMakeCache.txt" 2> /dev/null && return 1
+  lib=$(sed -n 's/^ATTNRES_CUDNN_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt" 2> /dev/null)
+  [ -f "$lib" ] || return 1
+  dir=$(dirname "$lib")
+  export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+# Check (d) (step time, MFU, RD/Block) for S (and M) with --attention cudnn, then wmma, in one call.
+phase_checks_d_cudnn() {
+  mkdir -p "$out/checks_d_cudnn"
+  cudnn_env || echo "device-run: this build has no cuDNN (see build.log's 'CUDA backend: cuDNN' line)"
+  local impl rc=0 m=()
+  [ "$with_m" = 1 ] || m=(--no-m)
+  for impl in cudnn wmma; do
+    echo "---- check (d), --attention $impl"
+    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only d --attention "$impl" "${m[@]}" \
+      > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
+    cat "$out/checks_d_cudnn/$impl.txt"
+    headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) (block|rd) +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
+      sed -E 's/^  d  ([SM] [a-z]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
+  done
+  return "$rc"
+}
+# One ncu profile of an S step with the cuDNN attention (tests/gpu/profile.sh, kernel_times.py).
+phase_ncu() {
+  cudnn_env || echo "device-run: this build has no cuDNN: the profile is of the WMMA kernels"
+  local left
+  left=$(phase_left 10)
+  PROFILE_CHECK_ARGS="--attention ${NCU_ATTENTION:-cudnn}" limited "$(phase_left 3)" \
+    bash "$root/tests/gpu/profile.sh" "$build" "$out/ncu" "$left" 0 0
+  local rc=$?
+  if [ -f "$out/ncu/kernel-times.txt" ]; then
+    headline "ncu (S, --attention ${NCU_ATTENTION:-cudnn}): $(grep -E '^(block|rd):|^  (attention|depth read|GEMM)' "$out/ncu/kernel-times.txt" | tr -s ' ' | paste -sd ';' -)"
+  fi
+  return "$rc"
+}
 
 if ! command -v nvcc > /dev/null; then
   for d in "${CUDA_HOME:-}" /usr/local/cuda; do
