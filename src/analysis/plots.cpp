@@ -56,10 +56,12 @@ std::string arm_color(const std::string& arm, std::size_t index) {
   if (is_twin(arm)) {
     // A twin: its original's colour halfway to grey, so "block~" is never another arm's colour.
     const std::string base = arm_color(twin_original(arm), index);
+    static constexpr char kHex[] = "0123456789ABCDEF";
     std::string out = "#";
     for (int i = 0; i < 3; ++i) {
-      const int c = std::stoi(base.substr(1 + 2 * i, 2), nullptr, 16);
-      out += format_printf("%02X", (c + 0xB0) / 2);
+      const int c = (std::stoi(base.substr(1 + 2 * i, 2), nullptr, 16) + 0xB0) / 2;
+      out += kHex[c / 16];
+      out += kHex[c % 16];
     }
     return out;
   }

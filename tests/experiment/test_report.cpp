@@ -214,6 +214,11 @@ TEST(Report, NiceTicks) {
   EXPECT_EQ(std::count(c.begin(), c.end(), 0.0), 1);
   EXPECT_EQ(arm_color("rd", 5), "#D55E00");
   EXPECT_EQ(arm_color("mystery", 0), arm_color("other", 0));
+  // A twin has a colour of its own: its original's, halfway to grey (issue #47: block~ was drawn in
+  // rd's vermillion, its place in the cycle).
+  EXPECT_EQ(arm_color("block~", 1), "#5891B1");
+  EXPECT_NE(arm_color("block~", 1), arm_color("rd", 2));
+  EXPECT_NE(arm_color("rd~", 3), arm_color("rd", 2));
 }
 
 // A curve is an SVG path in relative steps: walking the steps from the start visits every point
