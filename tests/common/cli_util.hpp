@@ -34,14 +34,7 @@ inline CliResult run_shell(const std::string& command) {
   return r;
 }
 
-// Appended, not std::string(...) + " " + args: GCC 12 at -O1 reports a false -Warray-bounds in
-// that temporary's inlined copy (the -Wno-restrict family, GCC bug 105329).
-inline CliResult run_cli(const std::string& args) {
-  std::string command = ATTNRES_BINARY;
-  command += ' ';
-  command += args;
-  return run_shell(command);
-}
+inline CliResult run_cli(const std::string& args) { return run_shell(std::string(ATTNRES_BINARY) + " " + args); }
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
