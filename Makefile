@@ -23,16 +23,16 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 HARDENING_BUILD ?= build-hardening
 HARDENING_OPT ?= -O0
-# The suites `make hardening` runs under the sanitizers: every C++ suite but the PyTorch-reference
-# one (test_reference: 64 tests, 230 s under ASan, each running the float64 torch oracle beside
-# the model code that the finite-difference suites run here too) and MPI's (not built: MPI off).
-# Left out as well:
+# The test executables `make hardening` builds and runs under the sanitizers: attnres_tests, every
+# C++ suite but the PyTorch-reference one (test_reference: 64 tests, 230 s under ASan, each running
+# the float64 torch oracle beside the model code that the finite-difference suites run here too)
+# and MPI's (test_mpi, not built: MPI off) (tests/CMakeLists.txt). Left out as well:
 # the bf16 GEMM's exact-summation-order checks (90 s under ASan; the same kernels and tails run in
 # Bf16Hardware.MatchesReference and MatchesFallback) and the fp32 one's (34 s; its kernel runs in the
-# other GemmF32 tests). `make sanitize` runs everything.
-HARDENING_SKIP = Bf16Hardware\.(WithinSummationBound|ExactSummationOrder)|GemmF32\.ExactSummationOrder
-HARDENING_TESTS ?= test_util test_data test_results test_reliability test_fuzz_regressions test_config \
-  test_protocol test_kernels test_cli test_model test_inference test_train test_experiment test_bench test_tree_sum
+# other GemmF32 tests), and CliSafety, which never ran here (it had its own executable before
+# attnres_tests). `make sanitize` runs everything.
+HARDENING_SKIP = Bf16Hardware\.(WithinSummationBound|ExactSummationOrder)|GemmF32\.ExactSummationOrder|^CliSafety
+HARDENING_TESTS ?= attnres_tests
 JOBS ?= $(shell nproc)
 
 # Tests that cannot run under the sanitizers, by CTest label; each label's reason is printed.

@@ -523,7 +523,7 @@ TEST(SequentialSimulation, FutilityStopsEarlyWithoutEffect) {
 }
 
 // The table in docs/experiments.md ("Sequential seeds: the statistics"), with 400,000 sequences per
-// cell: ./test_experiment --gtest_also_run_disabled_tests --gtest_filter='*SequentialTable*' (~1 min).
+// cell: build/tests/attnres_tests --gtest_also_run_disabled_tests --gtest_filter='*SequentialTable*' (~1 min).
 // |T_k| of each look by its own running sums, through std::normal_distribution (not the module's stream).
 double t_crossing_rate(const SequentialDesign& d, const SequentialBoundaries& b, double mean, int sequences,
                        std::uint64_t seed) {
