@@ -152,7 +152,9 @@ constexpr Expect kExpected[] = {
     {"", "Cooperlake", "avx2-fma", kAvx2, ResidualMode::rd, 2, 0xf87407977be53d42ull},
     // Recorded on an Intel Xeon (Sapphire Rapids, AMX; GCC 12 names its -march=native "cooperlake")
     // on 2026-12-06 at the code of issue #46, where the Zen-class hashes above did not hold: the
-    // model's own loops compile differently for this target. OpenBLAS 0.3.21 does not know the CPU
+    // model's own loops compile differently for this target. The build target, not the CPU that
+    // runs it, makes the difference: the same source built here with -march=znver3 (ATTNRES_NATIVE
+    // off) gave the Zen-class hashes above on this Intel CPU, with cores Prescott and Haswell. OpenBLAS 0.3.21 does not know the CPU
     // and picks Prescott when OPENBLAS_CORETYPE is unset. The own GEMM kernels' hashes agree across
     // cores and thread counts here too.
     {"cooperlake", "Prescott", "avx2-fma", kBlas, ResidualMode::block, 1, 0x9871ace4dff254bfull},
