@@ -46,16 +46,21 @@ void add_noise_floors(Comparison& c, const std::string& baseline) {
   }
 }
 
+// The floors that bear on `arm`'s comparison: the baseline's twin's and the arm's own twin's.
+std::vector<results::NoiseFloor> floors_of(const Comparison& c, const std::string& arm) {
+  std::vector<results::NoiseFloor> twins;
+  if (c.noise_floor) twins.push_back(*c.noise_floor);
+  for (const results::NoiseFloor& f : c.arm_floors)
+    if (twin_original(f.twin) == arm) twins.push_back(f);
+  return twins;
+}
+
 // Every compared arm (not the baseline, not a twin) against the floors of the baseline's twin and
 // its own, with its fixed-sample intervals (a sequential primary's are replaced after the looks).
 void add_floor_tests(Comparison& c, double margin) {
   for (ArmComparison& a : c.arms) {
     if (a.is_baseline || is_twin(a.arm) || a.stats.n < 2) continue;
-    std::vector<results::NoiseFloor> twins;
-    if (c.noise_floor) twins.push_back(*c.noise_floor);
-    for (const results::NoiseFloor& f : c.arm_floors)
-      if (twin_original(f.twin) == a.arm) twins.push_back(f);
-    a.floor = floor_test(a.stats, twins, margin, fixed_sample_interval(a.stats));
+    a.floor = floor_test(a.stats, floors_of(c, a.arm), margin, fixed_sample_interval(a.stats));
   }
 }
 
@@ -264,11 +269,7 @@ void summarize_failures(ExperimentSummary& s) {
   ExperimentSummary kept = s;
   kept.runs.clear();
   for (const RunResult& r : s.runs) {
-    const auto failed = [&](const std::string& arm) {
-      return std::any_of(s.failures.begin(), s.failures.end(),
-                         [&](const auto& f) { return f.failed && f.arm == arm && f.seed == r.seed; });
-    };
-    if (!failed(r.arm) && !failed(s.spec.baseline)) kept.runs.push_back(r);
+    if (!s.failed(r.arm, r.seed) && !s.failed(s.spec.baseline, r.seed)) kept.runs.push_back(r);
   }
   s.without_failures = compare(kept, "val", s.spec.milestones.back(), val_nll_at);
 }
@@ -313,13 +314,9 @@ void apply_sequential_outcome(ExperimentSummary& s) {
   Comparison& last = s.milestones.back();
   for (ArmComparison& a : last.arms)
     if (a.arm == q.design.primary && a.floor) {
-      std::vector<results::NoiseFloor> twins;
-      if (last.noise_floor) twins.push_back(*last.noise_floor);
-      for (const results::NoiseFloor& f : last.arm_floors)
-        if (twin_original(f.twin) == a.arm) twins.push_back(f);
       const std::string level = format_number(100 * (1 - q.design.alpha), 0);
       const FloorInterval rci{look.ci_low, look.ci_high, look.ci_low, look.ci_high, "repeated " + level + "% CI"};
-      a.floor = floor_test(a.stats, twins, a.floor->margin, rci);
+      a.floor = floor_test(a.stats, floors_of(last, a.arm), a.floor->margin, rci);
     }
   if (q.outcome != "resolved" && q.outcome != "futile") return;
   std::vector<std::int64_t> needed(s.spec.seeds.begin(),
