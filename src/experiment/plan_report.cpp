@@ -40,7 +40,7 @@ std::string plan_report(const ProtocolFile& p, const PlanResult& r) {
                 pilot.tokens > 0 ? concat(", every run ", format_count(r.shapes.front().tokens), " tokens (fixed in the file)")
                                  : concat(", every run ", format_number(pilot.run_core_seconds, 0), " core-seconds of training"),
                 ".\n\n");
-  out += "Throughput (tokens per core-second; one measurement per shape, as many runs at a time as workers):\n";
+  out += "Throughput (tokens per core-second, from the run's CPU time; one measurement per shape):\n";
   for (const ShapeThroughput& t : r.shapes)
     out += concat("  ", t.label, " (", settings_text(t.settings), "): ", format_count(std::llround(t.tokens_per_core_second)),
                   " -> ", format_count(t.tokens), " tokens per run\n");

@@ -92,7 +92,8 @@ std::optional<std::vector<ShapeThroughput>> measure_throughput(const ProtocolFil
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     TrainConfig c = with_settings(e.base, shapes[i].settings, p.path);
     const results::TrainResult r = results::read_train_result(results[i]);
-    shapes[i].tokens_per_core_second = r.tokens_per_sec / double(threads_of(c));
+    shapes[i].tokens_per_core_second = results::tokens_per_core_second(r.tokens_per_sec, r.step_time_ms,
+                                                                       r.cpu_seconds_per_step, threads_of(c), r.processes);
     if (i == 0 && pilot.tokens > 0) {  // a fixed budget: the other shapes (probes) get its measured compute
       shapes[i].tokens = std::max<std::int64_t>(1, pilot.tokens / c.tokens_per_step()) * c.tokens_per_step();
       core_seconds = double(shapes[i].tokens) / shapes[i].tokens_per_core_second;

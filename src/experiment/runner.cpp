@@ -236,6 +236,7 @@ void record_run(const ExperimentOptions& o, const PlannedRun& run, const fs::pat
   result.test_nll = test_eval.nll;
   result.tokens_per_sec = tr.tokens_per_sec;
   result.step_time_ms = tr.step_time_ms;
+  result.cpu_seconds_per_step = tr.cpu_seconds_per_step;
   result.peak_rss_bytes = tr.peak_rss_bytes;
   result.curve = tr.curve;
   result.instability = tr.instability;
@@ -429,8 +430,9 @@ std::string dry_run(const ExperimentOptions& o, double planned_tokens_per_core_s
   for (const PlannedRun& r : plan.runs)
     if (fs::exists(r.result_path)) {
       const results::RunResult rr = results::read_run_result(r.result_path);
-      const int threads = r.config.threads > 0 ? r.config.threads : 1;
-      if (rr.tokens_per_sec > 0) measured.push_back(rr.tokens_per_sec / threads);
+      if (rr.tokens_per_sec > 0)
+        measured.push_back(results::tokens_per_core_second(rr.tokens_per_sec, rr.step_time_ms, rr.cpu_seconds_per_step,
+                                                           r.config.threads > 0 ? r.config.threads : 1));
     }
   std::sort(measured.begin(), measured.end());
   const double tps = !measured.empty() ? measured[measured.size() / 2] : planned_tokens_per_core_second;

@@ -134,6 +134,7 @@ json to_json(const RunResult& r) {
             {"step_time_ms", r.step_time_ms},
             {"peak_rss_bytes", r.peak_rss_bytes},
             {"curve", std::move(curve)}};
+  if (r.cpu_seconds_per_step > 0) j["cpu_seconds_per_step"] = r.cpu_seconds_per_step;
   if (!r.routing.empty()) {
     json layers = json::array();
     for (const auto& l : r.routing) layers.push_back(to_json(l));
@@ -176,6 +177,8 @@ void from_json(JsonObject& in, RunResult& r) {
   r.peak_rss_bytes = rss.integer();
   if (r.peak_rss_bytes < 0) rss.bad("must not be negative");
   r.step_time_ms = in.get("step_time_ms").non_negative();
+  // Optional: written since the CPU time was recorded.
+  if (const auto c = in.find("cpu_seconds_per_step"); c && !c->is_null()) r.cpu_seconds_per_step = c->non_negative();
 
   if (const auto curve = in.find("curve"))
     for (const JsonValue& p : curve->array()) r.curve.push_back(read_object<LossPoint>(p));

@@ -36,6 +36,7 @@ struct RunResult {
   double test_nll = 0;
   double tokens_per_sec = 0;
   double step_time_ms = 0;
+  double cpu_seconds_per_step = 0;  // the runner copies train_result.json's (0: not recorded)
   std::int64_t peak_rss_bytes = 0;
   std::vector<LossPoint> curve;       // may be empty
   // The runner copies train_result.json's; none in earlier files (run_instability computes it

@@ -1,5 +1,6 @@
 #include "results/train_result.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -47,6 +48,7 @@ json to_json(const TrainResult& r) {
             {"processes", r.processes},
             {"reduce_fraction", r.reduce_fraction},
             {"micro_batches", r.micro_batches}};
+  if (r.cpu_seconds_per_step > 0) j["cpu_seconds_per_step"] = r.cpu_seconds_per_step;  // none: not recorded
   if (r.instability) j["instability"] = to_json(*r.instability);
   if (r.provenance) j["provenance"] = to_json(*r.provenance);
   put_schema_version(j, r.version);
@@ -61,6 +63,8 @@ void from_json(JsonObject& in, TrainResult& r) {
   for (const JsonValue& p : in.get("curve").array()) r.curve.push_back(read_object<LossPoint>(p));
   r.tokens_per_sec = in.get("tokens_per_sec").non_negative();
   r.step_time_ms = in.get("step_time_ms").non_negative();
+  // Optional: written since the CPU time was recorded.
+  if (const auto c = in.find("cpu_seconds_per_step"); c && !c->is_null()) r.cpu_seconds_per_step = c->non_negative();
   r.peak_rss_bytes = in.get("peak_rss_bytes").integer();
   r.processes = static_cast<int>(in.get("processes").integer());
   r.reduce_fraction = in.get("reduce_fraction").non_negative();
@@ -69,6 +73,13 @@ void from_json(JsonObject& in, TrainResult& r) {
   if (const auto s = in.find("instability"); s && !s->is_null()) r.instability = read_object<Instability>(*s);
   // Optional: written since the provenance was recorded.
   if (const auto p = in.find("provenance"); p && !p->is_null()) r.provenance = read_object<Provenance>(*p);
+}
+
+double tokens_per_core_second(double tokens_per_sec, double step_time_ms, double cpu_seconds_per_step, int threads,
+                              int processes) {
+  if (cpu_seconds_per_step > 0 && step_time_ms > 0)
+    return tokens_per_sec * (step_time_ms / 1000.0) / (cpu_seconds_per_step * double(std::max(processes, 1)));
+  return tokens_per_sec / double(std::max(threads, 1) * std::max(processes, 1));
 }
 
 std::string train_result_path(const std::string& run_dir) {

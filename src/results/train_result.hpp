@@ -44,6 +44,10 @@ struct TrainResult {
   std::optional<Instability> instability;  // of the curve (results/instability.hpp); none in earlier files
   double tokens_per_sec = 0;     // over the steps run in this process
   double step_time_ms = 0;
+  // CPU seconds of one process per step (all its threads; 0: not recorded, files of earlier builds).
+  // Unlike the wall clock it is not inflated when other work shares the cores: what a core-second
+  // buys (tokens_per_core_second).
+  double cpu_seconds_per_step = 0;
   std::int64_t peak_rss_bytes = 0;
   int processes = 1;           // ranks of the data-parallel job
   double reduce_fraction = 0;  // share of step time spent summing gradients across ranks
@@ -51,6 +55,13 @@ struct TrainResult {
   // What produced it (results/provenance.hpp): the process that trained it; none in earlier files.
   std::optional<Provenance> provenance;
 };
+
+// Tokens one core trains per second (what `plan` prices a study with, and `experiment --dry-run`):
+// from the CPU time where it was recorded (cpu_seconds_per_step > 0), which other work sharing the
+// cores does not inflate, else the wall-clock rate over the threads (files of earlier builds).
+// tokens_per_sec and step_time_ms are over the same steps; `processes` ranks each spend the CPU time.
+double tokens_per_core_second(double tokens_per_sec, double step_time_ms, double cpu_seconds_per_step, int threads,
+                              int processes = 1);
 
 nlohmann::json to_json(const Milestone& m);
 void from_json(JsonObject& in, Milestone& m);

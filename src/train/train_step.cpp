@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "util/error.hpp"
+#include "util/machine.hpp"
 
 namespace attnres {
 
@@ -45,6 +46,7 @@ TrainStep::TrainStep(const TrainConfig& config, const Geometry& geometry, TrainB
 StepOutcome TrainStep::run(std::int64_t step) {
   StepOutcome out;
   const auto t_step = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
   loader_.next(batch_);
   loss_sum_.reset();
   const std::size_t len = static_cast<std::size_t>(geo_.micro_batch) * static_cast<std::size_t>(config_.seq_len + 1);
@@ -65,6 +67,7 @@ StepOutcome TrainStep::run(std::int64_t step) {
   out.lr = schedule_.at(step);
   out.grad_norm = backend_.update(out.lr, config_.grad_clip);
   out.seconds = seconds_since(t_step);
+  out.cpu_seconds = process_cpu_seconds() - cpu_start;
   return out;
 }
 

@@ -30,6 +30,7 @@ struct StepOutcome {
   double lr = 0;
   double grad_norm = 0;       // before clipping
   double seconds = 0;         // the whole step
+  double cpu_seconds = 0;     // this process's CPU time (all its threads) over the step
   double reduce_seconds = 0;  // of which in the gradient reduction across ranks
 };
 

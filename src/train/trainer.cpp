@@ -64,9 +64,11 @@ struct Speed {
   std::int64_t steps = 0;
   double seconds = 0;
   double reduce_seconds = 0;  // of which in the gradient reduction across ranks
+  double cpu_seconds = 0;     // this process's CPU time over them
   void add(const StepOutcome& s) {
     ++steps;
     seconds += s.seconds;
+    cpu_seconds += s.cpu_seconds;
     reduce_seconds += s.reduce_seconds;
   }
 };
@@ -96,6 +98,7 @@ TrainResult make_result(bool finished, const TrainState& state, const Speed& spe
   const double elapsed = speed.seconds;
   r.tokens_per_sec = speed.steps > 0 ? double(speed.steps * config.tokens_per_step()) / elapsed : 0;
   r.step_time_ms = speed.steps > 0 ? 1000.0 * elapsed / double(speed.steps) : 0;
+  r.cpu_seconds_per_step = speed.steps > 0 ? speed.cpu_seconds / double(speed.steps) : 0;
   r.peak_rss_bytes = peak_rss_bytes();
   r.reduce_fraction = elapsed > 0 ? speed.reduce_seconds / elapsed : 0;
   r.processes = comm.world();

@@ -141,6 +141,10 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   t.micro_batches = 4;
   write_train_result(tmp.file("t.json"), t);
   EXPECT_EQ(to_json(read_train_result(tmp.file("t.json"))), to_json(t));
+  EXPECT_FALSE(json::parse(read_text_file(tmp.file("t.json"))).contains("cpu_seconds_per_step"));  // not recorded
+  t.cpu_seconds_per_step = 0.236;
+  write_train_result(tmp.file("t.json"), t);
+  EXPECT_EQ(read_train_result(tmp.file("t.json")).cpu_seconds_per_step, 0.236);
 
   RunResult r;
   r.arm = "rd";
@@ -151,9 +155,12 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   r.peak_rss_bytes = 1 << 20;
   r.routing = {{0, 1, {1.0}, {1.0}, 0.0, {}, kNotAvailable}, {1, 2, {0.25, 0.75}, {0.5, 0.5}, 0.1, {}, kNotAvailable}};
   r.connections = {{"dwa", {{1, {0, 1}, {0.125, 1.5}}, {2, {0, 2}, {-0.25, 1.0}}}}};
+  r.cpu_seconds_per_step = 0.125;
   write_run_result(tmp.file("r.json"), r);
   const RunResult back = read_run_result(tmp.file("r.json"));
   EXPECT_EQ(to_json(back), to_json(r));
+  EXPECT_EQ(back.cpu_seconds_per_step, 0.125);
+  r.cpu_seconds_per_step = 0;
   EXPECT_FALSE(back.amax_gain.has_value());
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("r.json"))).contains("amax_gain"));
   // An n-stream arm's: per-token connections and the Amax gains.
@@ -199,6 +206,21 @@ TEST(Schemas, ReadBackWhatTheyWrite) {
   other.seeds = {1, 3};
   EXPECT_NE(read_experiment_spec(tmp.file("e.json")), other);
   EXPECT_FALSE(json::parse(read_text_file(tmp.file("e.json"))).contains("data"));  // "" is left out
+}
+
+// What plan and experiment --dry-run price a core-second with: the CPU time where recorded, so a
+// measurement taken while other work shared the cores is not read as a cheaper core (cpu-v3's
+// first throughput measurement: 2,452 tokens/s by the wall clock, 835 ms a step of 2,048 tokens).
+TEST(Schemas, TokensPerCoreSecondComesFromTheCpuTime) {
+  const double wall_rate = 2048 / 0.835;
+  // 0.236 CPU seconds a step: the run was waiting for a core the rest of the time.
+  EXPECT_NEAR(tokens_per_core_second(wall_rate, 835, 0.236, 1), 2048 / 0.236, 1e-6);
+  // Not recorded (files of earlier builds): the wall-clock rate over the threads, as before.
+  EXPECT_NEAR(tokens_per_core_second(wall_rate, 835, 0, 2), wall_rate / 2, 1e-9);
+  // Four threads busy for the whole step: CPU time 4x the wall clock, a quarter of the rate per core.
+  EXPECT_NEAR(tokens_per_core_second(wall_rate, 835, 4 * 0.835, 4), wall_rate / 4, 1e-9);
+  // Two ranks, each spending its CPU time on the step of the whole batch.
+  EXPECT_NEAR(tokens_per_core_second(wall_rate, 835, 0.835, 1, 2), wall_rate / 2, 1e-9);
 }
 
 // result.json and train_result.json carry their schema version from this build on; files without

@@ -187,6 +187,12 @@ TEST_F(TrainTest, PeakMemoryIsTheRunsOwnNotItsParents) {
   const auto peak = nlohmann::json::parse(read_file(runs.path() / "run/train_result.json")).at("peak_rss_bytes");
   EXPECT_GT(peak.get<std::int64_t>(), 0);
   EXPECT_LT(peak.get<std::int64_t>(), std::int64_t{256} << 20) << "the parent's 512 MiB counted as the run's";
+  // Its CPU time per step is recorded (what plan prices a core-second with), and no thread runs
+  // longer than the step did.
+  const auto result = nlohmann::json::parse(read_file(runs.path() / "run/train_result.json"));
+  const double cpu = result.at("cpu_seconds_per_step").get<double>(), wall = result.at("step_time_ms").get<double>() / 1e3;
+  EXPECT_GT(cpu, 0);
+  EXPECT_LE(cpu, wall * std::max(1u, std::thread::hardware_concurrency()) * 1.1 + 1e-3);
 }
 
 TEST_F(TrainTest, SigintSavesACheckpointAndExitsCleanly) {
