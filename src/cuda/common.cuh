@@ -44,6 +44,17 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+// The second step of a block's chunked reduction: once every warp w has its partials in
+// smem[w * width + k], out[k] = their sum in warp order (a fixed order). Call from every thread.
+__device__ __forceinline__ void sum_warp_partials(float* out, const float* smem, int warps, int width) {
+  __syncthreads();
+  for (int k = threadIdx.x; k < width; k += blockDim.x) {
+    float s = 0;
+    for (int w = 0; w < warps; ++w) s += smem[w * width + k];
+    out[k] = s;
+  }
+}
+
 inline unsigned grid_for(std::int64_t n, int threads, std::int64_t max_blocks = 65535LL * 16) {
   std::int64_t blocks = (n + threads - 1) / threads;
   if (blocks < 1) blocks = 1;

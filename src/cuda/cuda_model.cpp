@@ -81,6 +81,14 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
     ATTNRES_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, bytes, stream_));
     g_ = bind_weights<float>(config_, layout_, std::span<float>(grads_.as<float>(), layout_.total()));
   }
+  std::size_t table = 0;
+  for (const DwaPlan& plan : topo_.dwas()) {
+    const std::int64_t offset = layout_.at("dwa." + std::to_string(plan.block) + ".alpha").offset;
+    dwa_alpha_.push_back(params_.as<float>() + offset);
+    dwa_dalpha_.push_back(with_grad_ ? grads_.as<float>() + offset : nullptr);
+    dwa_table_.push_back(table);
+    table += plan.sources.size();
+  }
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -167,6 +175,15 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   } else {
     b.h_final = b.rms_final = b.logits_final = nullptr;
   }
+  b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
+  b.ddwa_out.assign(b.dwa_out.size(), nullptr);
+  std::int64_t dwa_max_sources = 0;
+  for (const DwaPlan& plan : topo_.dwas()) {
+    b.dwa_out[static_cast<std::size_t>(plan.block)] = f32(bt * d);
+    dwa_max_sources = std::max(dwa_max_sources, static_cast<std::int64_t>(plan.sources.size()));
+  }
+  const bool vres = config_.value_residual && config_.n_layers > 1;
+  b.vmix = vres ? op(bt * d) : nullptr;
   b.x_final = op(bt * d);
   b.rstd_final = f32(bt);
   const bool separate = topo_.any_separate_value();
@@ -185,11 +202,22 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   const std::int64_t max_sources = topo_.max_sources();
   b.read_sources = static_cast<const float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources)));
   b.read_dsources = static_cast<float**>(take(8 * std::max<std::int64_t>(1, n_reads * max_sources)));
+  const auto dwa_entries =
+      static_cast<std::int64_t>(dwa_table_.empty() ? 1 : dwa_table_.back() + topo_.dwas().back().sources.size());
+  b.dwa_sources = static_cast<const float**>(take(8 * dwa_entries));
+  b.dwa_dsources = static_cast<float**>(take(8 * dwa_entries));
   if (with_grad_) {
-    // demb and every sublayer's dout in one block: one memset zeroes them.
-    float* dall = f32(bt * d * (L + 1));
+    // demb, every sublayer's dout and every DWA's output gradient in one block: one memset zeroes them.
+    const auto n_dwas = static_cast<std::int64_t>(topo_.dwas().size());
+    const std::int64_t streams = L + 1 + n_dwas + (vres ? 1 : 0);
+    b.dstream_floats = static_cast<std::size_t>(bt * d * streams);
+    float* dall = f32(bt * d * streams);
     b.demb = dall;
     for (int j = 0; j < L; ++j) b.sub[static_cast<std::size_t>(j)].dout = base != nullptr ? dall + (j + 1) * bt * d : nullptr;
+    for (std::int64_t i = 0; i < n_dwas; ++i)
+      b.ddwa_out[static_cast<std::size_t>(topo_.dwas()[static_cast<std::size_t>(i)].block)] =
+          base != nullptr ? dall + (L + 1 + i) * bt * d : nullptr;
+    b.dv1 = vres && base != nullptr ? dall + (streams - 1) * bt * d : nullptr;
     b.dx_final = f32(bt * d);
     b.dh = f32(bt * d);
     b.dx = f32(bt * d);
@@ -204,8 +232,10 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
     b.dup = op(bt * H);
     b.dact = op(bt * H);
     b.delta = f32(bt * nh);
-    b.reduce = f32(std::max(kern::rmsnorm_scratch_floats(bt, config_.d_model),
-                            kern::depth_read_scratch_floats(bt, config_.d_model)));
+    b.reduce = f32(std::max({kern::rmsnorm_scratch_floats(bt, config_.d_model),
+                             kern::depth_read_scratch_floats(bt, config_.d_model),
+                             kern::dwa_scratch_floats(bt, static_cast<int>(dwa_max_sources)),
+                             kern::value_residual_scratch_floats(bt)}));
   }
   used = align_up(used);
 }
@@ -244,6 +274,20 @@ void CudaModel::build_arena() {
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.read_sources, src.data(), src.size() * sizeof(const float*),
                                        cudaMemcpyHostToDevice, stream_));
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.read_dsources, dsrc.data(), dsrc.size() * sizeof(float*),
+                                       cudaMemcpyHostToDevice, stream_));
+  }
+  // ... and of every DWA.
+  if (!topo_.dwas().empty()) {
+    std::vector<const float*> src;
+    std::vector<float*> dsrc;
+    for (const DwaPlan& plan : topo_.dwas())
+      for (const int source : plan.sources) {
+        src.push_back(residual(source));
+        dsrc.push_back(with_grad_ ? dresidual(source) : nullptr);
+      }
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.dwa_sources, src.data(), src.size() * sizeof(const float*),
+                                       cudaMemcpyHostToDevice, stream_));
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.dwa_dsources, dsrc.data(), dsrc.size() * sizeof(float*),
                                        cudaMemcpyHostToDevice, stream_));
   }
   synchronize();
@@ -367,11 +411,13 @@ void CudaModel::set_inputs(std::span<const std::int32_t> tokens, std::int64_t ba
 
 const float* CudaModel::residual(int index) const {
   if (index == kNoStream) return nullptr;
+  if (topo_.is_dwa_stream(index)) return buf_.dwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
   return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
 }
 
 float* CudaModel::dresidual(int index) {
   if (index == kNoStream) return nullptr;
+  if (topo_.is_dwa_stream(index)) return buf_.ddwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
   return index == kEmbedding ? buf_.demb : buf_.sub[static_cast<std::size_t>(index)].dout;
 }
 

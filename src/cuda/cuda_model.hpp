@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "cuda/attention.hpp"
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
+#include "cuda/kernels.hpp"
 #include "kernels/precision.hpp"
 #include "model/config.hpp"
 #include "model/param_layout.hpp"
@@ -157,6 +159,16 @@ class CudaModel {
     std::int32_t* tokens = nullptr;  // inputs | targets | ids | starts | positions
     const float** read_sources = nullptr;  // [n_reads][max_sources]
     float** read_dsources = nullptr;       // [n_reads][max_sources]
+    // DenseFormer: each DWA's output Y_i and its gradient, by block (null where none); the source
+    // pointer tables of the DWAs, one after the other (Topology::dwas() order, from dwa_table[i]).
+    std::vector<float*> dwa_out, ddwa_out;
+    const float** dwa_sources = nullptr;
+    float** dwa_dsources = nullptr;
+    // The value residual: V' of the current attention sublayer (operand type; recomputed in the
+    // backward), and V_1's gradient gathered from the later layers (fp32).
+    void* vmix = nullptr;
+    float* dv1 = nullptr;
+    std::size_t dstream_floats = 0;  // demb, every dout, ddwa_out and dv1: one block, zeroed by one memset
   };
 
   void carve(unsigned char* base, std::size_t& used);
@@ -177,6 +189,11 @@ class CudaModel {
                     float* rms, float* logits, bool recompute);
   void read_backward(int read, const ReadParams<float>& p, const ReadParams<float>& dp, const float* dout,
                      const float* dout_v, const float* rms, const float* logits);
+  // The value residual of attention layer `layer` (null: none, as in layer 0 or without it).
+  std::optional<kern::ValueResidual> value_residual(int layer) const;
+  // A DWA of DenseFormer (one of Topology::dwas()) for the kernels, and its backward.
+  kern::Dwa dwa(const DwaPlan& plan) const;
+  void dwa_backward(const DwaPlan& plan);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -194,6 +211,11 @@ class CudaModel {
   DeviceBuffer params_, grads_, shadow_, arena_;
   bool shadow_valid_ = false;  // the bf16 copy (shadow_) holds the current params_
   ModelWeights<float> w_, g_;
+  // DenseFormer's DWA weights and their gradients (dwa.{block}.alpha), and where each DWA's
+  // pointers start in the source tables, by Topology::dwas().
+  std::vector<const float*> dwa_alpha_;
+  std::vector<float*> dwa_dalpha_;
+  std::vector<std::size_t> dwa_table_;
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

@@ -74,6 +74,48 @@ void CudaModel::read_backward(int read, const ReadParams<float>& p, const ReadPa
 }
 
 // ---------------------------------------------------------------------------------------------
+// The value residual (SublayerBodies::value_residual)
+// ---------------------------------------------------------------------------------------------
+
+std::optional<kern::ValueResidual> CudaModel::value_residual(int layer) const {
+  if (!config_.value_residual || layer == 0) return std::nullopt;
+  kern::ValueResidual a;
+  a.v1 = buf_.sub[0].v;
+  a.vn = buf_.sub[static_cast<std::size_t>(2 * layer)].v;
+  a.type = op_type();
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.mode = config_.vres_mode;
+  a.params = w_.layers[static_cast<std::size_t>(layer)].vres_lambda;
+  a.constant1 = static_cast<float>(config_.vres_lambda1);
+  a.constant2 = static_cast<float>(config_.vres_lambda2);
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DenseFormer's DWAs
+// ---------------------------------------------------------------------------------------------
+
+kern::Dwa CudaModel::dwa(const DwaPlan& plan) const {
+  const auto i = static_cast<std::size_t>(&plan - topo_.dwas().data());
+  kern::Dwa a;
+  a.sources = buf_.dwa_sources + dwa_table_[i];
+  a.n_sources = static_cast<int>(plan.sources.size());
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.alpha = dwa_alpha_[i];
+  return a;
+}
+
+// The DWA's output gradient is complete (its readers lie in later blocks); scattering it completes
+// the gradient of the block's own output, as every DWA reading that is later.
+void CudaModel::dwa_backward(const DwaPlan& plan) {
+  const auto i = static_cast<std::size_t>(&plan - topo_.dwas().data());
+  kern::dwa_backward(dwa(plan), dresidual(plan.output), buf_.dwa_dsources + dwa_table_[i], dwa_dalpha_[i], buf_.reduce,
+                     stream_);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Forward and backward (model/model.cpp, step for step)
 // ---------------------------------------------------------------------------------------------
 
@@ -105,13 +147,20 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
       kern::rope(s.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
       kern::rope(s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
-      attention_->forward(s.att, s.lse, s.q, s.k, s.v, ot, shape);
+      const void* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
+      if (const auto vr = value_residual(layer_of(j))) {
+        kern::value_residual_forward(*vr, buf_.vmix, stream_);
+        v = buf_.vmix;
+      }
+      attention_->forward(s.att, s.lse, s.q, s.k, v, ot, shape);
       gemm_->linear_forward(s.out, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
     } else {
       gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
       gemm_->linear_forward(s.up, ot, s.x, op_weight(lw.w_up), ot, n, d, H);
       kern::swiglu_forward(s.act, s.gate, s.up, ot, n * H, stream_);
       gemm_->linear_forward(s.out, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
+      if (const DwaPlan* plan = topo_.dwa_ending_at(j))
+        kern::dwa_forward(dwa(*plan), buf_.dwa_out[static_cast<std::size_t>(plan->block)], stream_);
     }
   }
   if (reads) {
@@ -185,6 +234,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       // The value route's input, recomputed (bit-identical to the forward's): hv, xv, rstdv.
       read_forward(j, read_params(w_, topo_, j), norm_w, nullptr, nullptr, nullptr, s.rms, s.read_logits, true);
     }
+    if (const DwaPlan* plan = topo_.dwa_ending_at(j)) dwa_backward(*plan);
     // s.dout is complete: every later user of this partial sum has been visited.
     float* dbase = dresidual(topo_.write_base(j));
     const void* dy = s.dout;
@@ -197,7 +247,15 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     if (attn) {
       gemm_->linear_backward_weight(lg.wo, dy, s.att, ot, n, d, d);
       gemm_->linear_backward_input(b.datt, ot, dy, op_weight(lw.wo), ot, n, d, d);
-      attention_->backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, s.v, s.att, s.lse, b.delta, ot, shape);
+      const auto vr = value_residual(layer_of(j));
+      if (vr) kern::value_residual_forward(*vr, b.vmix, stream_);  // V' again, bit for bit
+      attention_->backward(b.dq, b.dk, b.dv, b.datt, s.q, s.k, vr ? b.vmix : s.v, s.att, s.lse, b.delta, ot, shape);
+      if (vr) {
+        // dv becomes the raw V's gradient; V_1's share waits in dv1 for the first layer.
+        kern::value_residual_backward(*vr, b.dv, b.dv1, lg.vres_lambda, b.reduce, stream_);
+      } else if (j == 0 && b.dv1 != nullptr) {
+        kern::add_fp32(b.dv, ot, b.dv1, n * d, stream_);
+      }
       kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);
@@ -247,11 +305,8 @@ double CudaModel::forward_backward(std::span<const std::int32_t> tokens, std::in
   require(with_grad_, "this model was built without gradient buffers");
   set_inputs(tokens, batch, seq, true);
   forward_trunk(batch, seq);
-  const std::int64_t bt = max_batch_ * max_seq_;
   ATTNRES_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_));
-  ATTNRES_CUDA_CHECK(cudaMemsetAsync(
-      buf_.demb, 0, sizeof(float) * static_cast<std::size_t>(bt * config_.d_model * (config_.n_sublayers() + 1)),
-      stream_));
+  ATTNRES_CUDA_CHECK(cudaMemsetAsync(buf_.demb, 0, sizeof(float) * buf_.dstream_floats, stream_));
   lm_head_loss(true);
   backward_trunk(batch, seq);
   synchronize();

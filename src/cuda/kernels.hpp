@@ -12,6 +12,7 @@
 
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
+#include "kernels/value_residual.hpp"
 
 namespace attnres::cuda::kern {
 
@@ -59,6 +60,10 @@ void divide(float* x, float divisor, std::int64_t n, Stream stream);
 void add_and_cast(float* dst, const float* src, void* cast_bf16, std::int64_t n, Stream stream);
 // dst (bf16) = src (fp32), round to nearest even.
 void cast_to_bf16(void* dst, const float* src, std::int64_t n, Stream stream);
+// out[k] += sum over chunks c (ascending, in a fixed order) of partial[c * stride + k], k < width:
+// the second stage of the chunked parameter-gradient reductions.
+void sum_chunks(float* out, const float* partial, std::int64_t chunks, std::int64_t stride, int width,
+                Stream stream);
 
 // kernels/cross_entropy, one chunk of rows: logits fp32 [rows, vocab]. row_loss[r] =
 // logsumexp(row) - row[target] (double). When dlogits is not null it receives
@@ -141,6 +146,46 @@ struct DepthReadBackward {
 };
 void depth_read_backward(const DepthReadBackward& a, Stream stream);
 std::int64_t depth_read_scratch_floats(std::int64_t n_tok, int d);
+
+// ---- DenseFormer (dwa.cu): kernels/dwa --------------------------------------------------------
+
+struct Dwa {
+  const float* const* sources = nullptr;  // device array of n_sources pointers, each [n_tok, d], alpha's order
+  int n_sources = 0;
+  std::int64_t n_tok = 0;
+  int d = 0;
+  const float* alpha = nullptr;  // [n_sources] (a parameter)
+};
+// out [n_tok, d] = sum_j alpha_j sources[j] (fused multiply-adds in source order, as the CPU).
+void dwa_forward(const Dwa& a, float* out, Stream stream);
+// dsources[j] += alpha_j dout (device array of n_sources pointers); dalpha[j] += sum over tokens
+// of <dout, sources[j]> (chunked, fixed order). scratch: dwa_scratch_floats.
+void dwa_backward(const Dwa& a, const float* dout, float* const* dsources, float* dalpha, float* scratch,
+                  Stream stream);
+std::int64_t dwa_scratch_floats(std::int64_t n_tok, int n_sources);
+
+// ---- the value residual (value_residual.cu): kernels/value_residual ---------------------------
+
+struct ValueResidual {
+  const void* v1 = nullptr;  // [n_tok, d] the first attention sublayer's values (type)
+  const void* vn = nullptr;  // [n_tok, d] this sublayer's own values (type)
+  DType type = DType::f32;
+  std::int64_t n_tok = 0;
+  int d = 0;
+  kernels::VresMode mode = kernels::VresMode::fixed;
+  const float* params = nullptr;  // the layer's attn.vres_lambda (learned modes)
+  float constant1 = 0.5f, constant2 = 0.5f;  // vres_mode constant
+};
+// out (type) = lambda1 v1 + lambda2 vn.
+void value_residual_forward(const ValueResidual& a, void* out, Stream stream);
+// dv (type, in place): dV' in, lambda2 dV' out (vn's gradient); dv1 (fp32) += lambda1 dV'; in the
+// learned modes dparams (the layer's vres_lambda gradient) += the lambdas' gradients (sums over
+// tokens in fixed chunk order; null: skipped). scratch: value_residual_scratch_floats.
+void value_residual_backward(const ValueResidual& a, void* dv, float* dv1, float* dparams, float* scratch,
+                             Stream stream);
+std::int64_t value_residual_scratch_floats(std::int64_t n_tok);
+// dst (type) += src (fp32), rounded to the type.
+void add_fp32(void* dst, DType type, const float* src, std::int64_t n, Stream stream);
 
 // ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
 

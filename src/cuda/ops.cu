@@ -83,13 +83,7 @@ __global__ void rmsnorm_backward_kernel(float* dx, bool accumulate, const float*
       acc[k] += gt[k] * xt[k] * r;
     }
   }
-  __syncthreads();
-  float* out = partial + blockIdx.x * std::int64_t(d);
-  for (int k = threadIdx.x; k < d; k += blockDim.x) {
-    float s = 0;
-    for (int wi = 0; wi < kWarpsPerBlock; ++wi) s += smem[wi * d + k];
-    out[k] = s;
-  }
+  sum_warp_partials(partial + blockIdx.x * std::int64_t(d), smem, kWarpsPerBlock, d);
 }
 
 // out[k] += sum over chunks c (ascending) of partial[c * stride + k], k < width. Block = 32
@@ -370,8 +364,14 @@ void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, co
   rmsnorm_backward_kernel<<<static_cast<unsigned>(chunks), 32 * kWarpsPerBlock, smem, stream>>>(
       dx, accumulate, dy, x, w, rstd, n, d, scratch);
   ATTNRES_CUDA_CHECK_LAUNCH();
-  sum_chunks_kernel<<<static_cast<unsigned>((d + 31) / 32), 32 * kWarpsPerBlock, 0, stream>>>(dw, scratch, chunks, d,
-                                                                                             d);
+  sum_chunks(dw, scratch, chunks, d, d, stream);
+}
+
+void sum_chunks(float* out, const float* partial, std::int64_t chunks, std::int64_t stride, int width,
+                Stream stream) {
+  if (width == 0) return;
+  sum_chunks_kernel<<<static_cast<unsigned>((width + 31) / 32), 32 * kWarpsPerBlock, 0, stream>>>(out, partial, chunks,
+                                                                                                 stride, width);
   ATTNRES_CUDA_CHECK_LAUNCH();
 }
 

@@ -405,10 +405,9 @@ const ResidualFamily& single_stream_family() {
                 {R::block, "block", true, {.routing = true}},
                 {R::rd, "rd", true, {.routing = true}},
                 // DenseFormer's connections are its DWA weights.
-                {R::denseformer, "denseformer", false, {.connections = true}}},
+                {R::denseformer, "denseformer", true, {.connections = true}}},
       .trunk_float = make_single_stream_trunk<float>,
       .trunk_double = make_single_stream_trunk<double>,
-      .cuda_lacks = {"value_residual"},
       .add_params = add_single_stream_params,
       .static_connections = single_stream_static_connections,
       .residual_flops = single_stream_residual_flops,

@@ -77,10 +77,9 @@ struct Variant {
     if (residual == ResidualMode::delta_block) c.delta_block_partial = delta_block_partial;
     return c;
   }
-  // The CUDA backend implements the AttnRes modes only (the record in model/arms.cpp), without the value residual.
-  bool on_cuda() const {
-    return residual_mode_info(residual).cuda && !value_residual;
-  }
+  // The CUDA backend implements the modes whose family record says so (model/family.hpp), with the
+  // value residual.
+  bool on_cuda() const { return residual_mode_info(residual).cuda; }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
 

@@ -13,6 +13,17 @@
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
+// Baseline families on CUDA (issue #48; today DenseFormer and the value residual): checks (a)-(c)
+// take every variant of testing::cuda_variants(), so a family's modes join them when its record
+// sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
+// trains, and block+vres, on the same preset as block, and prints its step time and device memory
+// against block's.
+//
+// --modes NAME,... restricts (a)-(d) to those variants / arms (by name: "denseformer_2x2",
+// "denseformer-4x5"; the extra cases "block untied", "rd hd128", "S init rd" go with their mode);
+// the attention-kernel cases of (b) then run only when the list names "attention". (d) always times
+// block and rd as the reference. A name none of them has is an error (exit 2).
+//
 // --attention auto|cudnn|wmma|simt picks the attention implementation of every CudaModel the
 // checks build (cuda::Attention; auto: cuDNN when the build has it); (d) names it in each row.
 //
@@ -36,6 +47,8 @@
 #include "cuda/cuda_model.hpp"
 #include "cuda/kernels.hpp"
 #include "kernels/attention.hpp"
+#include "model/arms.hpp"
+#include "model/family.hpp"
 #include "model/model.hpp"
 #include "optim/adamw.hpp"
 #include "train/train_config.hpp"
@@ -67,6 +80,22 @@ struct Row {
 std::vector<Row> g_rows;
 bool g_strict = false;
 bool g_quick = false;  // skip the preset-size cases in (b)
+std::vector<std::string> g_modes;  // --modes: the variants and arms to check (empty: all)
+
+bool selected(const std::string& name) {
+  return g_modes.empty() || std::find(g_modes.begin(), g_modes.end(), name) != g_modes.end();
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
 // --attention: the implementation every CudaModel of the checks uses (cuda/attention.hpp).
 cuda::kern::AttentionImpl g_attention = cuda::kern::AttentionImpl::automatic;
 
@@ -163,6 +192,21 @@ std::vector<std::int32_t> pattern_tokens(int batch, int seq, int vocab, std::uin
   return t;
 }
 
+// The arms (model/arms.hpp) of the baseline families that the CUDA backend trains: every arm whose
+// mode is not one of AttnRes's (prenorm, full, block, rd) and that cuda_refusal accepts, and
+// block with the value residual.
+std::vector<std::string> baseline_arms() {
+  std::vector<std::string> out = {"block+vres"};
+  for (const std::string& arm : arm_names()) {
+    const ModelConfig c = apply_arm(ModelConfig{}, arm);
+    const ResidualMode m = c.residual;
+    const bool attnres = m == ResidualMode::prenorm || m == ResidualMode::full || m == ResidualMode::block ||
+                         m == ResidualMode::rd;
+    if (!attnres && cuda_refusal(c).empty()) out.push_back(arm);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // (a) fp32 parity
 // ---------------------------------------------------------------------------------------------
@@ -235,20 +279,21 @@ void check_parity() {
   base.n_blocks = 4;
   base.max_seq_len = 48;
   for (const Variant& v : testing::cuda_variants()) {
+    if (!selected(v.name)) continue;
     try {
       parity_case(v.name, variant_config(base, v), 3, 45, 11);
     } catch (const std::exception& e) {
       add_error("a", v.name, e.what());
     }
   }
-  try {  // untied LM head
+  if (selected("block")) try {  // untied LM head
     ModelConfig c = variant_config(base, {"block", ResidualMode::block, ValueRoute::decoupled});
     c.tie_embeddings = false;
     parity_case("block untied", c, 3, 45, 12);
   } catch (const std::exception& e) {
     add_error("a", "block untied", e.what());
   }
-  try {  // head_dim 128 (the other fp32 attention kernel), two key tiles
+  if (selected("rd")) try {  // head_dim 128 (the other fp32 attention kernel), two key tiles
     ModelConfig c = variant_config(base, {"rd", ResidualMode::rd, ValueRoute::decoupled});
     c.d_model = 256;
     c.n_heads = 2;
@@ -259,6 +304,26 @@ void check_parity() {
     parity_case("rd hd128", c, 2, 70, 13);
   } catch (const std::exception& e) {
     add_error("a", "rd hd128", e.what());
+  }
+  // DenseFormer 4 x 5 over 6 blocks: one DWA, after block 5, reading X_1 and X_5 (sources other
+  // than the embedding, a block without a DWA before it and after it; block 6 reads the DWA).
+  if (selected("denseformer-4x5")) try {
+    ModelConfig c = apply_arm(base, "denseformer-4x5");
+    c.n_layers = 6;
+    parity_case("denseformer-4x5 L6", c, 2, 45, 14);
+  } catch (const std::exception& e) {
+    add_error("a", "denseformer-4x5 L6", e.what());
+  }
+  // The value residual with constant lambdas (the variants have fixed, learned_convex, learned_pair).
+  if (selected("block_vres_constant")) try {
+    ModelConfig c = variant_config(base, {"block", ResidualMode::block, ValueRoute::decoupled});
+    c.value_residual = true;
+    c.vres_mode = kernels::VresMode::constant;
+    c.vres_lambda1 = 2;
+    c.vres_lambda2 = 1;
+    parity_case("block_vres_constant", c, 3, 45, 15);
+  } catch (const std::exception& e) {
+    add_error("a", "block_vres_constant", e.what());
   }
 }
 
@@ -369,6 +434,7 @@ void check_bf16() {
   std::printf("(b) bf16 mixed precision vs fp32\n");
   using cuda::kern::AttentionImpl;
   for (int hd : {64, 128}) {
+    if (!selected("attention")) break;
     try {
       attention_case(hd, AttentionImpl::wmma, DType::bf16, 2e-2, 5e-2);
       attention_case(hd, AttentionImpl::simt, DType::bf16, 2e-2, 5e-2);
@@ -377,7 +443,7 @@ void check_bf16() {
       add_error("b", "attention hd" + std::to_string(hd), e.what());
     }
   }
-  try {
+  if (selected("attention")) try {
     attention_case(64, AttentionImpl::simt, DType::f32, 1e-5, 1e-4);
   } catch (const std::exception& e) {
     add_error("b", "attention simt fp32", e.what());
@@ -391,13 +457,14 @@ void check_bf16() {
   base.n_blocks = 2;
   base.max_seq_len = 100;
   for (const Variant& v : testing::cuda_variants()) {
+    if (!selected(v.name)) continue;
     try {
       bf16_case(v.name, variant_config(base, v), 2, 100, 21);
     } catch (const std::exception& e) {
       add_error("b", v.name, e.what());
     }
   }
-  try {
+  if (selected("rd")) try {
     ModelConfig c = variant_config(base, {"rd", ResidualMode::rd, ValueRoute::decoupled});
     c.d_model = 256;  // head_dim 128
     bf16_case("rd hd128", c, 2, 100, 22);
@@ -407,6 +474,7 @@ void check_bf16() {
   // Preset S at initialisation, one batch of 4 x 1024.
   if (g_quick) return;
   for (ResidualMode mode : {ResidualMode::block, ResidualMode::rd}) {
+    if (!selected(to_string(mode))) continue;
     const std::string name = "S init " + to_string(mode);
     try {
       ModelConfig c = preset("S").model;
@@ -446,6 +514,7 @@ void check_training(int steps) {
   AdamWConfig ac;
   ac.weight_decay = 0.1;
   for (const Variant& v : testing::cuda_variants()) {
+    if (!selected(v.name)) continue;
     try {
       const ModelConfig c = variant_config(base, v);
       Model<float> cpu(c, B, T, true);
@@ -587,6 +656,21 @@ void check_throughput(int warmup, int steps, bool with_m, double given_peak) {
       add_row("d", name + " rd/block", "step-time ratio", arms[1].step_s / arms[0].step_s, 1.02, false, false);
       add_row("d", name + " rd/block", "device-memory ratio", double(arms[1].bytes) / double(arms[0].bytes), 1.02,
               false, false);
+      // The baseline families' arms that train on CUDA, against block (reported, no target; preset
+      // S only, to spare the GPU's time).
+      for (const std::string& arm : baseline_arms()) {
+        if (name != "S" || !selected(arm)) continue;
+        try {
+          const ArmResult r = run_arm(apply_arm(tc.model, arm), tc.batch_size, tc.seq_len, warmup, steps, peak);
+          add_info("d", name + " " + arm,
+                   fmt("%.0f tokens/s", r.tokens_per_s) + fmt(", step %.1f ms", r.step_s * 1e3) +
+                       fmt(", MFU %.1f%%", 100 * r.mfu) + fmt(", device memory %.2f GB", r.bytes / 1e9) +
+                       fmt(", loss %.3f", r.loss) + fmt("; vs block: step x%.3f", r.step_s / arms[0].step_s) +
+                       fmt(", memory x%.3f", double(r.bytes) / double(arms[0].bytes)));
+        } catch (const std::exception& e) {
+          add_error("d", name + " " + arm, e.what());
+        }
+      }
     } catch (const std::exception& e) {
       add_error("d", name, e.what());
     }
@@ -617,6 +701,7 @@ int main(int argc, char** argv) {
     else if (a == "--peak-tflops") peak_tflops = std::stod(value());
     else if (a == "--no-m") with_m = false;
     else if (a == "--quick") g_quick = true;
+    else if (a == "--modes") g_modes = split_list(value());
     else if (a == "--attention") {
       try {
         g_attention = cuda::kern::parse_attention_impl(value());
@@ -630,6 +715,7 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: attnres_gpu_check [--only abcd] [--strict] [--steps 20] [--perf-steps 5] [--perf-warmup 2]\n"
           "                         [--peak-tflops X] [--no-m] [--quick] [--attention auto|cudnn|wmma|simt]\n"
+          "                         [--modes NAME,...]\n"
           "  --only      which checks to run (letters a-d)\n"
           "  --strict    performance targets (d) fail the run when missed\n"
           "  --steps     AdamW steps of (c)\n"
@@ -637,8 +723,20 @@ int main(int argc, char** argv) {
           "  --peak-tflops  the bf16 GEMM rate for (d)'s MFU instead of measuring it (a profiler run)\n"
           "  --no-m      throughput of preset S only\n"
           "  --quick     skip the preset-S cases of (b)\n"
-          "  --attention the attention implementation of every model (auto: cuDNN when built with it)\n");
+          "  --attention the attention implementation of every model (auto: cuDNN when built with it)\n"
+          "  --modes     only these variants (a-c: e.g. block,denseformer_2x2) and arms (d: e.g. denseformer-4x5);\n"
+          "              the attention-kernel cases of (b) only when it names 'attention'\n");
       return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  for (const std::string& name : g_modes) {
+    std::vector<std::string> known = arm_names();
+    for (const Variant& v : testing::cuda_variants()) known.push_back(v.name);
+    for (const std::string& x : baseline_arms()) known.push_back(x);
+    known.insert(known.end(), {"attention", "block_vres_constant"});
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::fprintf(stderr, "attnres_gpu_check: --modes: no variant or arm is named '%s'\n", name.c_str());
+      return 2;
     }
   }
   if (train_steps < 1 || perf_steps < 1 || perf_warmup < 0 || peak_tflops < 0) {

@@ -462,8 +462,8 @@ phase_checks_d_cudnn() {
     limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only d --attention "$impl" "${m[@]}" \
       > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
-    headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) (block|rd) +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
-      sed -E 's/^  d  ([SM] [a-z]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
+    headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
+      sed -E 's/^  d  ([SM] [a-z0-9+-]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
   done
   return "$rc"
 }

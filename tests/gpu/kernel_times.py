@@ -19,6 +19,8 @@ FAMILIES = [  # (family, substrings of the kernel's function name), first match 
     # fmha; before the GEMM family, whose "sm90" they may also contain)
     ("attention", ("attn_", "sdpa", "flash", "fmha")),
     ("depth read", ("depth_read",)),
+    ("DenseFormer DWA", ("dwa_",)),
+    ("value residual", ("value_residual", "add_fp32")),
     ("rmsnorm", ("rmsnorm",)),
     ("swiglu", ("swiglu",)),
     ("cross-entropy", ("cross_entropy",)),

@@ -52,7 +52,7 @@ elif ncu=$(find_tool ncu); then
   # shellcheck disable=SC2086  # PROFILE_CHECK_ARGS is a list of options
   timeout --kill-after=10 "$ncu_s" "$ncu" --clock-control none --metrics gpu__time_duration.sum \
     --print-kernel-base function -f -o "$out/step" \
-    "$check" --only d --no-m --perf-warmup 0 --perf-steps 1 --peak-tflops 894 ${PROFILE_CHECK_ARGS:-} > "$out/ncu.log" 2>&1
+    "$check" --only d --no-m --perf-warmup 0 --perf-steps 1 --peak-tflops 894 --modes block,rd ${PROFILE_CHECK_ARGS:-} > "$out/ncu.log" 2>&1
   rc=$?
   echo "profile: ncu exit $rc after $(( $(date +%s) - t0 )) s"
   if [ -f "$out/step.ncu-rep" ]; then

@@ -50,12 +50,8 @@ TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
   for (const testing::Variant& v : testing::all_variants()) {
     const std::string refusal = cuda_refusal(testing::tiny_config(v));
     EXPECT_EQ(refusal.empty(), v.on_cuda()) << v.name;
-    // Refused by name: the mode, or the option the CUDA kernels lack.
-    if (!residual_mode_info(v.residual).cuda) {
-      EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
-    } else if (v.value_residual) {
-      EXPECT_EQ(refusal, "model.value_residual") << v.name;
-    }
+    // Refused by name: the mode.
+    if (!residual_mode_info(v.residual).cuda) EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
   }
 }
 
