@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The demo: prepare the offline default corpus (Python documentation sources from Debian's
 # python3-doc, with a SentencePiece tokenizer trained on it), run the paired Block vs RD-AttnRes
-# protocol studies/demo.toml with two runs at a time (one per core), write the report and end with
-# the one-line answer. Rerunning resumes: the prepared data and finished runs are reused.
+# protocol studies/demo.toml (planned by `attnres plan` from studies/demo.pilot.toml: both arms'
+# twins, sequential seeds) with two runs at a time (one per core; both workers take each look's
+# runs), write the report and end with the one-line answer. Rerunning resumes: the prepared data
+# and finished runs are reused.
 set -euo pipefail
 build=${1:-build}
 bin="$build/src/cli/attnres"

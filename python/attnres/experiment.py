@@ -354,8 +354,14 @@ class Experiment:
         self.milestones: List[int] = spec["milestones"]
         self.runs: List[Run] = []
         self.missing: List[Tuple[str, int]] = []
+        # Twins (arm~) run on the first twin_seeds seeds only, a group on its first seed_count: later
+        # seeds are not planned runs, so not missing ones (docs/experiments.md, "Twins and the noise floor").
+        twin_seeds = spec.get("twin_seeds") or 0
+        seed_count = spec.get("seed_count") or 0
         for arm in self.arms:
-            for seed in self.seeds:
+            for i, seed in enumerate(self.seeds):
+                if (seed_count and i >= seed_count) or (arm.endswith("~") and twin_seeds and i >= twin_seeds):
+                    continue
                 if main is not None and arm == self.baseline:  # the main baseline's runs, read at these milestones
                     p = run_result_path(directory, arm, seed)
                 else:
@@ -364,12 +370,19 @@ class Experiment:
                     self.runs.append(_read_run(p, spec, arm, seed))
                 else:
                     self.missing.append((arm, seed))
+        # Runs a stopped sequential study did not need (summary.json, written by `attnres report`)
+        # are not missing.
+        not_needed = {(r.get("arm"), r.get("seed")) for r in (summary or {}).get("not_needed_runs") or []
+                      if isinstance(r, dict)}
+        self.not_needed: List[Tuple[str, int]] = [m for m in self.missing if m in not_needed]
+        self.missing = [m for m in self.missing if m not in not_needed]
         self.summary: Optional[dict] = summary
 
     def __repr__(self) -> str:
         where = f"'{self.path}'" + (f" group '{self.name}'" if self.kind != "main" else "")
         return (f"Experiment({where}: arms {self.arms}, baseline {self.baseline}, seeds {self.seeds}, "
-                f"{len(self.runs)} finished, {len(self.missing)} missing)")
+                f"{len(self.runs)} finished, {len(self.missing)} missing"
+                + (f", {len(self.not_needed)} not needed by the sequential design" if self.not_needed else "") + ")")
 
     def run(self, arm: str, seed: int) -> Run:
         for r in self.runs:

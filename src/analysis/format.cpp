@@ -27,6 +27,20 @@ std::string format_signed(double value, int decimals) {
   return buf;
 }
 
+namespace {
+bool rounds_to_zero(double value, int decimals) {
+  return std::isfinite(value) && value != 0 && std::abs(value) < 0.5 * std::pow(10.0, -decimals);
+}
+}  // namespace
+
+std::string format_nats(double value, int decimals) {
+  return rounds_to_zero(value, decimals) ? format_printf("%.2g", value) : format_number(value, decimals);
+}
+
+std::string format_signed_nats(double value, int decimals) {
+  return rounds_to_zero(value, decimals) ? format_printf("%+.2g", value) : format_signed(value, decimals);
+}
+
 std::string format_p_value(double p) {
   if (std::isnan(p)) return "n/a";
   if (p >= 0.01) return format_printf("%.3f", p);

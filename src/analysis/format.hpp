@@ -9,6 +9,11 @@ namespace attnres::analysis {
 
 std::string format_number(double value, int decimals);
 std::string format_signed(double value, int decimals);
+// A difference in nats at `decimals` places, or to two significant digits where those places would
+// print a non-zero value as zero (a twin's ΔNLL of 6e-06 is not "0.0000": a floor that reads as zero
+// misleads). The second, with a sign.
+std::string format_nats(double value, int decimals = 4);
+std::string format_signed_nats(double value, int decimals = 4);
 std::string format_p_value(double p);
 std::string format_percent(double fraction, int decimals);  // signed, e.g. "-2.97%"
 std::string format_tokens(double tokens);                   // 1.5K, 250M, 2B

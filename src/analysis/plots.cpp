@@ -157,13 +157,16 @@ std::string plot_deltas(const ExperimentSummary& s) {
   std::vector<const Comparison*> groups;
   for (const auto& c : s.milestones) groups.push_back(&c);
   groups.push_back(&s.test);
+  // The arms against the baseline: a twin of a compared arm (rd~) is that arm's floor, not a comparison
+  // with the baseline (its ΔNLL against its own arm is in the tables), so it is not drawn.
   std::vector<std::string> arms;
   for (const auto& a : s.test.arms)
-    if (!a.is_baseline) arms.push_back(a.arm);
+    if (!a.is_baseline && !(is_twin(a.arm) && twin_original(a.arm) != s.spec.baseline)) arms.push_back(a.arm);
   double ymin = 0, ymax = 0;
   bool any = false;
   for (const Comparison* c : groups)
     for (const auto& a : c->arms) {
+      if (std::find(arms.begin(), arms.end(), a.arm) == arms.end()) continue;
       for (const auto& d : a.deltas) {
         ymin = std::min(ymin, d.value), ymax = std::max(ymax, d.value);
         any = true;

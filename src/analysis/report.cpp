@@ -42,15 +42,16 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
     out.push_back(concat("Noise floor: ", f.twin, " (", twin_original(f.twin),
                          " with its initial weights perturbed at a relative ",
                          s.spec.twin_perturbation > 0 ? format_printf("%.0e", s.spec.twin_perturbation) : "n/a",
-                         ") against ", twin_original(f.twin), ": ΔNLL mean ", format_signed(f.mean, 4), ", sd ",
-                         format_number(f.sd, 4), " over ", f.n, " seeds: the spread that rounding-sized differences "
+                         ") against ", twin_original(f.twin), ": ΔNLL mean ", format_signed_nats(f.mean), ", sd ",
+                         format_nats(f.sd), " over ", f.n, " seeds: the spread that rounding-sized differences "
                          "alone give one pair of runs by this budget."));
   }
   for (const results::NoiseFloor& f : last.arm_floors)
     out.push_back(concat("Noise floor of ", twin_original(f.twin), ": ", f.twin, " against it, ΔNLL mean ",
-                         format_signed(f.mean, 4), ", sd ", format_number(f.sd, 4), " over ", f.n, " seeds."));
+                         format_signed_nats(f.mean), ", sd ", format_nats(f.sd), " over ", f.n, " seeds."));
   if (auto ranking = ranking_sentence(s)) out.push_back(std::move(*ranking));
   for (const auto& r : s.routing) {
+    if (is_twin(r.arm)) continue;  // a twin routes as its arm does, up to rounding
     if (!std::isnan(r.max_weight))
       out.push_back(concat(r.arm, ": routing_max_weight ", format_number(r.max_weight, 4),
                            " (Delta AttnRes's routing-collapse statistic, docs/delta-gated-spec.md §1.8: per depth "
@@ -79,8 +80,13 @@ std::vector<std::string> key_results(const ExperimentSummary& s) {
 
 std::string meta_line(const ExperimentSummary& s) {
   const std::string brief = experiment_brief(s);
+  // A sequential study lists the seeds it ran (the design's maximum in words), not seeds never needed.
   std::string seeds;
-  for (const auto seed : s.spec.seeds) seeds += (seeds.empty() ? "" : ", ") + std::to_string(seed);
+  std::size_t listed = s.spec.seeds.size();
+  if (s.sequential && s.sequential->look >= 0)
+    listed = std::min<std::size_t>(listed, static_cast<std::size_t>(s.sequential->looks[static_cast<std::size_t>(s.sequential->look)].n));
+  for (std::size_t i = 0; i < listed; ++i) seeds += (seeds.empty() ? "" : ", ") + std::to_string(s.spec.seeds[i]);
+  if (listed < s.spec.seeds.size()) seeds += concat(" (of up to ", s.spec.seeds.size(), ", sequential)");
   std::string ms;
   for (const auto m : s.spec.milestones) ms += (ms.empty() ? "" : ", ") + format_tokens(static_cast<double>(m));
   return concat(brief.empty() ? "" : brief + " · ", s.spec.arms.size(), " arms · seeds ",
@@ -147,9 +153,11 @@ std::string html_table_of(const ExperimentSummary* s, const Table& t) {
     for (std::size_t c = 0; c < t.header.size(); ++c) {
       const std::string cell = c < row.size() ? row[c] : "";
       out += static_cast<int>(c) < t.left_columns ? "<td>" : "<td class=\"num\">";
+      // The arm's swatch; "rd~ (vs rd)" (a twin against its own arm) is rd~'s.
+      const std::string arm = cell.substr(0, cell.find(" (vs "));
       if (s != nullptr && static_cast<int>(c) == arm_col &&
-          std::find(s->spec.arms.begin(), s->spec.arms.end(), cell) != s->spec.arms.end())
-        out += "<span class=\"swatch\" style=\"background:" + arm_color(*s, cell) + "\"></span>";
+          std::find(s->spec.arms.begin(), s->spec.arms.end(), arm) != s->spec.arms.end())
+        out += "<span class=\"swatch\" style=\"background:" + arm_color(*s, arm) + "\"></span>";
       out += escape_html(cell) + "</td>";
     }
     out += "</tr>";
@@ -289,13 +297,19 @@ std::string render_html(const ExperimentSummary& s) {
   }
   if (!s.twin_drift.empty()) {
     const std::string twin = twin_of(s.spec.baseline);
+    std::string others;
+    for (const results::NoiseFloor& f : s.milestones.back().arm_floors)
+      others += concat(", and ", f.twin, " likewise ", twin_original(f.twin), "'s");
     h += "<h2>Baseline and twin: the noise floor</h2>\n<p class=\"lead\">" + escape_html(twin) + " is " +
          escape_html(s.spec.baseline) +
          " trained from the same seed on the same batches with its initial weights perturbed at a relative " +
          escape_html(format_printf("%g", s.spec.twin_perturbation)) +
-         ", as rounding would. Its ΔNLL against " + escape_html(s.spec.baseline) +
-         " (the tables above) is the noise floor: what no real difference between arms can be told from with "
-         "these seeds. Below: how far the two runs' training losses drift apart.</p>\n";
+         ", as rounding would. Its ΔNLL against " + escape_html(s.spec.baseline) + " (the tables above) measures " +
+         escape_html(s.spec.baseline) + "'s noise floor" + escape_html(others) +
+         ". Each comparison is tested against the floors of its two arms (the floor column): inside it, the arm is "
+         "indistinguishable from rounding; beyond it, the arms differ by more than rounding makes them, which says "
+         "nothing yet of how much. Below: how far " + escape_html(s.spec.baseline) + " and " + escape_html(twin) +
+         "'s training losses drift apart.</p>\n";
     if (const std::string plot = plot_twin_drift(s); !plot.empty())
       h += "<figure>" + plot + "<figcaption>|Δ training loss| between " + escape_html(s.spec.baseline) + " and " +
            escape_html(twin) + " per seed (bucket means, log scale). A chaotic setting grows the initial "

@@ -28,19 +28,44 @@ std::string pad(const std::string& s, std::size_t width, bool left) {
   return left ? s + fill : fill + s;
 }
 
-std::string delta_cell(const ArmComparison& a) {
+std::string delta_cell(const ArmComparison& a, const PairedSummary& p) {
   if (a.is_baseline) return "baseline";
-  if (a.stats.n == 0) return "n/a";
+  if (p.n == 0) return "n/a";
   if (identical_to_baseline(a)) return "0 (identical)";
-  std::string s = format_signed(a.stats.mean, 4);
-  if (a.stats.n > 1) s += " ± " + format_number(a.stats.sd, 4);
+  std::string s = format_signed_nats(p.mean);
+  if (p.n > 1) s += " ± " + format_nats(p.sd);
   return s;
 }
 
-std::string ci_cell(const ArmComparison& a) {
+std::string ci_cell(const ArmComparison& a, const PairedSummary& p) {
   if (a.is_baseline) return "";
-  if (std::isnan(a.stats.ci_low)) return "n/a";
-  return "[" + format_signed(a.stats.ci_low, 4) + ", " + format_signed(a.stats.ci_high, 4) + "]";
+  if (std::isnan(p.ci_low)) return "n/a";
+  return "[" + format_signed_nats(p.ci_low) + ", " + format_signed_nats(p.ci_high) + "]";
+}
+
+std::string delta_cell(const ArmComparison& a) { return delta_cell(a, a.stats); }
+std::string ci_cell(const ArmComparison& a) { return ci_cell(a, a.stats); }
+
+// The twin of a compared arm (rd~) is that arm's floor: its row is its ΔNLL against its own arm, seed
+// by seed, not against the baseline (where it would repeat its arm's row). None for other arms.
+std::optional<PairedSummary> against_own_arm(const Comparison& c, const ArmComparison& a, const std::string& baseline) {
+  if (!is_twin(a.arm) || twin_original(a.arm) == baseline) return std::nullopt;
+  const ArmComparison* own = c.find(twin_original(a.arm));
+  if (own == nullptr) return std::nullopt;
+  std::vector<double> d;
+  for (const SeedValue& t : a.values)
+    for (const SeedValue& o : own->values)
+      if (o.seed == t.seed) d.push_back(t.value - o.value);
+  const PairedStats p = paired_stats(d);
+  PairedSummary out;
+  out.n = p.n;
+  out.mean = p.n > 0 ? p.mean : results::kNotAvailable;
+  out.sd = p.n > 1 ? p.sd : results::kNotAvailable;
+  out.ci_low = p.n > 1 ? p.ci_low : results::kNotAvailable;
+  out.ci_high = p.n > 1 ? p.ci_high : results::kNotAvailable;
+  out.p_value = p.n > 1 ? p.p_value : results::kNotAvailable;
+  out.wins = p.wins;
+  return out;
 }
 
 Table comparison_table(const ExperimentSummary& s, const std::vector<const Comparison*>& rows, const std::string& title,
@@ -60,17 +85,19 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
       std::vector<std::string> row;
       // The milestone is named once, on its first row, so the groups stand out.
       if (tokens_column) row.push_back(&a == &c->arms.front() ? format_tokens(static_cast<double>(c->tokens)) : "");
-      row.push_back(a.arm);
+      const std::optional<PairedSummary> own = against_own_arm(*c, a, s.spec.baseline);
+      const PairedSummary& p = own ? *own : a.stats;
+      row.push_back(own ? concat(a.arm, " (vs ", twin_original(a.arm), ")") : a.arm);
       // Unstable runs are flagged wherever their numbers appear.
       const std::size_t unstable = s.unstable_seeds(a.arm).size();
       row.push_back(std::to_string(a.values.size()) + (unstable > 0 ? concat(" (", unstable, " unstable)") : ""));
       row.push_back(format_number(a.mean, 4));
-      row.push_back(delta_cell(a));
-      row.push_back(ci_cell(a));
-      row.push_back(a.is_baseline ? "" : format_p_value(a.stats.p_value));
-      row.push_back(a.is_baseline ? "" : concat(a.stats.wins, "/", a.stats.n));
-      row.push_back(a.is_baseline ? "" : format_percent(a.ppl_change, 2));
-      if (floor) row.push_back(a.floor ? a.floor->state : "");
+      row.push_back(delta_cell(a, p));
+      row.push_back(ci_cell(a, p));
+      row.push_back(a.is_baseline ? "" : format_p_value(p.p_value));
+      row.push_back(a.is_baseline ? "" : concat(p.wins, "/", p.n));
+      row.push_back(a.is_baseline || own ? "" : format_percent(a.ppl_change, 2));
+      if (floor) row.push_back(a.floor ? a.floor->state : is_twin(a.arm) ? concat(twin_original(a.arm), "'s floor") : "");
       t.rows.push_back(std::move(row));
     }
   }
@@ -86,7 +113,8 @@ Table comparison_table(const ExperimentSummary& s, const std::vector<const Compa
       if (a.floor) margin = format_number(a.floor->margin, 4);
     t.notes.push_back(concat("A twin \"<arm>~\" is its arm trained again with the initial weights perturbed at a relative ",
                              format_printf("%.0e", s.spec.twin_perturbation),
-                             ": its ΔNLL against its arm is that arm's noise floor. floor: the arm against the floors of ",
+                             ": its ΔNLL against its arm is that arm's noise floor (a twin of a compared arm, \"rd~ (vs "
+                             "rd)\", is listed against its arm, not against the baseline). floor: the arm against the floors of ",
                              s.spec.baseline, "~ and its own twin — beyond (its interval excludes 0, or its seeds' "
                              "differences vary more than rounding makes them: F test at 5%), inside (neither, and its "
                              "90% CI lies within the margin ±", margin, ": indistinguishable from rounding) or "
@@ -118,7 +146,7 @@ Table power_table(const ExperimentSummary& s) {
   std::vector<std::string> reasons;
   for (const Comparison* c : rows) {
     for (const auto& a : c->arms) {
-      if (a.is_baseline || a.stats.n == 0) continue;
+      if (a.is_baseline || a.stats.n == 0 || is_twin(a.arm)) continue;  // a twin's row is a floor, not a comparison
       std::vector<std::string> row = {c->split, format_tokens(static_cast<double>(c->tokens)), a.arm,
                                       std::to_string(a.stats.n), format_number(a.stats.sd, 4),
                                       a.power.available ? format_number(a.power.mde, 4) : "n/a",
@@ -134,6 +162,9 @@ Table power_table(const ExperimentSummary& s) {
                     format_number(kPaperEffectNats, 3), ": the seeds needed for the RD-AttnRes paper's effect at 120M "
                     "(−0.030 nats) with the same sd.")};
   for (const auto& r : reasons) t.notes.push_back("n/a: " + r + ".");
+  if (s.sequential && (s.sequential->outcome == "resolved" || s.sequential->outcome == "futile"))
+    t.notes.push_back(concat("The sequential design has answered for ", s.sequential->design.primary, " (",
+                             s.sequential->outcome, "): these fixed-sample numbers are no advice to add seeds."));
   return t;
 }
 

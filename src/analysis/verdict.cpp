@@ -27,10 +27,10 @@ std::string floor_clause(const Comparison& c, const ArmComparison& a) {
   const results::FloorTest& f = *a.floor;
   std::string twins;
   for (const auto& t : f.twins) twins += concat(twins.empty() ? "" : " and ", t);
-  std::string out = concat("; noise floor ±", format_number(f.mean_sd, 4), " (rounding's s.e. of the ", a.stats.n,
-                           "-seed mean; one pair ±", format_number(f.pair_sd, 4), ", from ", twins, "): ");
-  const std::string interval = concat(f.interval, " [", format_signed(f.interval_low, 4), ", ",
-                                      format_signed(f.interval_high, 4), "]");
+  std::string out = concat("; noise floor ±", format_nats(f.mean_sd), " (rounding's s.e. of the ", a.stats.n,
+                           "-seed mean; one pair ±", format_nats(f.pair_sd), ", from ", twins, "): ");
+  const std::string interval = concat(f.interval, " [", format_signed_nats(f.interval_low), ", ",
+                                      format_signed_nats(f.interval_high), "]");
   if (f.state == "inside")
     return out + concat("inside the floor, indistinguishable from rounding (the ", interval, " lies within the margin ±",
                         format_number(f.margin, 4), " and the seeds vary as rounding makes them, ",
@@ -41,7 +41,7 @@ std::string floor_clause(const Comparison& c, const ArmComparison& a) {
     if (f.spread_beyond)
       why += concat(why.empty() ? "" : ", and ", "the seeds' differences vary ", format_number(f.spread_ratio, 2),
                     "x as much as rounding makes them (F test p = ", format_p_value(f.spread_p), ")");
-    return out + "beyond the floor: " + why;
+    return out + concat("beyond the floor, a difference rounding does not make (", why, ")");
   }
   return out + concat("undetermined (the ", interval, " is wider than the margin ±", format_number(f.margin, 4),
                       "; spread ", format_number(f.spread_ratio, 2), "x rounding's, F test p = ",
@@ -79,9 +79,9 @@ std::string verdict_sentence(const ExperimentSummary& s, const Comparison& c, co
   if (identical_to_baseline(a)) return concat(what, ": identical to the baseline in all ", p.n, " seeds");
   const std::string floor = floor_clause(c, a);
   const std::string measured =
-      p.n >= 2 ? concat("ΔNLL ", format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(p.n)), 4),
+      p.n >= 2 ? concat("ΔNLL ", format_signed_nats(p.mean), " ± ", format_nats(p.sd / std::sqrt(double(p.n))),
                         " (s.e.) over ", p.n, " seeds, p = ", format_p_value(p.p_value))
-               : concat("ΔNLL ", format_signed(p.mean, 4), " from one seed");
+               : concat("ΔNLL ", format_signed_nats(p.mean), " from one seed");
   if (p.n >= 2 && p.p_value < kPowerAlpha)
     return concat(what, ": ", measured, " (95% CI ", format_signed(p.ci_low, 4), " to ", format_signed(p.ci_high, 4),
                   "; ", a.arm, p.mean < 0 ? " better" : " worse", " in ", p.mean < 0 ? p.wins : p.n - p.wins, "/", p.n,
@@ -132,7 +132,7 @@ std::string answer_line(const ExperimentSummary& s, const std::string& arm) {
     // fixed-sample advice on seeds once the design has answered.
     const PairedSummary& p = a->stats;
     line = concat(comparison_subject(s, last, arm), ": ", sequential_clause(*s.sequential), "; fixed-sample view: ΔNLL ",
-                  format_signed(p.mean, 4), " ± ", format_number(p.sd / std::sqrt(double(std::max(p.n, 1))), 4),
+                  format_signed_nats(p.mean), " ± ", format_nats(p.sd / std::sqrt(double(std::max(p.n, 1)))),
                   " (s.e.) over ", p.n, " seeds, naive p = ", format_p_value(p.p_value), floor_clause(last, *a));
   } else {
     line = verdict_sentence(s, last, *a);

@@ -25,11 +25,13 @@ void register_plan_command(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
       "plan",
-      "Plan a study from a pilot: measure each shape's throughput on this machine, train the baseline and its\n"
-      "twin (suffix ~) over a grid of learning rates and shapes at equal compute per run, pick the setting by\n"
-      "the rule of the pilot file (the lowest baseline NLL among settings whose noise floor is below a fraction\n"
-      "of the effect of interest), size sequential seeds from the upper confidence limit of the sd, and write\n"
-      "the study's protocol file with the pilot's tables in its header. Resumable; --worker K/N shares the runs.\n"
+      "Plan a study from a pilot: measure each shape's throughput on this machine, train the baseline, the\n"
+      "primary arm and their twins (suffix ~) over a grid of learning rates and shapes at equal compute per\n"
+      "run, pick the setting by the rule of the pilot file (of the settings whose noise floor's upper confidence\n"
+      "limit is below a fraction of the effect of interest, with no unstable or failed run, the lowest learning\n"
+      "rate within a tolerance of the best baseline NLL), size sequential seeds from the upper confidence limits,\n"
+      "and write the study's protocol file with the pilot's tables in its header. Resumable; --worker K/N shares\n"
+      "the runs.\n"
       "See docs/experiments.md, \"Designing a study that can answer\".");
   cmd->add_option("--protocol", a->protocol, "the pilot file: a protocol file with a [pilot] table")->required();
   cmd->add_option("--out", a->out, "directory of the pilot's runs (default runs/<name>-pilot)");

@@ -107,7 +107,12 @@ std::string plan_report(const ProtocolFile& p, const PlanResult& r) {
                 " (", format_number(r.power_without_failures, 3), " were no run to fail; expected ",
                 format_number(r.plan.expected_seeds, 1), " seeds at that effect; a fixed-sample t-test would need ",
                 r.plan.fixed_seeds > 0 ? std::to_string(r.plan.fixed_seeds) : "n/a", ")",
-                r.capped ? concat("; capped at max_seeds = ", pilot.max_seeds, ": 80% power would need more") : "",
+                // The cap is max_seeds, or fewer when the budget pays for fewer (the design's last look).
+                r.capped ? (r.plan.max_seeds < pilot.max_seeds
+                                ? concat("; capped at the ", r.plan.max_seeds, " seeds the budget pays for (max_seeds = ",
+                                         pilot.max_seeds, "): 80% power would need more")
+                                : concat("; capped at max_seeds = ", pilot.max_seeds, ": 80% power would need more"))
+                         : "",
                 r.shrunk ? concat("; shrunk to the ", r.seeds_that_fit, " seeds the budget pays for: 80% power would need more")
                          : "",
                 ".\n");

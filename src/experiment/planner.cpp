@@ -132,17 +132,22 @@ ExperimentOptions point_options(const ProtocolFile& p, const PlanOptions& o, con
   return x;
 }
 
-// The primary comparison: the first arm after the baseline that is not its twin.
+}  // namespace
+
 std::string primary_arm(const ExperimentOptions& e) {
   for (const std::string& a : e.arms)
     if (a != e.arms.front() && !is_twin(a)) return a;
   fail("the study has no compared arm besides the baseline and its twin");
 }
 
-// A grid point's numbers from its summary: the floors of both twins and of the comparison at every
-// milestone, the comparison's own sd, the baseline's NLL, unstable and failed runs.
-PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const std::string& label,
-                      const std::string& primary, double sd_confidence) {
+SummaryOptions pilot_summary_options(const PilotSpec& pilot) {
+  SummaryOptions so;
+  so.effect = pilot.effect;
+  return so;
+}
+
+PilotPoint pilot_point(const ExperimentSummary& s, const PilotSpec& pilot, int shape, double lr,
+                       const std::string& label, const std::string& primary) {
   PilotPoint pt;
   pt.shape = shape;
   pt.lr = lr;
@@ -171,15 +176,17 @@ PilotPoint read_point(const ExperimentSummary& s, int shape, double lr, const st
   const ArmComparison* p = s.milestones.back().find(primary);
   pt.primary_sd = p != nullptr ? p->stats.sd : results::kNotAvailable;
   pt.pair_ucl = std::isfinite(pt.pair_sd.back()) && pt.pair_dof > 0
-                    ? sd_upper_confidence_limit_dof(pt.pair_sd.back(), pt.pair_dof, sd_confidence)
+                    ? sd_upper_confidence_limit_dof(pt.pair_sd.back(), pt.pair_dof, pilot.sd_confidence)
                     : results::kNotAvailable;
   for (const RunResult& r : s.runs)
     if (const auto inst = results::run_instability(r); inst && inst->unstable) ++pt.unstable_runs;
   for (const results::RunFailure& f : s.failures) pt.failed_runs += f.failed ? 1 : 0;
+  // The rule: the comparison's floor (both twins) has its upper confidence limit below the
+  // threshold, every seed finished, no run unstable or failed.
+  pt.eligible = pt.seeds == static_cast<int>(pilot.seeds.size()) && pt.unstable_runs == 0 && pt.failed_runs == 0 &&
+                std::isfinite(pt.pair_ucl) && pt.pair_ucl < pilot.floor_fraction * pilot.effect;
   return pt;
 }
-
-}  // namespace
 
 int choose_point(const std::vector<PilotPoint>& points, double nll_tolerance, int* best_out) {
   int best = -1;
@@ -350,16 +357,9 @@ std::optional<PlanResult> run_pilot(const ProtocolFile& p, const PlanOptions& o)
   // 3. The rule: the comparison's floor (both twins) has its upper confidence limit below the
   // threshold, every run finished, none unstable or failed; among those, the lowest learning rate
   // whose baseline NLL is within nll_tolerance of the best one's.
-  const double floor_limit = pilot.floor_fraction * pilot.effect;
-  for (std::size_t i = 0; i < grid.size(); ++i) {
-    SummaryOptions so;
-    so.effect = pilot.effect;
-    PilotPoint pt = read_point(compute_summary(grid[i].out_dir, so), where[i].first, where[i].second,
-                               grid[i].name.substr(6), primary, pilot.sd_confidence);
-    pt.eligible = pt.seeds == static_cast<int>(pilot.seeds.size()) && pt.unstable_runs == 0 && pt.failed_runs == 0 &&
-                  std::isfinite(pt.pair_ucl) && pt.pair_ucl < floor_limit;
-    result.points.push_back(std::move(pt));
-  }
+  for (std::size_t i = 0; i < grid.size(); ++i)
+    result.points.push_back(pilot_point(compute_summary(grid[i].out_dir, pilot_summary_options(pilot)), pilot,
+                                        where[i].first, where[i].second, grid[i].name.substr(6), primary));
   result.chosen = choose_point(result.points, pilot.nll_tolerance, &result.best);
   result.rule_met = result.chosen >= 0;
   if (!result.rule_met)  // none meets the rule: the quietest setting, said plainly in the plan

@@ -5,13 +5,14 @@
 //  1. measures each model shape's training throughput on this machine (tokens per core-second,
 //     the study's thread count, as many runs at a time as workers), so that every shape gets the
 //     same compute per run, run_core_seconds;
-//  2. trains the baseline and its twin with the pilot's seeds at every (shape, learning rate) of
-//     the grid, at that per-run budget: the twin's ΔNLL is the noise floor of that setting;
-//  3. picks the setting by the rule fixed in the file before any run: the lowest mean validation
-//     NLL of the baseline among the settings whose floor (the twin's sd at the final milestone) is
-//     below floor_fraction · effect and whose runs are all stable;
-//  4. trains the primary arm at the chosen setting with the pilot's seeds (its NLL is never looked at
-//     to choose: only the spread of its differences sizes the study);
+//  2. trains the baseline, the primary arm and both their twins with the pilot's seeds at every
+//     (shape, learning rate) of the grid, at that per-run budget: the twins give the comparison's
+//     noise floor at that setting (analysis::floor_test's pair sd);
+//  3. picks the setting by the rule fixed in the file before any run: of the settings whose floor's
+//     upper confidence limit at the final milestone is below floor_fraction · effect and whose runs
+//     all finished, stable and not failed, the lowest learning rate whose baseline NLL is within
+//     nll_tolerance of the best one's (the primary arm's NLL is never looked at to choose: only the
+//     spread of its differences sizes the study);
 //  5. sizes the sequential design from the one-sided upper confidence limit (chi-square) of the
 //     larger of the two sds, for 80% power at the effect of interest, and checks the study's compute
 //     against its budget;
@@ -25,8 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "experiment/protocol.hpp"
 #include "analysis/sequential.hpp"
+#include "analysis/summary.hpp"
+#include "experiment/protocol.hpp"
 
 namespace attnres::experiment {
 
@@ -89,6 +91,20 @@ struct PlanResult {
 // plan, or nothing when stopped by a signal (rerun to continue). Errors before any training: a
 // grid whose runs need more than pilot_core_hours, a pilot file that is not one.
 std::optional<PlanResult> run_pilot(const ProtocolFile& pilot, const PlanOptions& options);
+
+// The primary comparison of a pilot or study: the first arm after the baseline that is not a twin.
+std::string primary_arm(const ExperimentOptions& e);
+
+// How a pilot summarises a grid point's experiment directory (its effect of interest).
+analysis::SummaryOptions pilot_summary_options(const PilotSpec& pilot);
+
+// A grid point's numbers from its experiment's summary (the floors of both twins and of the
+// comparison at every milestone, the upper confidence limit, the comparison's sd, the baseline's NLL,
+// unstable and failed runs) and whether it meets the pilot's rule (PilotPoint::eligible: the floor's
+// sd_confidence upper limit at the final milestone below floor_fraction · effect, every seed
+// finished, no run unstable or failed). `plan` and the tests that check a committed plan use it.
+PilotPoint pilot_point(const analysis::ExperimentSummary& s, const PilotSpec& pilot, int shape, double lr,
+                       const std::string& label, const std::string& primary);
 
 // The rule's choice among the grid's points (fixed in advance, docs/experiments.md): of the eligible
 // points (PilotPoint::eligible), the lowest learning rate whose baseline NLL is within nll_tolerance

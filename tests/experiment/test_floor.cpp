@@ -2,16 +2,22 @@
 // rule (issue #46). Simulations use a fixed-seed mt19937_64 with Box–Muller: deterministic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <vector>
 
 #include "analysis/floor.hpp"
+#include "analysis/format.hpp"
 #include "analysis/sequential.hpp"
 #include "analysis/stats.hpp"
 #include "analysis/summary.hpp"
 #include "common/cli_util.hpp"
 #include "experiment/planner.hpp"
+#include "experiment/protocol.hpp"
+#include "train/train_config.hpp"
+#include "util/config_key.hpp"
 #include "results/experiment_spec.hpp"
 
 namespace attnres {
@@ -263,6 +269,89 @@ TEST(Planner, ChoosesTheLowestLearningRateWithinTheTolerance) {
   EXPECT_EQ(experiment::choose_point(p, 0.01), 2);
   for (auto& x : p) x.eligible = false;
   EXPECT_EQ(experiment::choose_point(p, 0.01), -1);
+}
+
+// A plan whose power target needs more than max_seeds, cut further by its budget (the demo's plan):
+// the text names the seeds the design stops at, not max_seeds.
+TEST(Planner, ACappedPlanNamesTheSeedsItsBudgetPaysFor) {
+  experiment::ProtocolFile p;
+  p.path = "pilot.toml";
+  p.options.name = "capped";
+  p.options.arms = {"block", "block~", "rd", "rd~"};
+  p.pilot = experiment::PilotSpec{};
+  p.pilot->seeds = {101, 102, 103};
+  p.pilot->lrs = {1e-3};
+  p.pilot->tokens = 2048;
+  p.pilot->effect = 0.03;
+  p.pilot->max_seeds = 6;
+  experiment::PlanResult r;
+  r.shapes = {{"shape0", {}, 1000, 2048}};
+  experiment::PilotPoint pt;
+  pt.lr = 1e-3;
+  pt.milestones = {2048};
+  pt.pair_sd = pt.floor_sd = pt.primary_floor_sd = {0.001};
+  pt.eligible = true;
+  r.points = {pt};
+  r.chosen = r.best = 0;
+  r.rule_met = true;
+  r.capped = true;
+  r.seeds_that_fit = 5;
+  r.plan.max_seeds = 5;
+  r.plan.design.looks = {3, 4, 5};
+  const std::string text = experiment::plan_report(p, r);
+  EXPECT_NE(text.find("looks at 3, 4, 5 seeds"), std::string::npos) << text;
+  EXPECT_NE(text.find("capped at the 5 seeds the budget pays for (max_seeds = 6)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("capped at max_seeds = 6"), std::string::npos) << text;
+  r.plan.max_seeds = 6;  // at max_seeds itself
+  r.plan.design.looks = {3, 5, 6};
+  EXPECT_NE(experiment::plan_report(p, r).find("capped at max_seeds = 6: 80% power"), std::string::npos);
+}
+
+// The demo (`make demo`, studies/demo.toml) is the design its committed pilot's rule chose
+// (studies/demo.pilot.toml; the pilot's runs in docs/results/demo-pilot): checked from those runs
+// without training. A demo edited by hand (another learning rate, budget, model or arms) or a pilot
+// whose floor does not meet the rule fails here.
+TEST(Planner, TheDemoMeetsThePlannersRule) {
+  namespace fs = std::filesystem;
+  const fs::path root(ATTNRES_SOURCE_DIR);
+  const experiment::ProtocolFile pilot = experiment::read_protocol((root / "studies/demo.pilot.toml").string());
+  const experiment::ProtocolFile demo = experiment::read_protocol((root / "studies/demo.toml").string());
+  ASSERT_TRUE(pilot.pilot.has_value());
+  const experiment::PilotSpec& rule = *pilot.pilot;
+  const std::string primary = experiment::primary_arm(pilot.options);
+  // The floor of both arms of the comparison is measured.
+  EXPECT_EQ(pilot.options.arms, (std::vector<std::string>{"block", "block~", "rd", "rd~"}));
+  std::vector<experiment::PilotPoint> points;
+  for (double lr : rule.lrs) {
+    const fs::path dir = root / "docs/results/demo-pilot/grid" / ("shape0-lr" + analysis::format_printf("%g", lr));
+    points.push_back(experiment::pilot_point(
+        analysis::compute_summary(dir.string(), experiment::pilot_summary_options(rule)), rule, 0, lr,
+        dir.filename().string(), primary));
+  }
+  const int chosen = experiment::choose_point(points, rule.nll_tolerance);
+  ASSERT_GE(chosen, 0) << "no setting of the demo's pilot meets the planner's rule";
+  const experiment::PilotPoint& c = points[static_cast<std::size_t>(chosen)];
+  EXPECT_EQ(c.seeds, static_cast<int>(rule.seeds.size()));
+  EXPECT_LT(c.pair_ucl, rule.floor_fraction * rule.effect);
+  EXPECT_EQ(c.unstable_runs + c.failed_runs, 0);
+  // The demo runs that setting: the pilot's model and training at the chosen learning rate and the
+  // pilot's budget, the same arms, twins' seeds and failure rule, and sequential seeds for the
+  // primary comparison at the pilot's effect of interest.
+  TrainConfig expected = pilot.options.base;
+  expected.lr = c.lr;
+  expected.tokens = rule.tokens;
+  const auto differences = config_differences(train_config_keys(), expected, demo.options.base);
+  for (const ConfigDifference& d : differences) ADD_FAILURE() << d.key << ": planned " << d.a << ", demo " << d.b;
+  EXPECT_EQ(demo.options.arms, pilot.options.arms);
+  EXPECT_EQ(demo.options.twin_seeds, pilot.options.twin_seeds);
+  EXPECT_EQ(demo.options.failure.has_value(), pilot.options.failure.has_value());
+  EXPECT_EQ(demo.options.data_dir, pilot.options.data_dir);
+  ASSERT_TRUE(demo.options.sequential.has_value());
+  EXPECT_EQ(demo.options.sequential->primary, primary);
+  EXPECT_EQ(demo.options.sequential->effect, rule.effect);
+  EXPECT_LE(demo.options.sequential->max_seeds, rule.max_seeds);
+  for (std::uint64_t seed : demo.options.seeds)  // the pilot's seeds are not the demo's
+    EXPECT_EQ(std::count(rule.seeds.begin(), rule.seeds.end(), seed), 0) << seed;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and the `attnres report` command end to end.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "analysis/plots.hpp"
 #include "analysis/report.hpp"
 #include "analysis/svg.hpp"
+#include "analysis/verdict.hpp"
 #include "util/atomic_file.hpp"
 
 namespace attnres::experiment {
@@ -198,6 +200,51 @@ TEST(Report, HtmlWithoutRoutingOrCurves) {
   EXPECT_EQ(html.find("Training loss"), std::string::npos);
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find("nan"), std::string::npos);
+}
+
+// Twins of both arms (the demo's design, issue #47): the twin of a compared arm is listed against its
+// own arm (its floor), not against the baseline, where it repeated its arm's row; it is left out of
+// the ΔNLL plot and the power table; and a floor of 1e-05 nats does not print as 0.0000.
+TEST(Report, TwinsOfBothArmsReadAsFloors) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("attnres-twins-" + std::to_string(::getpid()) + "-" + info->name());
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> arms = {"block", "block~", "rd", "rd~"};
+  testing::write_json(dir / "experiment.json",
+                      {{"version", 1}, {"arms", arms}, {"baseline", "block"}, {"seeds", {1, 2, 3}}, {"tokens", 8000},
+                       {"milestones", testing::kMilestones}, {"preset", "tiny"}, {"twin_perturbation", 1e-6},
+                       {"model", {{"d_model", 64}, {"n_layers", 2}}}, {"train", {{"lr", 0.003}}}});
+  for (const std::string& arm : arms)
+    for (int seed : {1, 2, 3}) {
+      const bool twin = arm.back() == '~';
+      nlohmann::json r = testing::make_result(twin ? arm.substr(0, arm.size() - 1) : arm, seed);
+      r["arm"] = arm;
+      // block~ − block: 1e-5, 2e-5, 3e-5; rd~ − rd: -1e-5, 1e-5, 2e-5 (rd − block: -0.02, -0.03, -0.04)
+      const double shift = !twin ? 0 : arm == "block~" ? 1e-5 * seed : (seed == 1 ? -1e-5 : 1e-5 * (seed - 1));
+      for (auto& m : r["milestones"]) m["val_nll"] = m["val_nll"].get<double>() + shift;
+      r["test_nll"] = r["test_nll"].get<double>() + shift;
+      testing::write_json(dir / "runs" / arm / ("seed-" + std::to_string(seed)) / "result.json", r);
+    }
+  const ExperimentSummary s = compute_summary(dir.string());
+  const std::string md = render_markdown(s);
+  // rd~ against rd: mean 6.7e-06, sd 1.5e-05; block~ against block: mean 2e-05, sd 1e-05.
+  EXPECT_NE(md.find("| rd~ (vs rd) | 3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| +6.7e-06 ± 1.5e-05 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| +2e-05 ± 1e-05 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rd's floor |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("|  | rd~ | 3 |"), std::string::npos) << md;       // no row of rd~ against block: validation
+  EXPECT_EQ(md.find("| rd~ | 3 | 5.1900 |"), std::string::npos) << md;  // and test
+  EXPECT_EQ(md.find("0.0000 ± 0.0000"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| rd~ | 3 | 0."), std::string::npos) << md;  // no power row for a twin
+  const std::string answer = answer_line(s, "rd");
+  EXPECT_NE(answer.find("noise floor ±"), std::string::npos) << answer;
+  EXPECT_EQ(answer.find("±0.0000"), std::string::npos) << answer;
+  const std::string html = render_html(s);
+  EXPECT_EQ(html.find("rd~ seed 1 at"), std::string::npos);   // not in the ΔNLL plot
+  EXPECT_NE(html.find("block~ seed 1 at"), std::string::npos);  // the baseline's twin is
+  EXPECT_NE(html.find("background:" + arm_color(s, "rd~") + "\"></span>rd~ (vs rd)"), std::string::npos);  // its swatch
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Report, NiceTicks) {

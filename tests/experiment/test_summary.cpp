@@ -531,6 +531,14 @@ TEST(SummaryFormat, Numbers) {
   EXPECT_EQ(format_number(NAN, 3), "n/a");
   EXPECT_EQ(format_signed(-0.0301, 4), "-0.0301");
   EXPECT_EQ(format_signed(0.5, 2), "+0.50");
+  // A difference in nats never prints a non-zero value as zero (a floor of 1.2e-05 is not 0.0000).
+  EXPECT_EQ(format_nats(0.0201), "0.0201");
+  EXPECT_EQ(format_nats(1.234e-5), "1.2e-05");
+  EXPECT_EQ(format_nats(0.00005), "0.0001");
+  EXPECT_EQ(format_nats(0), "0.0000");
+  EXPECT_EQ(format_nats(NAN), "n/a");
+  EXPECT_EQ(format_signed_nats(-6.7e-6), "-6.7e-06");
+  EXPECT_EQ(format_signed_nats(0.0016), "+0.0016");
   EXPECT_EQ(format_percent(-0.029651, 2), "-2.97%");
   EXPECT_EQ(format_p_value(0.06677), "0.067");
   EXPECT_EQ(format_p_value(0.0042), "0.0042");

@@ -189,6 +189,36 @@ class ExperimentTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown table 'tests'"):
             exp.records("tests")
 
+    def test_twins_and_sequential_seeds_are_not_missing_runs(self):
+        """Twins run on their first twin_seeds seeds, and runs a stopped sequential study did not need
+        (summary.json's not_needed_runs) are not missing runs (issue #47: the demo read "8 missing")."""
+        d = self.tmp("twins")
+        shutil.copytree(self.dir, d)
+        with open(os.path.join(d, "experiment.json")) as f:
+            spec = json.load(f)
+        spec["arms"] = spec["arms"] + ["rd~"]
+        spec["seeds"] = [1, 2, 3]
+        spec["twin_seeds"] = 1
+        with open(os.path.join(d, "experiment.json"), "w") as f:
+            json.dump(spec, f)
+        twin = self.result("rd", 1)
+        twin["arm"] = "rd~"
+        os.makedirs(os.path.join(d, "runs", "rd~", "seed-1"))
+        with open(os.path.join(d, "runs", "rd~", "seed-1", "result.json"), "w") as f:
+            json.dump(twin, f)
+        with open(os.path.join(d, "summary.json")) as f:
+            summary = json.load(f)
+        summary["not_needed_runs"] = [{"arm": a, "seed": 3} for a in ("block", "rd", "prenorm")]
+        with open(os.path.join(d, "summary.json"), "w") as f:
+            json.dump(summary, f)
+        exp = attnres.read_experiment(d)
+        self.assertEqual(len(exp.runs), 7)
+        self.assertEqual(exp.missing, [])
+        self.assertEqual(exp.not_needed, [("block", 3), ("rd", 3), ("prenorm", 3)])
+        self.assertIn("7 finished, 0 missing, 3 not needed by the sequential design", repr(exp))
+        os.remove(os.path.join(d, "summary.json"))  # without the report's summary, seed 3 is missing
+        self.assertEqual(len(attnres.read_experiment(d).missing), 3)
+
     def test_docs_walkthrough_runs_as_written(self):
         """Every ```python block of docs/python.md in order, in one namespace, from a directory whose
         runs/demo is this experiment (bytes tokenizer instead of the demo's sp: one)."""
