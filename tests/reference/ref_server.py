@@ -10,7 +10,8 @@ answers with its exit status and output. Forking after the imports is safe: impo
 no threads (checked at start), and the server itself computes nothing.
 
   ref_server.py start SOCKET   start the server in the background (its log: SOCKET.log); returns
-                               once it answers, or at once when one already answers on SOCKET
+                               once it answers. One already answering on SOCKET (an interrupted
+                               ctest's, whose attnres_ref.py may be older) is stopped first.
   ref_server.py stop SOCKET    stop it once its requests are done; prints the CPU seconds it and
                                its requests used (they are not the caller's children: `time ctest`
                                does not count them)
@@ -140,10 +141,10 @@ def start(path):
               "each reference test runs attnres_ref.py itself")
         return 0
     probe = _connect(path, timeout=10)
-    if probe is not None:
+    if probe is not None:  # one left by an interrupted ctest, maybe with older code: replaced
         probe.close()
-        print(f"ref_server: already serving on {path}")
-        return 0
+        print(f"ref_server: replacing the server on {path}")
+        stop(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
