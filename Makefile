@@ -55,9 +55,13 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The PyTorch reference's server (tests/reference/ref_server.py) is no child of ctest: its CPU
+# seconds, which a `time make test` does not count, are in its log's last line, printed here.
+REFERENCE_SERVER_CPU = { grep -h "^ref_server: stopped" $(abspath $(BUILD))/reference-server.sock.log 2>/dev/null || true; }
+
 test: build
 	@cd $(BUILD) && status=0 && ctest --output-on-failure -j $(JOBS) || status=$$?; \
-	  bash $(CURDIR)/scripts/test-skips.sh . ; exit $$status
+	  bash $(CURDIR)/scripts/test-skips.sh . ; $(REFERENCE_SERVER_CPU); exit $$status
 
 # The suites whose fp32 results depend on the BLAS kernels' summation order: the Python package
 # against the oracle and the C++ model, the C++ model against the float64 reference. Their
@@ -73,7 +77,8 @@ test-blas-flip: build
 	  echo "test-blas-flip: OPENBLAS_CORETYPE $$what"; \
 	  cd $(BUILD) && $$flip ctest --output-on-failure -j $(JOBS) -R '$(BLAS_SENSITIVE_TESTS)' && \
 	  echo "test-blas-flip: Fp32Golden with OPENBLAS_CORETYPE=Prescott" && \
-	  OPENBLAS_CORETYPE=Prescott ctest --output-on-failure -R '^Fp32Golden\.' && bash $(CURDIR)/scripts/test-skips.sh .
+	  OPENBLAS_CORETYPE=Prescott ctest --output-on-failure -R '^Fp32Golden\.' && bash $(CURDIR)/scripts/test-skips.sh . && \
+	  $(REFERENCE_SERVER_CPU)
 
 docs: build
 	@$(BUILD)/src/cli/attnres config --update-docs docs/training.md

@@ -992,7 +992,7 @@ def main(argv=None):
     out = compute()
     if a.rounding_trials > 0:
         import rounding  # beside this file
-        estimate = rounding.rounding_estimate(compute, trials=a.rounding_trials)
+        estimate = rounding.rounding_estimate(compute, trials=a.rounding_trials, exact=out)
         out.update({"rounding." + k: v for k, v in estimate.deviation.items()})
     save_safetensors(a.out, {n: t.to(torch.float64) for n, t in out.items()}, {"config": json.dumps(cfg)})
     if cached:  # complete files only: copied beside, then renamed

@@ -109,13 +109,14 @@ class Estimate:
         return self.factor() * self.deviation[key].max().item() + 2 * u * ref.abs().max().item()
 
 
-def rounding_estimate(compute, trials=4, seed=0, u=U_FLOAT32, ops=_ROUNDING_OPS, accumulates=True):
+def rounding_estimate(compute, trials=4, seed=0, u=U_FLOAT32, ops=_ROUNDING_OPS, accumulates=True, exact=None):
     """compute() -> dict of float tensors, run in float64. Returns an Estimate: every key's element-wise largest
     |deviation| over `trials` runs with every rounding operation perturbed at unit roundoff u (module docstring).
     accumulates: a reduction of n terms is perturbed sqrt(n) times as much (its sum rounds n times).
     For bf16 autocast: u=U_BF16_PRODUCT, ops=PRODUCT_OPS, accumulates=False (the products' operands are rounded
-    once each, coarsely; the float32 accumulation adds little to that)."""
-    exact = {k: v.detach().clone() for k, v in compute().items()}
+    once each, coarsely; the float32 accumulation adds little to that).
+    exact: compute()'s result when the caller has it already (not computed again)."""
+    exact = {k: v.detach().clone() for k, v in (compute() if exact is None else exact).items()}
     worst = {k: torch.zeros_like(v) for k, v in exact.items()}
     for trial in range(trials):
         generator = torch.Generator().manual_seed(seed + trial)

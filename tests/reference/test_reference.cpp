@@ -4,12 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "common/model_util.hpp"
 #include "model/model.hpp"
@@ -53,6 +62,55 @@ ModelConfig reference_config(const Variant& v, bool tied_head) {
   c.tie_embeddings = tied_head;
   c.max_seq_len = 16;
   return c;
+}
+
+// Runs tests/reference/attnres_ref.py with `args`: through the fixture's server
+// (tests/reference/ref_server.py, which imports torch once for every test) when one answers on
+// ATTNRES_REFERENCE_SERVER, else as a python process of its own (a test run by itself). Returns the
+// exit status (0: done) and, from the server, the run's output.
+struct ReferenceRun {
+  int status = -1;
+  std::string output;
+};
+
+std::optional<ReferenceRun> run_on_server(const std::vector<std::string>& args) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string_view path = ATTNRES_REFERENCE_SERVER;
+  if (path.size() >= sizeof(addr.sun_path)) return std::nullopt;  // the server does not start either
+  std::copy(path.begin(), path.end(), addr.sun_path);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  std::string request;
+  for (const auto& a : args) request.append(a).push_back('\0');
+  std::string reply;
+  bool sent = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  for (std::size_t done = 0; sent && done < request.size();) {
+    const ssize_t n = ::send(fd, request.data() + done, request.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    sent = n > 0;
+    done += sent ? static_cast<std::size_t>(n) : 0;
+  }
+  if (sent && ::shutdown(fd, SHUT_WR) == 0) {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      reply.append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  const std::size_t eol = reply.find('\n');
+  if (eol == std::string::npos) return std::nullopt;  // no server, or it ended mid-request
+  return ReferenceRun{std::atoi(reply.substr(0, eol).c_str()), reply.substr(eol + 1)};
+}
+
+ReferenceRun run_reference(const std::vector<std::string>& args) {
+  if (auto served = run_on_server(args)) return *served;
+  std::string cmd = std::string(ATTNRES_TEST_PYTHON) + " " + ATTNRES_SOURCE_DIR + "/tests/reference/attnres_ref.py";
+  for (const auto& a : args) cmd += " " + a;
+  return ReferenceRun{std::system(cmd.c_str()), cmd + " (its output is above)"};
 }
 
 struct Worst {
@@ -116,17 +174,16 @@ void compare_with_reference(const Variant& v, bool tied_head) {
   const TensorRef tok{"tokens", DType::I32, {kBatch, kSeq + 1}, tokens.data()};
   write_safetensors(tokens_path, {}, std::span<const TensorRef>(&tok, 1));
 
-  const std::string cmd = std::string(ATTNRES_TEST_PYTHON) + " " + ATTNRES_SOURCE_DIR +
-                          "/tests/reference/attnres_ref.py --weights " + weights + " --tokens " + tokens_path +
-                          " --out " + out_path + " --adamw-steps " + std::to_string(kSteps) +
-                          " --lr " + std::to_string(kLr) + " --weight-decay " + std::to_string(kWeightDecay) +
-                          " --clip " + std::to_string(kClip) + " --warmup " + std::to_string(kWarmup) +
-                          " --min-lr-ratio " + std::to_string(kMinLrRatio) + " --schedule cosine" +
-                          " --cache " + ATTNRES_REFERENCE_CACHE +
-                          (fp32 ? " --rounding-trials " + std::to_string(kRoundingTrials) : "");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed (is python3-torch installed? run "
-                                            "scripts/install-deps.sh): "
-                                         << cmd;
+  std::vector<std::string> args = {"--weights", weights, "--tokens", tokens_path, "--out", out_path,
+                                   "--adamw-steps", std::to_string(kSteps), "--lr", std::to_string(kLr),
+                                   "--weight-decay", std::to_string(kWeightDecay), "--clip", std::to_string(kClip),
+                                   "--warmup", std::to_string(kWarmup), "--min-lr-ratio", std::to_string(kMinLrRatio),
+                                   "--schedule", "cosine", "--cache", ATTNRES_REFERENCE_CACHE};
+  if (fp32) args.insert(args.end(), {"--rounding-trials", std::to_string(kRoundingTrials)});
+  const ReferenceRun run = run_reference(args);
+  ASSERT_EQ(run.status, 0) << "the PyTorch reference failed (is python3-torch installed? run "
+                              "scripts/install-deps.sh): "
+                           << run.output;
   const SafetensorsFile ref = read_safetensors(out_path);
   const Tolerances tol(ref, out_path, fp32);
 
