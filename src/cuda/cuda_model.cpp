@@ -89,6 +89,12 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
     dwa_table_.push_back(table);
     table += plan.sources.size();
   }
+  delta_ = config_.uses_delta_reads();
+  if (delta_)
+    for (int j = 0; j < config_.n_sublayers(); ++j) {
+      delta_src_.push_back(delta_read_sources(config_, j));
+      delta_max_src_ = std::max(delta_max_src_, delta_src_.back().size());
+    }
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -151,6 +157,11 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
       s.h = f32(bt * d);
       s.rms = f32(bt * n_src);
       s.read_logits = f32(p.n_routes * bt * n_src);
+    } else if (delta_ && !delta_src_[static_cast<std::size_t>(j)].empty()) {
+      const auto n_src = static_cast<std::int64_t>(delta_src_[static_cast<std::size_t>(j)].size());
+      s.h = f32(bt * d);
+      s.rms = f32(bt * n_src);
+      s.read_logits = f32(bt * n_src);
     }
     s.x = op(bt * d);
     s.rstd = f32(bt);
@@ -175,6 +186,12 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   } else {
     b.h_final = b.rms_final = b.logits_final = nullptr;
   }
+  b.delta_x.assign(delta_ ? static_cast<std::size_t>(L) : 0, nullptr);
+  for (float*& x : b.delta_x) x = f32(bt * d);
+  b.delta_f = delta_ ? f32(bt * d) : nullptr;
+  const auto delta_entries = static_cast<std::int64_t>(delta_ ? L * delta_max_src_ : 1);
+  b.delta_sources = static_cast<const float**>(take(8 * delta_entries));
+  b.delta_dsources = static_cast<float**>(take(8 * delta_entries));
   b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
   b.ddwa_out.assign(b.dwa_out.size(), nullptr);
   std::int64_t dwa_max_sources = 0;
@@ -218,6 +235,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
       b.ddwa_out[static_cast<std::size_t>(topo_.dwas()[static_cast<std::size_t>(i)].block)] =
           base != nullptr ? dall + (L + 1 + i) * bt * d : nullptr;
     b.dv1 = vres && base != nullptr ? dall + (streams - 1) * bt * d : nullptr;
+    b.dstream = delta_ ? f32(bt * d) : nullptr;
     b.dx_final = f32(bt * d);
     b.dh = f32(bt * d);
     b.dx = f32(bt * d);
@@ -274,6 +292,20 @@ void CudaModel::build_arena() {
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.read_sources, src.data(), src.size() * sizeof(const float*),
                                        cudaMemcpyHostToDevice, stream_));
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.read_dsources, dsrc.data(), dsrc.size() * sizeof(float*),
+                                       cudaMemcpyHostToDevice, stream_));
+  }
+  // ... of every Delta AttnRes read ...
+  if (delta_) {
+    std::vector<const float*> src(delta_src_.size() * delta_max_src_, nullptr);
+    std::vector<float*> dsrc(src.size(), nullptr);
+    for (std::size_t j = 0; j < delta_src_.size(); ++j)
+      for (std::size_t k = 0; k < delta_src_[j].size(); ++k) {
+        src[j * delta_max_src_ + k] = residual(delta_src_[j][k]);
+        dsrc[j * delta_max_src_ + k] = with_grad_ ? dresidual(delta_src_[j][k]) : nullptr;
+      }
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.delta_sources, src.data(), src.size() * sizeof(const float*),
+                                       cudaMemcpyHostToDevice, stream_));
+    ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.delta_dsources, dsrc.data(), dsrc.size() * sizeof(float*),
                                        cudaMemcpyHostToDevice, stream_));
   }
   // ... and of every DWA.
@@ -413,6 +445,10 @@ const float* CudaModel::residual(int index) const {
   if (index == kNoStream) return nullptr;
   if (topo_.is_dwa_stream(index)) return buf_.dwa_out[static_cast<std::size_t>(index - topo_.n_sublayers() + 1)];
   return index == kEmbedding ? buf_.emb : buf_.sub[static_cast<std::size_t>(index)].out;
+}
+
+const float* CudaModel::delta_stream(int j) const {
+  return j == 0 ? buf_.emb : buf_.delta_x[static_cast<std::size_t>(j - 1)];
 }
 
 float* CudaModel::dresidual(int index) {

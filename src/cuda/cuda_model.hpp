@@ -168,6 +168,15 @@ class CudaModel {
     // backward), and V_1's gradient gathered from the later layers (fp32).
     void* vmix = nullptr;
     float* dv1 = nullptr;
+    // Delta AttnRes (delta, delta_block; sub[j].out holds sublayer j's source, f_j or its block's
+    // partial sum, and sub[j].dout its gradient): the stream x_{j+1} after each sublayer, a sublayer's
+    // output before it joins the partial sum, the stream's gradient, and the reads' source tables
+    // ([L][delta_max_src_], by sublayer).
+    std::vector<float*> delta_x;
+    float* delta_f = nullptr;
+    float* dstream = nullptr;
+    const float** delta_sources = nullptr;
+    float** delta_dsources = nullptr;
     std::size_t dstream_floats = 0;  // demb, every dout, ddwa_out and dv1: one block, zeroed by one memset
   };
 
@@ -194,6 +203,12 @@ class CudaModel {
   // A DWA of DenseFormer (one of Topology::dwas()) for the kernels, and its backward.
   kern::Dwa dwa(const DwaPlan& plan) const;
   void dwa_backward(const DwaPlan& plan);
+  // Delta AttnRes: the stream x_j entering sublayer j (j = L: the final norm's input), and sublayer
+  // j's read (kernels/delta_read with the gate none: a depth read whose output adds to x_j), fused
+  // with the following norm, and its backward given dL/dh.
+  const float* delta_stream(int j) const;
+  void delta_read_forward(int j, const float* norm_w);
+  void delta_read_backward(int j, const float* dh);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -216,6 +231,11 @@ class CudaModel {
   std::vector<const float*> dwa_alpha_;
   std::vector<float*> dwa_dalpha_;
   std::vector<std::size_t> dwa_table_;
+  // Delta AttnRes (config.uses_delta_reads()): each sublayer's read sources (model/topology.hpp's
+  // delta_read_sources; empty: no read) and the most any read has.
+  bool delta_ = false;
+  std::vector<std::vector<int>> delta_src_;
+  std::size_t delta_max_src_ = 1;
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

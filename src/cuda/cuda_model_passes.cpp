@@ -116,6 +116,63 @@ void CudaModel::dwa_backward(const DwaPlan& plan) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Delta AttnRes's reads (model/delta_trunk.cpp with the gate none, no null source, no V route)
+// ---------------------------------------------------------------------------------------------
+
+// x = RMSNorm(h) with h = x_j + sum_s alpha_s v_s over the sublayer's sources (h = x_j without any).
+void CudaModel::delta_read_forward(int j, const float* norm_w) {
+  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+  const std::vector<int>& src = delta_src_[static_cast<std::size_t>(j)];
+  if (src.empty()) {
+    kern::rmsnorm_forward(s.x, op_type(), s.rstd, delta_stream(j), norm_w, n_tok_, config_.d_model,
+                          static_cast<float>(config_.norm_eps), stream_);
+    return;
+  }
+  const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+  kern::DepthReadForward a;
+  a.sources = buf_.delta_sources + static_cast<std::size_t>(j) * delta_max_src_;
+  a.n_sources = static_cast<int>(src.size());
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.eps = static_cast<float>(config_.norm_eps);
+  a.gamma = is_attention(j) ? lw.attn_key_norm : lw.mlp_key_norm;
+  a.queries[0] = is_attention(j) ? lw.attn_query : lw.mlp_query;
+  a.rms = s.rms;
+  a.logits = s.read_logits;
+  a.residual = delta_stream(j);
+  a.h = s.h;
+  a.norm_w = norm_w;
+  a.x = s.x;
+  a.x_type = op_type();
+  a.rstd = s.rstd;
+  kern::depth_read_forward(a, stream_);
+}
+
+// Given dh = dL/dh of sublayer j's read: the sources' gradients and the query's and key norm's
+// (the stream's share, dh itself, the caller adds).
+void CudaModel::delta_read_backward(int j, const float* dh) {
+  const Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
+  const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
+  LayerWeights<float>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
+  const std::size_t table = static_cast<std::size_t>(j) * delta_max_src_;
+  kern::DepthReadBackward a;
+  a.sources = buf_.delta_sources + table;
+  a.dsources = buf_.delta_dsources + table;
+  a.n_sources = static_cast<int>(delta_src_[static_cast<std::size_t>(j)].size());
+  a.n_tok = n_tok_;
+  a.d = config_.d_model;
+  a.gamma = is_attention(j) ? lw.attn_key_norm : lw.mlp_key_norm;
+  a.queries[0] = is_attention(j) ? lw.attn_query : lw.mlp_query;
+  a.rms = s.rms;
+  a.logits = s.read_logits;
+  a.dout[0] = dh;
+  a.dqueries[0] = is_attention(j) ? lg.attn_query : lg.mlp_query;
+  a.dgamma = is_attention(j) ? lg.attn_key_norm : lg.mlp_key_norm;
+  a.scratch = buf_.reduce;
+  kern::depth_read_backward(a, stream_);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Forward and backward (model/model.cpp, step for step)
 // ---------------------------------------------------------------------------------------------
 
@@ -137,10 +194,16 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
     const bool separate = reads && topo_.read(j).separate_value;
     if (reads) {
       read_forward(j, read_params(w_, topo_, j), norm_w, s.h, s.x, s.rstd, s.rms, s.read_logits, false);
+    } else if (delta_) {
+      delta_read_forward(j, norm_w);
     } else {
       kern::rmsnorm_forward(s.x, ot, s.rstd, residual(topo_.input(j)), norm_w, n, d, eps, stream_);
     }
-    const float* base = residual(topo_.write_base(j));
+    // Delta AttnRes: f_j goes straight into its source at a block start; inside a block into
+    // delta_f, then the source is the partial sum P_{j-1} + f_j. Its stream x_{j+1} = x_j + f_j.
+    const bool delta_start = delta_ && j % config_.sublayers_per_block() == 0;
+    const float* base = delta_ ? nullptr : residual(topo_.write_base(j));
+    float* f = delta_ && !delta_start ? buf_.delta_f : s.out;
     if (attn) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
@@ -153,19 +216,32 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
         v = buf_.vmix;
       }
       attention_->forward(s.att, s.lse, s.q, s.k, v, ot, shape);
-      gemm_->linear_forward(s.out, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
+      gemm_->linear_forward(f, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
     } else {
       gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
       gemm_->linear_forward(s.up, ot, s.x, op_weight(lw.w_up), ot, n, d, H);
       kern::swiglu_forward(s.act, s.gate, s.up, ot, n * H, stream_);
-      gemm_->linear_forward(s.out, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
+      gemm_->linear_forward(f, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
       if (const DwaPlan* plan = topo_.dwa_ending_at(j))
         kern::dwa_forward(dwa(*plan), buf_.dwa_out[static_cast<std::size_t>(plan->block)], stream_);
+    }
+    if (delta_) {
+      const auto bytes = sizeof(float) * static_cast<std::size_t>(n * d);
+      if (!delta_start) {
+        ATTNRES_CUDA_CHECK(cudaMemcpyAsync(s.out, buf_.sub[static_cast<std::size_t>(j - 1)].out, bytes,
+                                           cudaMemcpyDeviceToDevice, stream_));
+        kern::add_into(s.out, f, n * d, stream_);
+      }
+      float* x_next = buf_.delta_x[static_cast<std::size_t>(j)];
+      ATTNRES_CUDA_CHECK(cudaMemcpyAsync(x_next, delta_stream(j), bytes, cudaMemcpyDeviceToDevice, stream_));
+      kern::add_into(x_next, f, n * d, stream_);
     }
   }
   if (reads) {
     read_forward(topo_.final_read(), read_params(w_, topo_, topo_.final_read()), w_.final_norm, buf_.h_final,
                  buf_.x_final, buf_.rstd_final, buf_.rms_final, buf_.logits_final, false);
+  } else if (delta_) {  // no final read: the final norm reads x_L
+    kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, delta_stream(L), w_.final_norm, n, d, eps, stream_);
   } else {
     kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, residual(topo_.input(L)), w_.final_norm, n, d, eps,
                           stream_);
@@ -217,6 +293,9 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     const int final_read = topo_.final_read();
     read_backward(final_read, read_params(w_, topo_, final_read), read_params(g_, topo_, final_read), b.dh, nullptr,
                   b.rms_final, b.logits_final);
+  } else if (delta_) {  // dstream = dL/dx_L; then dL/dx_j on the way down
+    kern::rmsnorm_backward(b.dstream, false, g_.final_norm, b.dx_final, delta_stream(L), w_.final_norm, b.rstd_final,
+                           n, d, b.reduce, stream_);
   } else {
     kern::rmsnorm_backward(dresidual(topo_.input(L)), true, g_.final_norm, b.dx_final, residual(topo_.input(L)),
                            w_.final_norm, b.rstd_final, n, d, b.reduce, stream_);
@@ -236,7 +315,14 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     }
     if (const DwaPlan* plan = topo_.dwa_ending_at(j)) dwa_backward(*plan);
     // s.dout is complete: every later user of this partial sum has been visited.
-    float* dbase = dresidual(topo_.write_base(j));
+    float* dbase = delta_ ? nullptr : dresidual(topo_.write_base(j));
+    if (delta_) {
+      // The source's gradient is complete (its readers are later sublayers); inside a block it is
+      // also the previous partial sum's. Then f_j's: the source's plus the stream's.
+      if (j % config_.sublayers_per_block() != 0)
+        kern::add_into(b.sub[static_cast<std::size_t>(j - 1)].dout, s.dout, n * d, stream_);
+      kern::add_into(s.dout, b.dstream, n * d, stream_);
+    }
     const void* dy = s.dout;
     if (bf16) {
       kern::add_and_cast(dbase, s.dout, b.dout_op, n * d, stream_);
@@ -279,11 +365,19 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       if (separate)
         kern::rmsnorm_backward(b.dhv, false, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce, stream_);
       read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), b.dh, b.dhv, s.rms, s.read_logits);
+    } else if (delta_ && !delta_src_[static_cast<std::size_t>(j)].empty()) {
+      kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
+      kern::add_into(b.dstream, b.dh, n * d, stream_);  // h = x_j + c: the stream path
+      delta_read_backward(j, b.dh);
+    } else if (delta_) {
+      kern::rmsnorm_backward(b.dstream, true, dnorm_w, b.dx, delta_stream(j), norm_w, s.rstd, n, d, b.reduce,
+                             stream_);
     } else {
       kern::rmsnorm_backward(dresidual(topo_.input(j)), true, dnorm_w, b.dx, residual(topo_.input(j)), norm_w,
                              s.rstd, n, d, b.reduce, stream_);
     }
   }
+  if (delta_) kern::add_into(b.demb, b.dstream, n * d, stream_);
   const std::int64_t bt = max_batch_ * max_seq_;
   kern::embedding_backward(g_.tok_emb, buf_.tokens + 2 * bt, buf_.tokens + 3 * bt, buf_.tokens + 4 * bt + 1, n_ids_,
                            b.demb, d, stream_);

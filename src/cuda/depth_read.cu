@@ -168,6 +168,12 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthRe
       norm_store(hv, a.norm_w, static_cast<T*>(a.xv) + t * d, a.rstdv + t, d, a.eps, lane);
     }
   }
+  if (a.residual != nullptr) {  // Delta AttnRes: h = x + c (kernels/delta_read_forward, gate none)
+    float xr[VPL];
+    load_slice(xr, a.residual + t * d, d, lane);
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) h[i] = xr[i] + h[i];
+  }
   store_slice(h, a.h + t * d, d, lane);
   norm_store(h, a.norm_w, static_cast<T*>(a.x) + t * d, a.rstd + t, d, a.eps, lane);
 }

@@ -110,6 +110,9 @@ struct DepthReadForward {
   bool average = false;          // one output, the mean of the routes' mixes
   float* rms = nullptr;          // [n_tok, n_sources]
   float* logits = nullptr;       // [n_routes, n_tok, n_sources] (uniform routes' rows untouched)
+  // Delta AttnRes (kernels/delta_read, gate none; one route): h = residual + mix, the stream plus
+  // the read, before the norm (null: h = the mix).
+  const float* residual = nullptr;
   // Route 0 (or the average): the mix h (fp32, kept for the backward) and, fused, its RMSNorm.
   float* h = nullptr;
   const float* norm_w = nullptr;

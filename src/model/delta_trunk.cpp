@@ -391,9 +391,12 @@ const ResidualFamily& delta_family() {
   static const ResidualFamily family = {
       .name = "Delta AttnRes",
       // Delta AttnRes's routing: its attention reads (Q/K and, decoupled, V); also routing_max_weight.
-      .modes = {{R::delta, "delta", false, {.routing = true}}, {R::delta_block, "delta_block", false, {.routing = true}}},
+      .modes = {{R::delta, "delta", true, {.routing = true}}, {R::delta_block, "delta_block", true, {.routing = true}}},
       .trunk_float = make_delta_trunk<float>,
       .trunk_double = make_delta_trunk<double>,
+      // CUDA (src/cuda, issue #48): the reads without a gate, a null source or a V route; both
+      // delta_block schedules, either decay policy.
+      .cuda_lacks = {"delta_null_source", "delta_gate", "delta_value_route"},
       .add_params = add_delta_params,
       .static_connections = nullptr,  // per token only
       .residual_flops = delta_residual_flops,

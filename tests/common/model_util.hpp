@@ -78,8 +78,8 @@ struct Variant {
     return c;
   }
   // The CUDA backend implements the modes whose family record says so (model/family.hpp), with the
-  // value residual.
-  bool on_cuda() const { return residual_mode_info(residual).cuda; }
+  // value residual, and without the options the record's cuda_lacks names.
+  bool on_cuda() const { return cuda_refusal(apply(ModelConfig{})).empty(); }
   bool config_uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
 };
 

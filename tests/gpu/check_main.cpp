@@ -13,7 +13,8 @@
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
-// Baseline families on CUDA (issue #48; today DenseFormer and the value residual): checks (a)-(c)
+// Baseline families on CUDA (issue #48; today DenseFormer, the value residual and Delta AttnRes
+// without a gate, null source or V route): checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
 // trains, and block+vres, on the same preset as block, and prints its step time and device memory
@@ -324,6 +325,23 @@ void check_parity() {
     parity_case("block_vres_constant", c, 3, 45, 15);
   } catch (const std::exception& e) {
     add_error("a", "block_vres_constant", e.what());
+  }
+  // Delta AttnRes's other delta_block schedule (the released code's: completed blocks only) and
+  // delta with the value residual (the variants with both also set a V route, which CUDA lacks).
+  if (selected("delta_block")) try {
+    ModelConfig c = variant_config(base, {.name = "delta_block", .residual = ResidualMode::delta_block});
+    c.delta_block_partial = false;
+    parity_case("delta_block released", c, 3, 45, 16);
+  } catch (const std::exception& e) {
+    add_error("a", "delta_block released", e.what());
+  }
+  if (selected("delta")) try {
+    ModelConfig c = variant_config(base, {.name = "delta", .residual = ResidualMode::delta});
+    c.value_residual = true;
+    c.vres_mode = kernels::VresMode::learned_pair;
+    parity_case("delta vres_pair", c, 3, 45, 17);
+  } catch (const std::exception& e) {
+    add_error("a", "delta vres_pair", e.what());
   }
 }
 

@@ -51,7 +51,30 @@ TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
     const std::string refusal = cuda_refusal(testing::tiny_config(v));
     EXPECT_EQ(refusal.empty(), v.on_cuda()) << v.name;
     // Refused by name: the mode.
-    if (!residual_mode_info(v.residual).cuda) EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
+    if (!residual_mode_info(v.residual).cuda) {
+      EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
+    }
+  }
+}
+
+// Delta AttnRes trains on CUDA without a gate, a null source or a V route (issue #48): each of
+// them is refused by its key; both delta_block schedules and either decay policy run.
+TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
+  for (const ResidualMode mode : {ResidualMode::delta, ResidualMode::delta_block}) {
+    ModelConfig c = testing::tiny_config(mode);
+    EXPECT_EQ(cuda_refusal(c), "") << to_string(mode);
+    c.delta_decay_all = false;
+    if (mode == ResidualMode::delta_block) c.delta_block_partial = false;
+    EXPECT_EQ(cuda_refusal(c), "") << to_string(mode);
+    ModelConfig g = c;
+    g.delta_gate = kernels::DeltaGate::sigmoid_scalar;
+    EXPECT_EQ(cuda_refusal(g), "model.delta_gate");
+    ModelConfig z = c;
+    z.delta_null_source = true;
+    EXPECT_EQ(cuda_refusal(z), "model.delta_null_source");
+    ModelConfig v = c;
+    v.delta_value_route = DeltaValueRoute::decoupled;
+    EXPECT_EQ(cuda_refusal(v), "model.delta_value_route");
   }
 }
 
