@@ -325,6 +325,18 @@ budget = 0.5
   EXPECT_NE(dry.output.find("12 runs in '" + out + "': 8 done, 4 to train"), std::string::npos) << dry.output;
   EXPECT_NE(dry.output.find("the experiment grows: seeds 3"), std::string::npos) << dry.output;
   EXPECT_NE(dry.output.find("measured by 8 finished runs here"), std::string::npos) << dry.output;
+  // A core-second is priced from the runs' CPU time (cpu_seconds_per_step), not their wall clock:
+  // with each run's CPU time set to buy 12,345 tokens per core-second, the dry run says so.
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.path().filename() == "result.json") {
+      nlohmann::json j = read_json(e.path());
+      const double tokens_per_step = j.at("tokens_per_sec").get<double>() * j.at("step_time_ms").get<double>() / 1000;
+      j["cpu_seconds_per_step"] = tokens_per_step / 12345.0;
+      std::ofstream(e.path()) << j.dump();
+    }
+  dry = run_cli("experiment --protocol " + write_file(runs, "more.toml", more) + " --out " + out + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("12,345 tokens per core-second"), std::string::npos) << dry.output;
   const fs::path dir(out);
   const nlohmann::json spec = read_json(dir / "experiment.json");
   const auto& controls = group_named(spec.at("groups"), "controls");
