@@ -25,8 +25,18 @@ std::string floor_clause(const Comparison& c, const ArmComparison& a) {
     return concat("; noise floor: n/a (", f.twin, " finished in ", f.n, f.n == 1 ? " seed" : " seeds", ")");
   }
   const results::FloorTest& f = *a.floor;
+  // Each twin with its own floor (the sd of one twin pair of its arm), so the answer names every arm's floor.
+  const auto twin_sd = [&c](const std::string& twin) -> double {
+    if (c.noise_floor && c.noise_floor->twin == twin) return c.noise_floor->sd;
+    for (const auto& t : c.arm_floors)
+      if (t.twin == twin) return t.sd;
+    return results::kNotAvailable;
+  };
   std::string twins;
-  for (const auto& t : f.twins) twins += concat(twins.empty() ? "" : " and ", t);
+  for (const auto& t : f.twins) {
+    twins += concat(twins.empty() ? "" : " and ", t);
+    if (const double sd = twin_sd(t); std::isfinite(sd)) twins += concat(" ±", format_nats(sd));
+  }
   std::string out = concat("; noise floor ±", format_nats(f.mean_sd), " (rounding's s.e. of the ", a.stats.n,
                            "-seed mean; one pair ±", format_nats(f.pair_sd), ", from ", twins, "): ");
   const std::string interval = concat(f.interval, " [", format_signed_nats(f.interval_low), ", ",

@@ -240,6 +240,8 @@ TEST(Report, TwinsOfBothArmsReadAsFloors) {
   const std::string answer = answer_line(s, "rd");
   EXPECT_NE(answer.find("noise floor ±"), std::string::npos) << answer;
   EXPECT_EQ(answer.find("±0.0000"), std::string::npos) << answer;
+  // The answer names each arm's own floor, not only the pooled pair's.
+  EXPECT_NE(answer.find("from block~ ±1e-05 and rd~ ±1.5e-05"), std::string::npos) << answer;
   const std::string html = render_html(s);
   EXPECT_EQ(html.find("rd~ seed 1 at"), std::string::npos);   // not in the ΔNLL plot
   EXPECT_NE(html.find("block~ seed 1 at"), std::string::npos);  // the baseline's twin is
