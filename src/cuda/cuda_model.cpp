@@ -95,6 +95,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
       delta_src_.push_back(delta_read_sources(config_, j));
       delta_max_src_ = std::max(delta_max_src_, delta_src_.back().size());
     }
+  gr_bind();  // the Gated Residual's modules (none in other modes)
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -192,6 +193,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   const auto delta_entries = static_cast<std::int64_t>(delta_ ? L * delta_max_src_ : 1);
   b.delta_sources = static_cast<const float**>(take(8 * delta_entries));
   b.delta_dsources = static_cast<float**>(take(8 * delta_entries));
+  if (gr_) gr_carve(take);
   b.dwa_out.assign(static_cast<std::size_t>(config_.n_layers + 1), nullptr);
   b.ddwa_out.assign(b.dwa_out.size(), nullptr);
   std::int64_t dwa_max_sources = 0;
@@ -253,7 +255,8 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
     b.reduce = f32(std::max({kern::rmsnorm_scratch_floats(bt, config_.d_model),
                              kern::depth_read_scratch_floats(bt, config_.d_model),
                              kern::dwa_scratch_floats(bt, static_cast<int>(dwa_max_sources)),
-                             kern::value_residual_scratch_floats(bt)}));
+                             kern::value_residual_scratch_floats(bt),
+                             gr_ ? kern::gr_scratch_floats(bt, config_.gr_n, config_.d_model) : 0}));
   }
   used = align_up(used);
 }

@@ -209,6 +209,17 @@ class CudaModel {
   const float* delta_stream(int j) const;
   void delta_read_forward(int j, const float* norm_w);
   void delta_read_backward(int j, const float* dh);
+  // The Gated Residual (gr, cuda_model_gated_residual.cpp; model/gated_residual_trunk.cpp step for
+  // step): binds the modules' weights, carves their buffers; module j's read into sub[j].x (j = L:
+  // the final mixer, into x_final; module 0 first fills the branches with the embedding), its write
+  // of y_j = sub[j].out into H_{j+1}; backward: the write's (dy into sub[j].dout) and the read's
+  // given dL/dx (the final mixer's first zeroes dL/dH, module 0's last adds it into demb).
+  void gr_bind();
+  void gr_carve(const std::function<void*(std::int64_t)>& take);
+  void gr_read_forward(int j);
+  void gr_write_forward(int j);
+  void gr_write_backward(int j);
+  void gr_read_backward(int j, const float* dx);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -236,6 +247,23 @@ class CudaModel {
   bool delta_ = false;
   std::vector<std::vector<int>> delta_src_;
   std::size_t delta_max_src_ = 1;
+  // The Gated Residual (the family without model norms): per module j = 0..L (L: the final mixer,
+  // without W_inject) its weights, their gradients, the branches entering it [bt, n, d] and what
+  // its backward keeps (the branch RMS factors [bt, n], W_down's output p [bt, r], the write gates
+  // [bt, n]); the buffers the modules share: the normalised branches, SiLU(p) and the gradients'
+  // GEMM operands (operand type), the read gates' pre-sigmoid q, dL/dHn, dL/da and dL/dH (fp32).
+  struct GrModule {
+    const float *norm = nullptr, *w_down = nullptr, *w_up = nullptr, *w_inject = nullptr;
+    float *dnorm = nullptr, *dw_down = nullptr, *dw_up = nullptr, *dw_inject = nullptr;
+    float *H = nullptr, *rms = nullptr, *p = nullptr, *beta = nullptr;
+  };
+  struct GrShared {
+    void *hn = nullptr, *a = nullptr, *dq = nullptr, *dp = nullptr, *ds = nullptr;
+    float *q = nullptr, *dhn = nullptr, *da = nullptr, *dH = nullptr;
+  };
+  bool gr_ = false;
+  std::vector<GrModule> gr_mod_;
+  GrShared gr_buf_;
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

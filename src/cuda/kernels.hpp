@@ -190,6 +190,44 @@ std::int64_t value_residual_scratch_floats(std::int64_t n_tok);
 // dst (type) += src (fp32), rounded to the type.
 void add_fp32(void* dst, DType type, const float* src, std::int64_t n, Stream stream);
 
+// ---- the Gated Residual (gated_residual.cu): kernels/gated_residual ----------------------------
+// Branches H [n_tok, n, d] (fp32); a module's norm weight w [n d] (applied as 1 + w); the W_down,
+// W_up and W_inject products are cuBLASLt GEMMs between these (CudaModel). Operand-type outputs
+// (`type`) feed those GEMMs.
+
+// H[t, i] = emb[t] for every branch (the entry); demb[t] += sum_i dH[t, i] (its backward).
+void gr_expand(float* H, const float* emb, std::int64_t n_tok, int n, int d, Stream stream);
+void gr_reduce(float* demb, const float* dH, std::int64_t n_tok, int n, int d, Stream stream);
+// hn (type) = RMSNorm(H_i) (1 + w_i) per branch; rms [n_tok, n] written when compute_rms, else read.
+void gr_norm(void* hn, DType type, float* rms, bool compute_rms, const float* H, const float* w, std::int64_t n_tok,
+             int n, int d, float eps, Stream stream);
+// p *= scale (in place), a (type) = SiLU(p); count elements.
+void gr_silu(void* a, DType type, float* p, std::int64_t count, float scale, Stream stream);
+// x (type) [n_tok, d] = (1/n) sum_i sigmoid(q_i) Hn_i, q [n_tok, n d] the read gates' pre-sigmoid.
+void gr_mix(void* x, DType type, const float* q, const float* H, const float* rms, const float* w, std::int64_t n_tok,
+            int n, int d, Stream stream);
+// beta [n_tok, n] = 2 sigmoid(beta / n), in place (W_inject's output in, the write gates out).
+void gr_write_gates(float* beta, std::int64_t n_tok, int n, Stream stream);
+// out [n_tok, n, d] = H_i + beta_i y (out may alias H).
+void gr_write_forward(float* out, const float* H, const float* beta, const float* y, std::int64_t n_tok, int n, int d,
+                      Stream stream);
+// Given dH = dL/dH': dy (fp32, overwritten) = sum_i beta_i dH_i; ds_n (type) [n_tok, n] = the write
+// gates' pre-sigmoid gradient / n, <dH_i, y> beta_i (1 - beta_i / 2) / n.
+void gr_write_backward(float* dy, void* ds_n, DType type, const float* dH, const float* y, const float* beta,
+                       std::int64_t n_tok, int n, int d, Stream stream);
+// Given dx (the sublayer input's gradient): dhn (fp32, overwritten) = G dx / n and dq (type) =
+// Hn (dx / n) G (1 - G), G = sigmoid(q).
+void gr_gate_backward(float* dhn, void* dq, DType type, const float* q, const float* dx, const float* H,
+                      const float* rms, const float* w, std::int64_t n_tok, int n, int d, Stream stream);
+// dp (type) = da SiLU'(p) / n.
+void gr_silu_backward(void* dp, DType type, const float* da, const float* p, std::int64_t count, int n,
+                      Stream stream);
+// The branch norm's backward given dhn = dL/dHn: dH += the branches' gradient, dw += the weight's
+// (chunked, fixed order). scratch: gr_scratch_floats.
+void gr_norm_backward(float* dH, float* dw, const float* dhn, const float* H, const float* rms, const float* w,
+                      std::int64_t n_tok, int n, int d, float* scratch, Stream stream);
+std::int64_t gr_scratch_floats(std::int64_t n_tok, int n, int d);
+
 // ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
 
 // q, k, v, out: [batch, seq, n_heads*head_dim] of `type`; lse: [batch, n_heads, seq] (fp32).

@@ -273,9 +273,10 @@ const ResidualFamily& gated_residual_family() {
   static const ResidualFamily family = {
       .name = "gated residual",
       // GR's gates (spec §2.7): per branch, the read gates' channel mean and the write gates.
-      .modes = {{R::gr, "gr", false, {.connections = true}}},
+      .modes = {{R::gr, "gr", true, {.connections = true}}},
       .trunk_float = make_gated_residual_trunk<float>,
       .trunk_double = make_gated_residual_trunk<double>,
+      // CUDA (src/cuda, issue #48): every gr_n, gr_rank and gr_decay_norm, with the value residual.
       .add_params = add_gated_residual_params,
       .static_connections = nullptr,  // per token only (its gates)
       .residual_flops = gated_residual_flops,

@@ -13,8 +13,8 @@
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
-// Baseline families on CUDA (issue #48; today DenseFormer, the value residual and Delta AttnRes
-// without a gate, null source or V route): checks (a)-(c)
+// Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
+// without a gate, null source or V route, and the Gated Residual): checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
 // trains, and block+vres, on the same preset as block, and prints its step time and device memory
@@ -342,6 +342,15 @@ void check_parity() {
     parity_case("delta vres_pair", c, 3, 45, 17);
   } catch (const std::exception& e) {
     add_error("a", "delta vres_pair", e.what());
+  }
+  // The Gated Residual with the most branches (gr_n = 8) and an untied LM head (the final mixer
+  // feeds it directly: no final norm).
+  if (selected("gr")) try {
+    ModelConfig c = variant_config(base, {.name = "gr", .residual = ResidualMode::gr, .n_streams = 8});
+    c.tie_embeddings = false;
+    parity_case("gr n8 untied", c, 3, 45, 18);
+  } catch (const std::exception& e) {
+    add_error("a", "gr n8 untied", e.what());
   }
 }
 

@@ -78,6 +78,19 @@ TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
   }
 }
 
+// The Gated Residual trains on CUDA with every key of its own (issue #48): any branch count and
+// rank, either norm decay, with the value residual; the family lacks nothing.
+TEST(ResidualModes, GatedResidualRunsOnCudaWithEveryKey) {
+  ModelConfig c = testing::tiny_config(ResidualMode::gr);
+  EXPECT_EQ(cuda_refusal(c), "");
+  c.gr_n = 8;
+  c.gr_rank = 3;
+  c.gr_decay_norm = true;
+  c.value_residual = true;
+  EXPECT_EQ(cuda_refusal(c), "");
+  EXPECT_TRUE(residual_family(c).cuda_lacks.empty());
+}
+
 TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
   for (const testing::Variant& v : testing::all_variants()) {
     const ModelConfig c = testing::tiny_config(v);

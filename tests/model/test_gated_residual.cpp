@@ -197,7 +197,7 @@ TEST(GatedResidual, ConfigKeysValidateAndApplyToGrOnly) {
   EXPECT_EQ(arm_pre.gr_n, 4);
   EXPECT_FALSE(arm_pre.gr_decay_norm);
   EXPECT_NO_THROW(arm_pre.validate());
-  EXPECT_FALSE(residual_mode_info(ResidualMode::gr).cuda);
+  EXPECT_TRUE(residual_mode_info(ResidualMode::gr).cuda);  // issue #48: CUDA trains it too
   EXPECT_FALSE(has_model_norms(c));
   EXPECT_TRUE(has_model_norms(tiny_config(ResidualMode::hc)));
 }
