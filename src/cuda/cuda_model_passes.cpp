@@ -196,13 +196,15 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       read_forward(j, read_params(w_, topo_, j), norm_w, s.h, s.x, s.rstd, s.rms, s.read_logits, false);
     } else if (delta_) {
       delta_read_forward(j, norm_w);
+    } else if (streams_) {  // hc / mhc: module j's read, then the pre-norm
+      stream_read_forward(j, norm_w);
     } else {
       kern::rmsnorm_forward(s.x, ot, s.rstd, residual(topo_.input(j)), norm_w, n, d, eps, stream_);
     }
     // Delta AttnRes: f_j goes straight into its source at a block start; inside a block into
     // delta_f, then the source is the partial sum P_{j-1} + f_j. Its stream x_{j+1} = x_j + f_j.
     const bool delta_start = delta_ && j % config_.sublayers_per_block() == 0;
-    const float* base = delta_ ? nullptr : residual(topo_.write_base(j));
+    const float* base = delta_ || streams_ ? nullptr : residual(topo_.write_base(j));
     float* f = delta_ && !delta_start ? buf_.delta_f : s.out;
     if (attn) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
@@ -236,12 +238,15 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       ATTNRES_CUDA_CHECK(cudaMemcpyAsync(x_next, delta_stream(j), bytes, cudaMemcpyDeviceToDevice, stream_));
       kern::add_into(x_next, f, n * d, stream_);
     }
+    if (streams_) stream_write_forward(j);  // H_{j+1} from H_j and y = s.out
   }
   if (reads) {
     read_forward(topo_.final_read(), read_params(w_, topo_, topo_.final_read()), w_.final_norm, buf_.h_final,
                  buf_.x_final, buf_.rstd_final, buf_.rms_final, buf_.logits_final, false);
   } else if (delta_) {  // no final read: the final norm reads x_L
     kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, delta_stream(L), w_.final_norm, n, d, eps, stream_);
+  } else if (streams_) {  // the readout of H_L, then the final norm
+    stream_exit_forward();
   } else {
     kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, residual(topo_.input(L)), w_.final_norm, n, d, eps,
                           stream_);
@@ -296,6 +301,8 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
   } else if (delta_) {  // dstream = dL/dx_L; then dL/dx_j on the way down
     kern::rmsnorm_backward(b.dstream, false, g_.final_norm, b.dx_final, delta_stream(L), w_.final_norm, b.rstd_final,
                            n, d, b.reduce, stream_);
+  } else if (streams_) {  // the final norm, then every stream of H_L gets the readout's gradient
+    stream_exit_backward();
   } else {
     kern::rmsnorm_backward(dresidual(topo_.input(L)), true, g_.final_norm, b.dx_final, residual(topo_.input(L)),
                            w_.final_norm, b.rstd_final, n, d, b.reduce, stream_);
@@ -315,7 +322,8 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     }
     if (const DwaPlan* plan = topo_.dwa_ending_at(j)) dwa_backward(*plan);
     // s.dout is complete: every later user of this partial sum has been visited.
-    float* dbase = delta_ ? nullptr : dresidual(topo_.write_base(j));
+    float* dbase = delta_ || streams_ ? nullptr : dresidual(topo_.write_base(j));
+    if (streams_) stream_write_backward(j);  // s.dout = dL/dy
     if (delta_) {
       // The source's gradient is complete (its readers are later sublayers); inside a block it is
       // also the previous partial sum's. Then f_j's: the source's plus the stream's.
@@ -372,6 +380,9 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     } else if (delta_) {
       kern::rmsnorm_backward(b.dstream, true, dnorm_w, b.dx, delta_stream(j), norm_w, s.rstd, n, d, b.reduce,
                              stream_);
+    } else if (streams_) {  // the pre-norm, then module j's read (j = 0: and the entry)
+      kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
+      stream_read_backward(j, b.dh);
     } else {
       kern::rmsnorm_backward(dresidual(topo_.input(j)), true, dnorm_w, b.dx, residual(topo_.input(j)), norm_w,
                              s.rstd, n, d, b.reduce, stream_);
