@@ -57,6 +57,23 @@ TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
   }
 }
 
+// Hyper-connections (static and dynamic, with or without tanh, either readout) train on CUDA
+// (issue #48).
+TEST(ResidualModes, HyperConnectionsTrainOnCudaWithEveryOption) {
+  ModelConfig hc = testing::tiny_config(ResidualMode::hc);
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.hc_dynamic = false;
+  hc.hc_reduce = StreamReadout::mean;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.hc_dynamic = true;
+  hc.hc_tanh = false;
+  hc.hc_n = kernels::kMaxStreams;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.value_residual = true;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  for (const char* arm : {"hc", "hc-static"}) EXPECT_EQ(cuda_refusal(apply_arm(ModelConfig{}, arm)), "") << arm;
+}
+
 // Delta AttnRes trains on CUDA without a gate, a null source or a V route (issue #48): each of
 // them is refused by its key; both delta_block schedules and either decay policy run.
 TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
