@@ -302,9 +302,9 @@ budget = 0.5
             std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("arm 'rd+vres' cannot train"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
-  // DenseFormer, the value residual, Delta AttnRes and hyper-connections run on CUDA (issue #48).
+  // DenseFormer, the value residual, Delta AttnRes, hyper-connections and mHC run on CUDA (issue #48).
   dry = run_cli("experiment --preset tiny --data " + data() +
-                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,hc,hc-static --device cuda --out " +
+                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,hc,hc-static,mhc --device cuda --out " +
                 out + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_FALSE(fs::exists(out));
