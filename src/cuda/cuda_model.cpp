@@ -96,6 +96,8 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
       delta_max_src_ = std::max(delta_max_src_, delta_src_.back().size());
     }
   gr_bind();  // the Gated Residual's modules (none in other modes)
+  streams_ = config_.uses_streams();
+  if (streams_) bind_streams();  // hc / mhc (cuda_model_streams.cpp)
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -163,6 +165,8 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
       s.h = f32(bt * d);
       s.rms = f32(bt * n_src);
       s.read_logits = f32(bt * n_src);
+    } else if (streams_) {
+      s.h = f32(bt * d);  // the stream module's read
     }
     s.x = op(bt * d);
     s.rstd = f32(bt);
@@ -186,6 +190,26 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
     b.logits_final = f32(bt * n_src);
   } else {
     b.h_final = b.rms_final = b.logits_final = nullptr;
+  }
+  {  // hc / mhc: the states H_0 .. H_L, the modules' saved values (none for static HC), the readout
+    // (h_final) and the modules' scratch; the state gradients come with the other gradients.
+    const std::int64_t ns = config_.n_streams(), m = ns * (ns + 2);
+    const bool saved = streams_ && (config_.residual == ResidualMode::mhc || config_.hc_dynamic);
+    b.stream_state.assign(streams_ ? static_cast<std::size_t>(L + 1) : 0, nullptr);
+    for (float*& x : b.stream_state) x = f32(bt * ns * d);
+    b.stream_coef.assign(saved ? static_cast<std::size_t>(L) : 0, nullptr);
+    b.stream_act.assign(b.stream_coef.size(), nullptr);
+    b.stream_rms.assign(b.stream_coef.size(), nullptr);
+    for (std::size_t j = 0; j < b.stream_coef.size(); ++j) {
+      b.stream_coef[j] = f32(bt * m);
+      b.stream_act[j] = f32(bt * m);
+      b.stream_rms[j] = f32(bt * ns);
+    }
+    if (streams_) b.h_final = f32(bt * d);
+    b.stream_scratch = streams_ ? f32(stream_scratch_floats(config_, bt)) : nullptr;
+    b.dstate[0] = streams_ && with_grad_ ? f32(bt * ns * d) : nullptr;
+    b.dstate[1] = streams_ && with_grad_ ? f32(bt * ns * d) : nullptr;
+    b.dbeta = streams_ && with_grad_ ? f32(bt * ns) : nullptr;
   }
   b.delta_x.assign(delta_ ? static_cast<std::size_t>(L) : 0, nullptr);
   for (float*& x : b.delta_x) x = f32(bt * d);

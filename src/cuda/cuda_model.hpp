@@ -178,6 +178,15 @@ class CudaModel {
     const float** delta_sources = nullptr;
     float** delta_dsources = nullptr;
     std::size_t dstream_floats = 0;  // demb, every dout, ddwa_out and dv1: one block, zeroed by one memset
+    // hc / mhc (config.uses_streams(); cuda_model_streams.cpp): the n-stream state H_j [n_tok, n, d]
+    // entering each sublayer j and the exit's H_L (sub[j].h holds module j's read, sub[j].out the
+    // sublayer's output y, h_final the readout); each module's saved coefficients, tanh values or z,
+    // and RMS factors (none for static HC); the state's gradients (two, used in turn), the write's
+    // dbeta and the modules' scratch.
+    std::vector<float*> stream_state, stream_coef, stream_act, stream_rms;
+    float* dstate[2] = {nullptr, nullptr};
+    float* dbeta = nullptr;
+    float* stream_scratch = nullptr;
   };
 
   void carve(unsigned char* base, std::size_t& used);
@@ -220,6 +229,27 @@ class CudaModel {
   void gr_write_forward(int j);
   void gr_write_backward(int j);
   void gr_read_backward(int j, const float* dx);
+  // Hyper-connections and mHC (cuda_model_streams.cpp; model/stream_trunk.cpp step for step): the
+  // entry (H_0 = the embedding n times), module j's read (sub[j].h) fused with the sublayer's
+  // pre-norm, its write H_{j+1}, the exit (h_final); backward: the exit's gradient into the state,
+  // the write's (sub[j].dout = dL/dy, dbeta), the module's given dL/dh, the entry's (demb).
+  struct StreamModule {  // offsets of module j's tensors in the flat buffers (-1: none)
+    std::int64_t A = -1, B = -1, w_alpha = -1, w_beta = -1, s_alpha = -1, s_beta = -1, norm = -1;
+    std::int64_t phi = -1, alpha = -1, bias = -1;
+  };
+  void bind_streams();
+  static std::int64_t stream_scratch_floats(const ModelConfig& c, std::int64_t bt);
+  const float* stream_param(std::int64_t offset) const;
+  float* stream_grad(std::int64_t offset);
+  kern::HyperConnection hc_module(int j) const;
+  kern::Mhc mhc_module(int j) const;
+  kern::StreamCoef stream_coefficients(int j) const;
+  void stream_read_forward(int j, const float* norm_w);
+  void stream_write_forward(int j);
+  void stream_exit_forward();
+  void stream_exit_backward();
+  void stream_write_backward(int j);
+  void stream_read_backward(int j, const float* dh);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -264,6 +294,9 @@ class CudaModel {
   bool gr_ = false;
   std::vector<GrModule> gr_mod_;
   GrShared gr_buf_;
+  // hc / mhc (config.uses_streams()): the modules' tensors by sublayer.
+  bool streams_ = false;
+  std::vector<StreamModule> stream_modules_;
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

@@ -198,13 +198,15 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       delta_read_forward(j, norm_w);
     } else if (gr_) {
       gr_read_forward(j);
+    } else if (streams_) {  // hc / mhc: module j's read, then the pre-norm
+      stream_read_forward(j, norm_w);
     } else {
       kern::rmsnorm_forward(s.x, ot, s.rstd, residual(topo_.input(j)), norm_w, n, d, eps, stream_);
     }
     // Delta AttnRes: f_j goes straight into its source at a block start; inside a block into
     // delta_f, then the source is the partial sum P_{j-1} + f_j. Its stream x_{j+1} = x_j + f_j.
     const bool delta_start = delta_ && j % config_.sublayers_per_block() == 0;
-    const float* base = delta_ || gr_ ? nullptr : residual(topo_.write_base(j));
+    const float* base = delta_ || gr_ || streams_ ? nullptr : residual(topo_.write_base(j));
     float* f = delta_ && !delta_start ? buf_.delta_f : s.out;
     if (attn) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
@@ -239,6 +241,7 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       kern::add_into(x_next, f, n * d, stream_);
     }
     if (gr_) gr_write_forward(j);
+    if (streams_) stream_write_forward(j);  // H_{j+1} from H_j and y = s.out
   }
   if (reads) {
     read_forward(topo_.final_read(), read_params(w_, topo_, topo_.final_read()), w_.final_norm, buf_.h_final,
@@ -247,6 +250,8 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
     kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, delta_stream(L), w_.final_norm, n, d, eps, stream_);
   } else if (gr_) {  // the final mixer, straight to the LM head (no final norm)
     gr_read_forward(L);
+  } else if (streams_) {  // the readout of H_L, then the final norm
+    stream_exit_forward();
   } else {
     kern::rmsnorm_forward(buf_.x_final, ot, buf_.rstd_final, residual(topo_.input(L)), w_.final_norm, n, d, eps,
                           stream_);
@@ -303,6 +308,8 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
                            n, d, b.reduce, stream_);
   } else if (gr_) {
     gr_read_backward(L, b.dx_final);
+  } else if (streams_) {  // the final norm, then every stream of H_L gets the readout's gradient
+    stream_exit_backward();
   } else {
     kern::rmsnorm_backward(dresidual(topo_.input(L)), true, g_.final_norm, b.dx_final, residual(topo_.input(L)),
                            w_.final_norm, b.rstd_final, n, d, b.reduce, stream_);
@@ -322,8 +329,9 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
     }
     if (const DwaPlan* plan = topo_.dwa_ending_at(j)) dwa_backward(*plan);
     // s.dout is complete: every later user of this partial sum has been visited.
-    float* dbase = delta_ || gr_ ? nullptr : dresidual(topo_.write_base(j));
+    float* dbase = delta_ || gr_ || streams_ ? nullptr : dresidual(topo_.write_base(j));
     if (gr_) gr_write_backward(j);  // s.dout = dL/dy_j
+    if (streams_) stream_write_backward(j);  // s.dout = dL/dy
     if (delta_) {
       // The source's gradient is complete (its readers are later sublayers); inside a block it is
       // also the previous partial sum's. Then f_j's: the source's plus the stream's.
@@ -382,6 +390,9 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
                              stream_);
     } else if (gr_) {
       gr_read_backward(j, b.dx);
+    } else if (streams_) {  // the pre-norm, then module j's read (j = 0: and the entry)
+      kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
+      stream_read_backward(j, b.dh);
     } else {
       kern::rmsnorm_backward(dresidual(topo_.input(j)), true, dnorm_w, b.dx, residual(topo_.input(j)), norm_w,
                              s.rstd, n, d, b.reduce, stream_);

@@ -12,6 +12,7 @@
 
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
+#include "kernels/streams.hpp"
 #include "kernels/value_residual.hpp"
 
 namespace attnres::cuda::kern {
@@ -227,6 +228,81 @@ void gr_silu_backward(void* dp, DType type, const float* da, const float* p, std
 void gr_norm_backward(float* dH, float* dw, const float* dhn, const float* H, const float* rms, const float* w,
                       std::int64_t n_tok, int n, int d, float* scratch, Stream stream);
 std::int64_t gr_scratch_floats(std::int64_t n_tok, int n, int d);
+// ---- hyper-connections and mHC (streams.cu): kernels/streams, hyper_connection, mhc ----------
+// The n-stream state is [n_tok, n, d] fp32; CudaModel runs the modules' projections as GEMMs
+// between these kernels (cuda_model_streams.cpp).
+
+inline constexpr int kMaxStreamsGpu = kernels::kMaxStreams;
+
+// kernels::StreamCoefficients: alpha [n, n+1] then beta [n] per token (stride n(n+2)), or shared (0).
+struct StreamCoef {
+  const float* alpha = nullptr;
+  const float* beta = nullptr;
+  std::int64_t stride = 0;
+};
+// kernels/streams: the entry (every stream = scale x), the exit (x = scale sum_k H_k), the write
+// out_k = sum_i alpha[i, k+1] H_i + beta_k y and its backward (dy, dbeta [n_tok, n] overwritten).
+void stream_expand(float* streams, const float* x, std::int64_t n_tok, int n, int d, float scale, Stream stream);
+void stream_reduce(float* x, const float* streams, std::int64_t n_tok, int n, int d, float scale, Stream stream);
+void stream_write_forward(float* out, const float* streams, const StreamCoef& c, const float* y, std::int64_t n_tok,
+                          int n, int d, Stream stream);
+void stream_write_backward(float* dy, float* dbeta, const float* dout, const float* y, const StreamCoef& c,
+                           std::int64_t n_tok, int n, int d, Stream stream);
+
+// kernels::HyperConnection (w_alpha null: static HC).
+struct HyperConnection {
+  const float* streams = nullptr;
+  std::int64_t n_tok = 0;
+  int n = 0, d = 0;
+  float eps = 0;
+  const float *A = nullptr, *B = nullptr;
+  const float *w_alpha = nullptr, *w_beta = nullptr, *s_alpha = nullptr, *s_beta = nullptr, *norm = nullptr;
+  bool tanh = true;
+};
+struct HyperConnectionGrads {  // all +=
+  float *A = nullptr, *B = nullptr, *w_alpha = nullptr, *w_beta = nullptr, *s_alpha = nullptr, *s_beta = nullptr,
+        *norm = nullptr;
+};
+// wg [n+2, d] = the projection rows (W_alpha's, then w_beta) times the norm weight.
+void hc_scale_projections(float* wg, const HyperConnection& hc, Stream stream);
+// h0 [n_tok, d] = sum_i alpha[i, 0] H_i; dynamic: from proj [n_tok n, n+2] = H wg^T (a GEMM) the
+// coefficients coef, their tanh act [n_tok, n(n+2)] and the rows' RMS factors rms [n_tok, n].
+void hc_forward(const HyperConnection& hc, const float* proj, float* h0, float* coef, float* act, float* rms,
+                Stream stream);
+// The backward in three kernels around two GEMMs: width (dstreams = the width paths, overwritten;
+// the A, B, s gradients; dynamic: gproj [n_tok n, n+2] = r c), then rows = gproj wg and
+// hc_backward_norm (dstreams += the row norms' backward), then acc = gproj^T H and
+// hc_backward_params (W's and gamma's gradients). partial: num_chunks(n_tok) * (n(n+2) + 2).
+void hc_backward_width(const HyperConnection& hc, const float* coef, const float* act, const float* rms,
+                       const float* dh0, const float* dout, const float* dbeta, float* dstreams, float* gproj,
+                       const HyperConnectionGrads& grads, float* partial, Stream stream);
+void hc_backward_norm(const HyperConnection& hc, const float* rms, const float* rows, float* dstreams, Stream stream);
+void hc_backward_params(const HyperConnection& hc, const float* acc, const HyperConnectionGrads& grads, Stream stream);
+
+// kernels::ManifoldHyperConnection (col_row: the Sinkhorn order of the paper's eq. 9).
+struct Mhc {
+  const float* streams = nullptr;
+  std::int64_t n_tok = 0;
+  int n = 0, d = 0;
+  float eps = 0;
+  const float* alpha = nullptr;  // [3]
+  const float* bias = nullptr;   // [n(n+2)]
+  int iters = 20;
+  bool col_row = true;
+  float pre_eps = 0;
+};
+// Given z = x phi^T (a GEMM, [n_tok, n(n+2)]): z *= the state's RMS factor (in place, kept for the
+// backward), rms [n_tok], coef [n_tok, n(n+2)], h_in [n_tok, d].
+void mhc_forward(const Mhc& mh, float* z, float* h_in, float* coef, float* rms, Stream stream);
+// The backward: coef's gradients to gz [n_tok, n(n+2)] (dbias, dalpha +=; partial:
+// num_chunks(n_tok) * (n(n+2) + 3); work: mhc_work_floats), then dstreams = gz phi (a GEMM), then
+// mhc_backward_state (the RMSNorm backward in place, the width paths added, gz *= r), then
+// dphi += gz^T x (a GEMM).
+void mhc_backward_coef(const Mhc& mh, const float* z, const float* dh_in, const float* dout, const float* dpost,
+                       float* gz, float* dbias, float* dalpha, float* partial, float* work, Stream stream);
+void mhc_backward_state(const Mhc& mh, const float* coef, const float* rms, const float* dh_in, const float* dout,
+                        float* dstreams, float* gz, Stream stream);
+std::int64_t mhc_work_floats(std::int64_t n_tok, int n, int iters);
 
 // ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
 

@@ -438,8 +438,9 @@ const ResidualFamily& stream_family() {
                                 "(static HC: the same for every token, computed from A and B).";
   static const ResidualFamily family = {
       .name = "n-stream",
-      .modes = {{R::hc, "hc", false, {.connections = true, .amax_gain = true}},
-                {R::mhc, "mhc", false, {.connections = true, .amax_gain = true}}},
+      // CUDA (src/cuda/cuda_model_streams.cpp, issue #48): every option of both modes.
+      .modes = {{R::hc, "hc", true, {.connections = true, .amax_gain = true}},
+                {R::mhc, "mhc", true, {.connections = true, .amax_gain = true}}},
       .trunk_float = make_stream_trunk<float>,
       .trunk_double = make_stream_trunk<double>,
       .add_params = add_stream_params,

@@ -294,17 +294,19 @@ budget = 0.5
             std::string::npos) << dry.output;
   // On a GPU, an arm the CUDA backend cannot train (its family's record, model/family.hpp) is refused
   // by name before any run, whatever the build.
-  dry = run_cli("experiment --preset tiny --data " + data() + " --arms block,rd+vres,hc --device cuda --out " + out +
+  dry = run_cli("experiment --preset tiny --data " + data() +
+                " --arms block,rd+vres,delta --set model.delta_gate=sigmoid_scalar --device cuda --out " + out +
                 " --dry-run");
   EXPECT_EQ(dry.exit_code, 1) << dry.output;
-  EXPECT_NE(dry.output.find("arm 'hc' cannot train on --device cuda: residual mode 'hc' has no CUDA"),
+  EXPECT_NE(dry.output.find("arm 'delta' cannot train on --device cuda: model.delta_gate has no CUDA"),
             std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("arm 'rd+vres' cannot train"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
-  // DenseFormer, the value residual, Delta AttnRes and the Gated Residual run on CUDA (issue #48).
+  // DenseFormer, the value residual, Delta AttnRes, the Gated Residual, hyper-connections and mHC run on
+  // CUDA (issue #48).
   dry = run_cli("experiment --preset tiny --data " + data() +
-                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,gr --device cuda --out " + out +
-                " --dry-run");
+                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,gr,hc,hc-static,mhc --device cuda --out " +
+                out + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(runs.str("no-data")));

@@ -2,7 +2,8 @@
 //
 //   (a) fp32 parity: every residual mode and control on random weights; logits, loss and every
 //       gradient tensor of the CUDA model (fp32, no TF32) against Model<double> on the same
-//       fp32 weights, largest relative error <= 1e-4 (Model<float>'s error is shown beside it).
+//       fp32 weights, largest relative error <= 1e-4 (Model<float>'s error is shown beside it; a
+//       tensor Model<float> itself gets only to more than 2.5e-5 is held to 4x that error).
 //   (b) bf16: loss within 1e-2 of fp32 (small models in every mode, and preset S at init), the
 //       whole gradient within 5% (norm-wise); the attention kernels (tensor-core and fp32-FMA)
 //       and, in a build with cuDNN, cuDNN's fused attention (cuda::Attention, impl cudnn) against
@@ -14,7 +15,7 @@
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
 // Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
-// without a gate, null source or V route, and the Gated Residual): checks (a)-(c)
+// without a gate, null source or V route, the Gated Residual, hyper-connections and mHC): checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
 // trains, and block+vres, on the same preset as block, and prints its step time and device memory
@@ -245,15 +246,23 @@ void parity_case(const std::string& name, const ModelConfig& c, int batch, int s
   std::vector<float> gpu_grads(w.size());
   gpu.copy_grads_to_host(gpu_grads);
 
+  // Each gradient tensor is held to 1e-4, or to 4x Model<float>'s own error where that is larger: a
+  // gradient that is one sum of cancelling terms over every token (hc's s_alpha and s_beta, sums of
+  // tanh values of either sign) is only as accurate as fp32 makes it, on the CPU as on the GPU. The
+  // row shows the worst error scaled to the 1e-4 bound: the error itself wherever Model<float>'s is
+  // below 2.5e-5 (every tensor of the single-stream modes).
   double worst_grad = 0, worst_cpu_grad = 0;
   std::string worst_name;
   for (const ParamInfo& p : ref.layout().params()) {
     const auto off = static_cast<std::size_t>(p.offset), n = static_cast<std::size_t>(p.numel);
     const double e = max_rel(gpu_grads.data() + off, ref.grads().data() + off, n);
-    worst_cpu_grad = std::max(worst_cpu_grad, max_rel(cpu.grads().data() + off, ref.grads().data() + off, n));
-    if (e > worst_grad || worst_name.empty()) {
-      worst_grad = e;
+    const double e_cpu = max_rel(cpu.grads().data() + off, ref.grads().data() + off, n);
+    worst_cpu_grad = std::max(worst_cpu_grad, e_cpu);
+    const double bound = std::max(1e-4, 4 * e_cpu), scaled = e * 1e-4 / bound;
+    if (scaled > worst_grad || worst_name.empty()) {
+      worst_grad = scaled;
       worst_name = p.name;
+      if (bound > 1e-4) worst_name += " (" + fmt("%.1e", e) + ", held to 4 x its cpu f32 " + fmt("%.1e", e_cpu) + ")";
     }
   }
   const double logit_err = max_rel(gpu_logits.data(), ref_logits.data(), n_logits);
@@ -351,6 +360,23 @@ void check_parity() {
     parity_case("gr n8 untied", c, 3, 45, 18);
   } catch (const std::exception& e) {
     add_error("a", "gr n8 untied", e.what());
+  }
+  // Hyper-connections and mHC at the default n = 4 (the variants have 2 and 3 streams), HC with the
+  // mean readout, mHC with mhc_pre_eps and the zero bias init (all streams equal at the entry).
+  if (selected("hc")) try {
+    ModelConfig c = variant_config(base, {.name = "hc", .residual = ResidualMode::hc, .n_streams = 4});
+    c.hc_reduce = StreamReadout::mean;
+    parity_case("hc n4 mean", c, 2, 45, 18);
+  } catch (const std::exception& e) {
+    add_error("a", "hc n4 mean", e.what());
+  }
+  if (selected("mhc")) try {
+    ModelConfig c = variant_config(base, {.name = "mhc", .residual = ResidualMode::mhc, .n_streams = 4});
+    c.mhc_pre_eps = 1e-6;
+    c.mhc_bias_init = MhcBiasInit::zero;
+    parity_case("mhc n4 pre_eps zero_bias", c, 2, 45, 19);
+  } catch (const std::exception& e) {
+    add_error("a", "mhc n4 pre_eps zero_bias", e.what());
   }
 }
 

@@ -57,6 +57,32 @@ TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
   }
 }
 
+// Hyper-connections (static and dynamic, with or without tanh, either readout) and mHC (either
+// Sinkhorn order, any iterations, bias init, pre_eps, readout) train on CUDA (issue #48).
+TEST(ResidualModes, HyperConnectionsAndMhcTrainOnCudaWithEveryOption) {
+  ModelConfig hc = testing::tiny_config(ResidualMode::hc);
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.hc_dynamic = false;
+  hc.hc_reduce = StreamReadout::mean;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.hc_dynamic = true;
+  hc.hc_tanh = false;
+  hc.hc_n = kernels::kMaxStreams;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  hc.value_residual = true;
+  EXPECT_EQ(cuda_refusal(hc), "");
+  ModelConfig mhc = testing::tiny_config(ResidualMode::mhc);
+  EXPECT_EQ(cuda_refusal(mhc), "");
+  mhc.mhc_sinkhorn_order = kernels::SinkhornOrder::row_col;
+  mhc.mhc_sinkhorn_iters = 3;
+  mhc.mhc_bias_init = MhcBiasInit::zero;
+  mhc.mhc_pre_eps = 1e-6;
+  mhc.mhc_reduce = StreamReadout::mean;
+  mhc.value_residual = true;
+  EXPECT_EQ(cuda_refusal(mhc), "");
+  for (const char* arm : {"hc", "hc-static", "mhc"}) EXPECT_EQ(cuda_refusal(apply_arm(ModelConfig{}, arm)), "") << arm;
+}
+
 // Delta AttnRes trains on CUDA without a gate, a null source or a V route (issue #48): each of
 // them is refused by its key; both delta_block schedules and either decay policy run.
 TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
