@@ -98,6 +98,17 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
   gr_bind();  // the Gated Residual's modules (none in other modes)
   streams_ = config_.uses_streams();
   if (streams_) bind_streams();  // hc / mhc (cuda_model_streams.cpp)
+  // Issue #49: the batched read backward's groups.
+  read_groups_ = topo_.read_groups(kern::kMaxReadGroup);
+  read_group_of_.assign(topo_.reads().size(), -1);
+  for (std::size_t i = 0; i < read_groups_.size(); ++i) {
+    for (int r = read_groups_[i].lo; r <= read_groups_[i].hi; ++r)
+      read_group_of_[static_cast<std::size_t>(r)] = static_cast<int>(i);
+    read_group_slots_ = std::max(read_group_slots_, read_groups_[i].hi - read_groups_[i].lo + 1);
+    int value_slots = 0;
+    for (int r = read_groups_[i].lo; r <= read_groups_[i].hi; ++r) value_slots += topo_.read(r).separate_value ? 1 : 0;
+    read_group_value_slots_ = std::max(read_group_value_slots_, value_slots);
+  }
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -276,6 +287,13 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
     b.dup = op(bt * H);
     b.dact = op(bt * H);
     b.delta = f32(bt * nh);
+    // Issue #49: the read groups' slots (slot 0's output gradients are dh and dhv).
+    const std::int64_t slots = read_group_slots_;
+    b.read_dh = slots > 1 ? f32((slots - 1) * bt * d) : nullptr;
+    const std::int64_t value_slots = read_group_value_slots_;
+    b.read_dhv = separate && value_slots > 1 ? f32((value_slots - 1) * bt * d) : nullptr;
+    b.read_coef = slots > 0 ? f32(slots * bt * topo_.max_sources() * kern::kDepthReadCoefs) : nullptr;
+    b.read_scratch = slots > 0 ? f32(slots * kern::depth_read_scratch_floats(bt, d)) : nullptr;
     b.reduce = f32(std::max({kern::rmsnorm_scratch_floats(bt, config_.d_model),
                              kern::depth_read_scratch_floats(bt, config_.d_model),
                              kern::dwa_scratch_floats(bt, static_cast<int>(dwa_max_sources)),

@@ -187,6 +187,10 @@ class CudaModel {
     float* dstate[2] = {nullptr, nullptr};
     float* dbeta = nullptr;
     float* stream_scratch = nullptr;
+    // Issue #49, the batched read backward: per slot of a read group (slot i: its i-th read from
+    // the top) the read's output gradients (slot 0: dh and dhv), the coefficients of its shared
+    // sources and its query / key-norm partials, kept until the group's pass.
+    float *read_dh = nullptr, *read_dhv = nullptr, *read_coef = nullptr, *read_scratch = nullptr;
   };
 
   void carve(unsigned char* base, std::size_t& used);
@@ -207,6 +211,9 @@ class CudaModel {
                     float* rms, float* logits, bool recompute);
   void read_backward(int read, const ReadParams<float>& p, const ReadParams<float>& dp, const float* dout,
                      const float* dout_v, const float* rms, const float* logits);
+  // Where read `read`'s output gradient (value_route: its separate value route's) goes: its slot
+  // of its read group (issue #49).
+  float* read_dout(int read, bool value_route);
   // The value residual of attention layer `layer` (null: none, as in layer 0 or without it).
   std::optional<kern::ValueResidual> value_residual(int layer) const;
   // A DWA of DenseFormer (one of Topology::dwas()) for the kernels, and its backward.
@@ -260,6 +267,14 @@ class CudaModel {
   kernels::MatmulPrecision precision_ = kernels::MatmulPrecision::fp32;
   Topology topo_;
   std::int64_t ce_rows_ = 0;
+  // Issue #49: the reads' groups (Topology::read_groups), each read's group, the most reads a
+  // group has (and of those with a separate value route), and the group whose reads' backward has
+  // begun (its pass runs after its last).
+  std::vector<ReadGroup> read_groups_;
+  std::vector<int> read_group_of_;
+  int read_group_slots_ = 0, read_group_value_slots_ = 0;
+  int read_value_slot(int read) const;  // its slot among its group's reads with a separate value route
+  kern::DepthReadGroup read_group_pending_;
 
   Stream stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;

@@ -69,8 +69,36 @@ void CudaModel::read_backward(int read, const ReadParams<float>& p, const ReadPa
   a.dqueries[0] = dp.query;
   a.dqueries[1] = value_has_query ? dp.value_query : nullptr;
   a.dgamma = dp.key_norm;
-  a.scratch = buf_.reduce;
+  // Issue #49: the group's shared sources get their gradients from the group's pass, after its
+  // last read (the read's coefficients and partials wait in its slot).
+  const ReadGroup& group = read_groups_[static_cast<std::size_t>(read_group_of_[static_cast<std::size_t>(read)])];
+  const int slot = group.hi - read;
+  const std::int64_t bt = max_batch_ * max_seq_;
+  a.n_deferred = group.n_shared;
+  a.coef = buf_.read_coef + slot * bt * topo_.max_sources() * kern::kDepthReadCoefs;
+  a.scratch = buf_.read_scratch + slot * kern::depth_read_scratch_floats(bt, config_.d_model);
   kern::depth_read_backward(a, stream_);
+  read_group_pending_.reads[slot] = a;
+  if (read == group.lo) {
+    read_group_pending_.n_reads = group.hi - group.lo + 1;
+    kern::depth_read_group_backward(read_group_pending_, stream_);
+  }
+}
+
+int CudaModel::read_value_slot(int read) const {
+  const ReadGroup& group = read_groups_[static_cast<std::size_t>(read_group_of_[static_cast<std::size_t>(read)])];
+  int slot = 0;
+  for (int r = read + 1; r <= group.hi; ++r) slot += topo_.read(r).separate_value ? 1 : 0;
+  return slot;
+}
+
+// Slot 0 is dh (dhv); the value route's slots count only the group's reads that have one.
+float* CudaModel::read_dout(int read, bool value_route) {
+  const ReadGroup& group = read_groups_[static_cast<std::size_t>(read_group_of_[static_cast<std::size_t>(read)])];
+  const int slot = value_route ? read_value_slot(read) : group.hi - read;
+  if (slot == 0) return value_route ? buf_.dhv : buf_.dh;
+  const std::int64_t stride = max_batch_ * max_seq_ * config_.d_model;
+  return (value_route ? buf_.read_dhv : buf_.read_dh) + (slot - 1) * stride;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,10 +326,11 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
 
   // Final norm and read (grads and activation gradients were zeroed by the caller).
   if (reads) {
-    kern::rmsnorm_backward(b.dh, false, g_.final_norm, b.dx_final, b.h_final, w_.final_norm, b.rstd_final, n, d,
-                           b.reduce, stream_);
     const int final_read = topo_.final_read();
-    read_backward(final_read, read_params(w_, topo_, final_read), read_params(g_, topo_, final_read), b.dh, nullptr,
+    float* dh = read_dout(final_read, false);
+    kern::rmsnorm_backward(dh, false, g_.final_norm, b.dx_final, b.h_final, w_.final_norm, b.rstd_final, n, d,
+                           b.reduce, stream_);
+    read_backward(final_read, read_params(w_, topo_, final_read), read_params(g_, topo_, final_read), dh, nullptr,
                   b.rms_final, b.logits_final);
   } else if (delta_) {  // dstream = dL/dx_L; then dL/dx_j on the way down
     kern::rmsnorm_backward(b.dstream, false, g_.final_norm, b.dx_final, delta_stream(L), w_.final_norm, b.rstd_final,
@@ -377,10 +406,10 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       gemm_->linear_backward_input(b.dx, DType::f32, b.dup, op_weight(lw.w_up), ot, n, d, H, true);
     }
     if (reads) {
-      kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
-      if (separate)
-        kern::rmsnorm_backward(b.dhv, false, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce, stream_);
-      read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), b.dh, b.dhv, s.rms, s.read_logits);
+      float *dh = read_dout(j, false), *dhv = separate ? read_dout(j, true) : nullptr;
+      kern::rmsnorm_backward(dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
+      if (separate) kern::rmsnorm_backward(dhv, false, dnorm_w, b.dxv, b.hv, norm_w, b.rstdv, n, d, b.reduce, stream_);
+      read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), dh, dhv, s.rms, s.read_logits);
     } else if (delta_ && !delta_src_[static_cast<std::size_t>(j)].empty()) {
       kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
       kern::add_into(b.dstream, b.dh, n * d, stream_);  // h = x_j + c: the stream path

@@ -13,8 +13,17 @@
 // second pass each source's loads are all issued before its stores (one round trip a source).
 // Query and gamma gradients are summed per 64-token chunk (one block) in a fixed warp order,
 // then over chunks in a fixed order (deterministic).
+//
+// Batched over a group of reads (issue #49): the reads of a block share their completed blocks
+// as sources. Each read's kernel then runs the first pass over all its sources (its delta needs
+// every c) but the second only over its own (the block's partial sum); for the shared ones it
+// stores the five coefficients of the update above. After the group's last read, one pass over
+// each shared source (depth_read_group_kernel) adds every read's share, the reads in the order
+// they ran, with the same update arithmetic (source_grad): one read-modify-write of a shared
+// source's gradient per group instead of one per read.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.hpp"
@@ -221,6 +230,19 @@ __device__ __forceinline__ void depth_weights_lanes(float* alpha, const float* z
   for (int s = lane; s < n; s += 32) alpha[s] *= inv;
 }
 
+// The update of one source element by one read (both routes; a one-route read has zeros in
+// route 1's coefficients and gradient). Shared by the immediate pass and the group pass, so a
+// source's gradient gets the same arithmetic either way.
+struct SourceCoefs {
+  float al0, al1, b0, b1, kv;
+};
+__device__ __forceinline__ float source_grad(float dv, float v, float g0, float g1, float u0, float u1,
+                                             const SourceCoefs& c) {
+  dv += fmaf(c.b0, u0, c.al0 * g0);
+  dv += fmaf(c.b1, u1, c.al1 * g1);
+  return fmaf(-c.kv, v, dv);
+}
+
 // Block = 8 warps = one chunk of 64 tokens (8 per warp). Shared memory: u_r = q_r * gamma [2][d],
 // the block's ordered partial sums [2][d], then per warp 7 arrays of n floats.
 template <int VPL>
@@ -305,17 +327,33 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthR
       for (int s = lane; s < n; s += 32) sd0[s] = sd1[s] = 0.0f;
     }
     __syncwarp();
-    // Pass 2: the source gradients and the query / gamma accumulators.
-    for (int s = 0; s < n; ++s) {
+    // The update's coefficients of source s (every lane reads the warp's arrays).
+    const auto coefs = [&](int s) {
+      SourceCoefs c;
       const float rs = sr[s];
-      const float al0 = sa0[s] * gscale;
-      const float al1 = R > 1 ? sa1[s] * gscale : 0.0f;
-      const float b0 = has0 ? sd0[s] * rs : 0.0f;
-      const float b1 = has1 ? sd1[s] * rs : 0.0f;
+      c.al0 = sa0[s] * gscale;
+      c.al1 = R > 1 ? sa1[s] * gscale : 0.0f;
+      c.b0 = has0 ? sd0[s] * rs : 0.0f;
+      c.b1 = has1 ? sd1[s] * rs : 0.0f;
       float key = 0.0f;
       if (has0) key += sd0[s] * sz0[s];
       if (has1) key += sd1[s] * sz1[s];
-      const float kv = rs * rs * key / static_cast<float>(d);
+      c.kv = rs * rs * key / static_cast<float>(d);
+      return c;
+    };
+    // The shared sources' coefficients, for the group's pass.
+    for (int s = lane; s < a.n_deferred; s += 32) {
+      const SourceCoefs c = coefs(s);
+      float* out = a.coef + (t * a.n_deferred + s) * kDepthReadCoefs;
+      out[0] = c.al0;
+      out[1] = c.al1;
+      out[2] = c.b0;
+      out[3] = c.b1;
+      out[4] = c.kv;
+    }
+    // Pass 2 over this read's own sources: their gradients and the query / gamma accumulators.
+    for (int s = a.n_deferred; s < n; ++s) {
+      const SourceCoefs c = coefs(s);
       const float* vp = a.sources[s] + t * d;
       float* dvp = a.dsources[s] + t * d;
       // Every load of this source's slice and of its gradient first, then the arithmetic and the
@@ -335,13 +373,9 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthR
         const int k = lane + 32 * i;
         if (k < d) {
           const float v = vs[i];
-          float dv = dvs[i];
-          dv += al0 * g0[i] + b0 * su[k];
-          if (R > 1) dv += al1 * g1[i] + b1 * su[d + k];
-          dv -= kv * v;
-          dvp[k] = dv;
-          acc0[i] = fmaf(b0, v, acc0[i]);
-          acc1[i] = fmaf(b1, v, acc1[i]);
+          dvp[k] = source_grad(dvs[i], v, g0[i], g1[i], su[k], su[d + k], c);
+          acc0[i] = fmaf(c.b0, v, acc0[i]);
+          acc1[i] = fmaf(c.b1, v, acc1[i]);
         }
       }
     }
@@ -393,6 +427,98 @@ __global__ void depth_read_finalize_kernel(DepthReadBackward a, std::int64_t chu
     if (a.queries[r] == nullptr) continue;
     if (a.dqueries[r] != nullptr) a.dqueries[r][k] += A[r] * a.gamma[k];
     a.dgamma[k] += A[r] * a.queries[r][k];
+  }
+}
+
+// The group's pass over its shared sources: block = one chunk of 64 tokens, one thread per
+// column (cols_per_thread columns when d exceeds 1024). Per token it loads every read's output
+// gradients once, then the shared sources kSrcBatch at a time (all loads of a batch before its
+// stores: the compiler may not hoist a load above a store it cannot prove unaliased) and applies
+// the reads in order (g.reads[0] first). Each read's query / gamma partial of the chunk is added
+// to the one its own kernel left in its scratch (chunk order, then these sources in order).
+// NG: the group size rounded up (compile-time register arrays); TWO: some read has two routes.
+constexpr int kSrcBatch = 4;
+
+template <int NG, bool TWO>
+__global__ void depth_read_group_kernel(DepthReadGroup g, int cols_per_thread) {
+  const int G = g.n_reads;
+  const DepthReadBackward& a = g.reads[0];
+  const int n_def = a.n_deferred, d = a.d;
+  const std::int64_t chunk = blockIdx.x;
+  const std::int64_t t0 = chunk * kChunkTokens;
+  const std::int64_t t1 = t0 + kChunkTokens < a.n_tok ? t0 + kChunkTokens : a.n_tok;
+  for (int col = 0; col < cols_per_thread; ++col) {
+    const int k = threadIdx.x + col * blockDim.x;
+    if (k >= d) break;  // no block-level synchronisation in this kernel
+    float u0[NG], u1[NG], acc0[NG], acc1[NG];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      const DepthReadBackward& r = g.reads[j];
+      const bool live = j < G;
+      u0[j] = live && r.queries[0] != nullptr ? r.queries[0][k] * r.gamma[k] : 0.0f;
+      u1[j] = TWO && live && r.n_routes > 1 && r.queries[1] != nullptr ? r.queries[1][k] * r.gamma[k] : 0.0f;
+      acc0[j] = acc1[j] = 0.0f;
+    }
+    // Summed over each run of kTokensPerWarp tokens first (part), then the runs in order: the
+    // same two levels as the read's own kernel (a warp's tokens, then the warps), not one
+    // sequential sum over the chunk's 64 tokens and all sources.
+    float part0[NG], part1[NG];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) part0[j] = part1[j] = 0.0f;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      if (t > t0 && (t - t0) % kTokensPerWarp == 0) {
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+          acc0[j] += part0[j];
+          acc1[j] += part1[j];
+          part0[j] = part1[j] = 0.0f;
+        }
+      }
+      float g0[NG], g1[NG];
+#pragma unroll
+      for (int j = 0; j < NG; ++j) {
+        const DepthReadBackward& r = g.reads[j];
+        g0[j] = j < G ? r.dout[0][t * d + k] : 0.0f;
+        g1[j] = TWO && j < G && r.n_routes > 1 ? (r.average ? r.dout[0] : r.dout[1])[t * d + k] : 0.0f;
+      }
+      for (int s0 = 0; s0 < n_def; s0 += kSrcBatch) {
+        float v[kSrcBatch], dv[kSrcBatch];
+#pragma unroll
+        for (int b = 0; b < kSrcBatch; ++b) {
+          const int s = s0 + b;
+          v[b] = s < n_def ? a.sources[s][t * d + k] : 0.0f;
+          dv[b] = s < n_def ? a.dsources[s][t * d + k] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kSrcBatch; ++b) {
+          const int s = s0 + b;
+          if (s >= n_def) break;
+#pragma unroll
+          for (int j = 0; j < NG; ++j) {
+            if (j >= G) break;
+            const float* cp = g.reads[j].coef + (t * n_def + s) * kDepthReadCoefs;
+            const SourceCoefs c{cp[0], cp[1], cp[2], cp[3], cp[4]};
+            dv[b] = source_grad(dv[b], v[b], g0[j], g1[j], u0[j], u1[j], c);
+            part0[j] = fmaf(c.b0, v[b], part0[j]);
+            if (TWO) part1[j] = fmaf(c.b1, v[b], part1[j]);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kSrcBatch; ++b) {
+          const int s = s0 + b;
+          if (s < n_def) a.dsources[s][t * d + k] = dv[b];
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      if (j >= G) break;
+      acc0[j] += part0[j];
+      acc1[j] += part1[j];
+      float* out = g.reads[j].scratch + chunk * 2 * d;
+      out[k] += acc0[j];
+      out[d + k] += acc1[j];
+    }
   }
 }
 
@@ -457,6 +583,8 @@ std::int64_t depth_read_scratch_floats(std::int64_t n_tok, int d) { return num_c
 
 void depth_read_backward(const DepthReadBackward& a, Stream stream) {
   require(a.n_sources >= 1 && a.n_routes >= 1 && a.n_routes <= 2, "CUDA depth read: bad plan");
+  require(a.n_deferred >= 0 && a.n_deferred <= a.n_sources && (a.n_deferred == 0 || a.coef != nullptr),
+          "CUDA depth read: ", a.n_deferred, " shared sources of ", a.n_sources);
   if (a.n_tok == 0) return;
   const std::int64_t chunks = num_chunks(a.n_tok);
   const std::size_t smem = sizeof(float) * (4 * static_cast<std::size_t>(a.d) +
@@ -469,8 +597,42 @@ void depth_read_backward(const DepthReadBackward& a, Stream stream) {
     depth_read_backward_kernel<V><<<static_cast<unsigned>(chunks), 32 * kWarps, smem, stream>>>(a);
   })
   ATTNRES_CUDA_CHECK_LAUNCH();
-  depth_read_finalize_kernel<<<static_cast<unsigned>((a.d + 31) / 32), 32 * kWarps, 0, stream>>>(a, chunks);
+  if (a.n_deferred == 0) {
+    depth_read_finalize_kernel<<<static_cast<unsigned>((a.d + 31) / 32), 32 * kWarps, 0, stream>>>(a, chunks);
+    ATTNRES_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void depth_read_group_backward(const DepthReadGroup& g, Stream stream) {
+  require(g.n_reads >= 1 && g.n_reads <= kMaxReadGroup, "CUDA depth read group: ", g.n_reads, " reads (at most ",
+          kMaxReadGroup, ")");
+  const DepthReadBackward& a = g.reads[0];
+  bool two = false;
+  for (int j = 0; j < g.n_reads; ++j) {
+    const DepthReadBackward& r = g.reads[j];
+    require(r.n_deferred == a.n_deferred && r.n_deferred >= 1 && r.n_deferred <= r.n_sources && r.n_tok == a.n_tok &&
+                r.d == a.d && r.coef != nullptr,
+            "CUDA depth read group: read ", j, " does not share the group's sources");
+    two = two || r.n_routes > 1;
+  }
+  if (a.n_tok == 0) return;
+  const std::int64_t chunks = num_chunks(a.n_tok);
+  const int cols = (a.d + 1023) / 1024;                     // columns per thread
+  const int threads = ((a.d + cols - 1) / cols + 31) / 32 * 32;  // one column a thread, whole warps
+  const auto launch = [&](auto ng) {
+    constexpr int NG = decltype(ng)::value;
+    if (two) depth_read_group_kernel<NG, true><<<static_cast<unsigned>(chunks), threads, 0, stream>>>(g, cols);
+    else depth_read_group_kernel<NG, false><<<static_cast<unsigned>(chunks), threads, 0, stream>>>(g, cols);
+  };
+  if (g.n_reads <= 2) launch(std::integral_constant<int, 2>{});
+  else if (g.n_reads <= 4) launch(std::integral_constant<int, 4>{});
+  else launch(std::integral_constant<int, kMaxReadGroup>{});
   ATTNRES_CUDA_CHECK_LAUNCH();
+  for (int j = 0; j < g.n_reads; ++j) {
+    depth_read_finalize_kernel<<<static_cast<unsigned>((a.d + 31) / 32), 32 * kWarps, 0, stream>>>(g.reads[j],
+                                                                                                   chunks);
+    ATTNRES_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace attnres::cuda::kern

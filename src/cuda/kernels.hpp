@@ -147,9 +147,31 @@ struct DepthReadBackward {
   float* dqueries[2] = {};       // += (skipped where null)
   float* dgamma = nullptr;       // +=
   float* scratch = nullptr;      // depth_read_scratch_floats
+  // Issue #49: sources [0, n_deferred) (the completed blocks every read of a group shares) get
+  // their gradients later, from depth_read_group_backward, in one pass for the whole group; this
+  // read leaves their coefficients in coef [n_tok][n_deferred][kDepthReadCoefs] and its chunk
+  // partials in scratch, and its query / key-norm gradients are added by the group's call.
+  // n_deferred = 0: everything here (the scratch is free again when the call's kernels have run).
+  int n_deferred = 0;
+  float* coef = nullptr;
 };
+// Per (token, deferred source): alpha_0, alpha_1 (both times the route's gradient scale),
+// delta_0 r_s, delta_1 r_s, r_s^2 (sum_r delta_r z_r) / d.
+inline constexpr int kDepthReadCoefs = 5;
 void depth_read_backward(const DepthReadBackward& a, Stream stream);
 std::int64_t depth_read_scratch_floats(std::int64_t n_tok, int d);
+
+// Issue #49: the reads of one group (consecutive reads of a block, Topology::read_groups), each
+// already through depth_read_backward with the same n_deferred > 0, in the order they ran. One
+// pass over each shared source adds every read's share of its gradient (the reads in that order,
+// the same arithmetic per read as depth_read_backward's immediate sources), then every read's
+// query and key-norm gradients are finalised (fixed order: deterministic).
+inline constexpr int kMaxReadGroup = 8;
+struct DepthReadGroup {
+  int n_reads = 0;
+  DepthReadBackward reads[kMaxReadGroup];
+};
+void depth_read_group_backward(const DepthReadGroup& g, Stream stream);
 
 // ---- DenseFormer (dwa.cu): kernels/dwa --------------------------------------------------------
 

@@ -75,6 +75,33 @@ Topology::Topology(const ModelConfig& config)
   }
 }
 
+std::vector<ReadGroup> Topology::read_groups(int max_reads) const {
+  std::vector<ReadGroup> groups;
+  const int S = sublayers_per_block_;
+  for (int hi = has_reads() ? final_read() : -1; hi >= 0;) {
+    const int block = (hi == final_read() ? hi - 1 : hi) / S;
+    ReadGroup g;
+    g.hi = hi;
+    g.lo = std::max(block * S, hi - std::max(1, max_reads) + 1);
+    // The common prefix of the reads' sources, of streams written before sublayer lo.
+    const std::vector<int>& first = read(g.lo).sources;
+    int n = 0;
+    while (n < static_cast<int>(first.size()) && first[static_cast<std::size_t>(n)] < g.lo) {
+      bool shared = true;
+      for (int r = g.lo + 1; r <= g.hi && shared; ++r) {
+        const std::vector<int>& src = read(r).sources;
+        shared = n < static_cast<int>(src.size()) && src[static_cast<std::size_t>(n)] == first[static_cast<std::size_t>(n)];
+      }
+      if (!shared) break;
+      ++n;
+    }
+    g.n_shared = n;
+    groups.push_back(g);
+    hi = g.lo - 1;
+  }
+  return groups;
+}
+
 int Topology::input(int j) const {
   if (j == 0) return kEmbedding;
   if (!is_attention(j) && j != n_sublayers_) return j - 1;

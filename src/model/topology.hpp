@@ -36,6 +36,15 @@ struct ReadPlan {
 // The depth-read plans of a configuration: one per sublayer, then the final read (none in prenorm).
 std::vector<ReadPlan> make_read_plans(const ModelConfig& config);
 
+// Consecutive depth reads lo..hi that share their first n_shared sources (the embedding and
+// the completed blocks), none of which any sublayer from lo on writes: a backward that has run
+// reads hi, hi-1, ..., lo may add all their shares of those sources' gradients at once, before
+// sublayer lo-1's backward (issue #49; the CUDA backend's batched read backward).
+struct ReadGroup {
+  int lo = 0, hi = 0;
+  int n_shared = 0;
+};
+
 // One DenseFormer DWA (baselines-spec §1.1): after block `block` (1-based), Y = sum_j alpha_j X_j
 // over `sources` (stream indices of block outputs X_j: kEmbedding for X_0, sublayer 2j-1's output
 // for X_j), written to stream `output`; its weights are the parameter dwa.{block}.alpha.
@@ -78,6 +87,11 @@ class Topology {
   // sum of the current block (AttnRes), which the first sublayer of a block starts afresh
   // (kNoStream).
   int write_base(int j) const;
+
+  // The reads split into ReadGroups, from the final read down: a block's reads (the final read
+  // joins the last block's), at most max_reads a group; n_shared >= 1 (the embedding). Empty
+  // without reads.
+  std::vector<ReadGroup> read_groups(int max_reads) const;
 
   // Most sources of any read (1 without reads), and whether any read gives V its own input.
   int max_sources() const { return max_sources_; }

@@ -315,6 +315,16 @@ void check_parity() {
   } catch (const std::exception& e) {
     add_error("a", "rd hd128", e.what());
   }
+  // Issue #49: one block of 8 sublayers, so the batched read backward splits the final read and
+  // the 8 sublayers' reads into groups of at most kMaxReadGroup (8 reads, then 1), with both
+  // routes and a separate value route in every slot.
+  if (selected("rd")) try {
+    ModelConfig c = variant_config(base, {"rd", ResidualMode::rd, ValueRoute::decoupled});
+    c.n_blocks = 1;
+    parity_case("rd one block", c, 3, 45, 18);
+  } catch (const std::exception& e) {
+    add_error("a", "rd one block", e.what());
+  }
   // DenseFormer 4 x 5 over 6 blocks: one DWA, after block 5, reading X_1 and X_5 (sources other
   // than the embedding, a block without a DWA before it and after it; block 6 reads the DWA).
   if (selected("denseformer-4x5")) try {
@@ -730,6 +740,243 @@ void check_throughput(int warmup, int steps, bool with_m, double given_peak) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// (r) the depth-read backward of one block, batched against one read at a time (issue #49)
+// ---------------------------------------------------------------------------------------------
+
+// One block's reads in backward order (read i is the block's sublayer S-1-i): each reads the n_c
+// completed sources and, except the block's first sublayer, the partial sum before it; with rd,
+// the attention sublayers' reads have two routes and a separate value route. Both ways run from
+// the same inputs: one read at a time (n_deferred = 0, each read's second pass over all its
+// sources) and batched (the reads' kernels, then the group's pass over the shared sources).
+struct ReadBench {
+  double ms_single = 0, ms_batched = 0, ms_copy = 0;                  // best of the repetitions
+  double bytes_single = 0, bytes_batched = 0, bytes_once = 0, bytes_copy = 0;  // moved per run
+  double source_diff = 0;  // max |source gradient, batched - single| (same arithmetic: 0)
+  double param_diff = 0;   // query / key-norm gradients, max rel (summed in another order)
+};
+
+ReadBench read_group_bench(std::int64_t n_tok, int d, int n_c, int S, bool rd, int reps) {
+  namespace kern = cuda::kern;
+  using cuda::DeviceBuffer;
+  const std::size_t row = static_cast<std::size_t>(n_tok) * d;
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto fill = [&](DeviceBuffer& b, std::size_t n, float lo, float hi) {
+    std::vector<float> h(n);
+    for (float& x : h) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x = lo + (hi - lo) * static_cast<float>(state >> 40) / static_cast<float>(1 << 24);
+    }
+    b = DeviceBuffer(n * sizeof(float));
+    ATTNRES_CUDA_CHECK(cudaMemcpy(b.data(), h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  };
+  const int n_src = n_c + S - 1;  // the shared sources, then the partial sums P_0 .. P_{S-2}
+  std::vector<DeviceBuffer> src(static_cast<std::size_t>(n_src)), dsrc(src.size());
+  for (auto& b : src) fill(b, row, -1, 1);
+  for (auto& b : dsrc) b = DeviceBuffer(row * sizeof(float));
+  struct Read {
+    DeviceBuffer dout[2], rms, logits, coef, scratch, q[2], gamma, dq[2], dgamma, table, dtable;
+    kern::DepthReadBackward a;
+  };
+  std::vector<Read> reads(static_cast<std::size_t>(S));
+  double once = 0;  // floats a token: every tensor once
+  for (int i = 0; i < S; ++i) {
+    Read& r = reads[static_cast<std::size_t>(i)];
+    const int m = S - 1 - i;  // the sublayer in the block
+    const bool two = rd && m % 2 == 0;
+    const int n = n_c + (m > 0 ? 1 : 0), R = two ? 2 : 1;
+    std::vector<const float*> t;
+    std::vector<float*> dt;
+    for (int s = 0; s < n_c; ++s) {
+      t.push_back(src[static_cast<std::size_t>(s)].as<float>());
+      dt.push_back(dsrc[static_cast<std::size_t>(s)].as<float>());
+    }
+    if (m > 0) {
+      t.push_back(src[static_cast<std::size_t>(n_c + m - 1)].as<float>());
+      dt.push_back(dsrc[static_cast<std::size_t>(n_c + m - 1)].as<float>());
+    }
+    r.table = DeviceBuffer(t.size() * sizeof(float*));
+    r.dtable = DeviceBuffer(t.size() * sizeof(float*));
+    ATTNRES_CUDA_CHECK(cudaMemcpy(r.table.data(), t.data(), t.size() * sizeof(float*), cudaMemcpyHostToDevice));
+    ATTNRES_CUDA_CHECK(cudaMemcpy(r.dtable.data(), dt.data(), dt.size() * sizeof(float*), cudaMemcpyHostToDevice));
+    for (int ro = 0; ro < R; ++ro) {
+      fill(r.dout[ro], row, -1, 1);
+      fill(r.q[ro], static_cast<std::size_t>(d), -0.2f, 0.2f);
+      fill(r.dq[ro], static_cast<std::size_t>(d), 0, 0);
+    }
+    fill(r.gamma, static_cast<std::size_t>(d), 0.5f, 1.5f);
+    fill(r.dgamma, static_cast<std::size_t>(d), 0, 0);
+    fill(r.rms, static_cast<std::size_t>(n_tok) * n, 0.5f, 1.5f);
+    fill(r.logits, static_cast<std::size_t>(n_tok) * n * R, -2, 2);
+    r.coef = DeviceBuffer(static_cast<std::size_t>(n_tok) * n_c * kern::kDepthReadCoefs * sizeof(float));
+    r.scratch = DeviceBuffer(static_cast<std::size_t>(kern::depth_read_scratch_floats(n_tok, d)) * sizeof(float));
+    kern::DepthReadBackward& a = r.a;
+    a.sources = r.table.as<const float* const>();
+    a.dsources = r.dtable.as<float* const>();
+    a.n_sources = n;
+    a.n_tok = n_tok;
+    a.d = d;
+    a.gamma = r.gamma.as<float>();
+    a.n_routes = R;
+    for (int ro = 0; ro < R; ++ro) {
+      a.queries[ro] = r.q[ro].as<float>();
+      a.dout[ro] = r.dout[ro].as<float>();
+      a.dqueries[ro] = r.dq[ro].as<float>();
+    }
+    a.rms = r.rms.as<float>();
+    a.logits = r.logits.as<float>();
+    a.dgamma = r.dgamma.as<float>();
+    a.scratch = r.scratch.as<float>();
+    a.coef = r.coef.as<float>();
+    // Floats a token. One at a time: the output gradients, rms and logits, pass 1 over every
+    // source, pass 2 reading each source and its gradient and writing the gradient.
+    const double small = n * (1.0 + R) / d;
+    r.a.n_deferred = 0;
+    once += R + small;
+  }
+  // The batched way's and the single way's floats a token (rows of d; the per-token arrays
+  // small/d), and each tensor once: the output gradients, the sources, their gradients read and
+  // written.
+  double single = 0, batched = 0;
+  for (const Read& r : reads) {
+    const double n = r.a.n_sources, R = r.a.n_routes, small = n * (1 + R) / d;
+    single += R + small + n + 3 * n;
+    batched += R + small + n + 3 * (n - n_c) + double(n_c) * kern::kDepthReadCoefs / d;  // + coef write
+    batched += R + double(n_c) * kern::kDepthReadCoefs / d;                                // group: g, coef
+  }
+  batched += 3.0 * n_c;
+  once += 3.0 * n_src;
+  ReadBench out;
+  const double bytes_row = 4.0 * static_cast<double>(row);
+  out.bytes_single = single * bytes_row;
+  out.bytes_batched = batched * bytes_row;
+  out.bytes_once = once * bytes_row;
+
+  cudaStream_t stream = nullptr;
+  ATTNRES_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1;
+  ATTNRES_CUDA_CHECK(cudaEventCreate(&e0));
+  ATTNRES_CUDA_CHECK(cudaEventCreate(&e1));
+  auto run = [&](bool batch) {
+    kern::DepthReadGroup g;
+    for (Read& r : reads) {
+      r.a.n_deferred = batch ? n_c : 0;
+      kern::depth_read_backward(r.a, stream);
+      g.reads[g.n_reads++] = r.a;
+    }
+    if (batch) kern::depth_read_group_backward(g, stream);
+  };
+  auto timed_ms = [&](const std::function<void()>& f) {
+    float best = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e0, stream));
+      f();
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e1, stream));
+      ATTNRES_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      ATTNRES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = rep == 0 ? ms : std::min(best, ms);
+    }
+    return static_cast<double>(best);
+  };
+  // Each way once from zeroed gradients, to compare them; then timed (the gradients grow).
+  std::vector<std::vector<float>> grads[2];
+  for (int way = 0; way < 2; ++way) {
+    for (auto& b : dsrc) ATTNRES_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.bytes(), stream));
+    for (Read& r : reads) {
+      ATTNRES_CUDA_CHECK(cudaMemsetAsync(r.dgamma.data(), 0, r.dgamma.bytes(), stream));
+      for (int ro = 0; ro < r.a.n_routes; ++ro)
+        ATTNRES_CUDA_CHECK(cudaMemsetAsync(r.dq[ro].data(), 0, r.dq[ro].bytes(), stream));
+    }
+    run(way == 1);
+    ATTNRES_CUDA_CHECK(cudaStreamSynchronize(stream));
+    auto copy = [&](const DeviceBuffer& b) {
+      std::vector<float> h(b.bytes() / sizeof(float));
+      ATTNRES_CUDA_CHECK(cudaMemcpy(h.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost));
+      grads[way].push_back(std::move(h));
+    };
+    for (const auto& b : dsrc) copy(b);
+    for (const Read& r : reads) {
+      copy(r.dgamma);
+      for (int ro = 0; ro < r.a.n_routes; ++ro) copy(r.dq[ro]);
+    }
+  }
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    const std::vector<float>&x = grads[0][i], &y = grads[1][i];
+    if (i < dsrc.size()) {
+      for (std::size_t k = 0; k < x.size(); ++k)
+        out.source_diff = std::max(out.source_diff, static_cast<double>(std::abs(x[k] - y[k])));
+    } else {
+      out.param_diff = std::max(out.param_diff, max_rel(y.data(), x.data(), x.size()));
+    }
+  }
+  for (int w = 0; w < 2; ++w) run(w == 1);  // warm-up
+  out.ms_single = timed_ms([&] { run(false); });
+  out.ms_batched = timed_ms([&] { run(true); });
+  // Device-to-device copy of the same size as the sources (read + write counted).
+  {
+    DeviceBuffer a(row * sizeof(float) * 4), b(a.bytes());
+    ATTNRES_CUDA_CHECK(cudaMemsetAsync(a.data(), 0, a.bytes(), stream));
+    auto copy = [&] {
+      ATTNRES_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice, stream));
+    };
+    copy();
+    out.ms_copy = timed_ms(copy);
+    out.bytes_copy = 2.0 * static_cast<double>(a.bytes());
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+  return out;
+}
+
+// Preset S and M's shape (one block in the middle: n_c = n_blocks / 2 + 1 sources shared, the
+// block's sublayers per block reads), block and rd; with --quick a small case (the emulator).
+void check_read_bench(bool with_m) {
+  std::printf("(r) depth-read backward of one block: batched vs one read at a time (issue #49)\n");
+  struct Case {
+    std::string name;
+    std::int64_t n_tok;
+    int d, n_c, S;
+    bool rd;
+  };
+  std::vector<Case> cases;
+  if (g_quick) {
+    cases = {{"small block", 200, 64, 3, 4, false}, {"small rd", 200, 64, 3, 4, true}};
+  } else {
+    for (const std::string name : {"S", "M"}) {
+      if (name == "M" && !with_m) continue;
+      const TrainConfig tc = preset(name);
+      const ModelConfig& c = tc.model;
+      const std::int64_t n_tok = std::int64_t(tc.batch_size) * tc.seq_len;
+      const int S = c.n_sublayers() / c.n_blocks, n_c = c.n_blocks / 2 + 1;
+      cases.push_back({name + " block", n_tok, c.d_model, n_c, S, false});
+      cases.push_back({name + " rd", n_tok, c.d_model, n_c, S, true});
+    }
+  }
+  for (const Case& k : cases) {
+    try {
+      const ReadBench b = read_group_bench(k.n_tok, k.d, k.n_c, k.S, k.rd, g_quick ? 1 : 10);
+      add_row("r", k.name, "source grads, batched - single", b.source_diff, 0.0, false, true,
+              std::to_string(k.S) + " reads, " + std::to_string(k.n_c) + " shared sources");
+      add_row("r", k.name, "query/norm grads max rel diff", b.param_diff, 1e-5, false, true, "summed in another order");
+      const double copy_bw = b.bytes_copy / (b.ms_copy * 1e-3);
+      const double bw_single = b.bytes_single / (b.ms_single * 1e-3), bw_batched = b.bytes_batched / (b.ms_batched * 1e-3);
+      add_info("r", k.name,
+               fmt("copy %.0f GB/s; ", copy_bw / 1e9) + fmt("single %.3f ms, ", b.ms_single) +
+                   fmt("%.2f GB, ", b.bytes_single / 1e9) + fmt("%.0f GB/s; ", bw_single / 1e9) +
+                   fmt("batched %.3f ms, ", b.ms_batched) + fmt("%.2f GB, ", b.bytes_batched / 1e9) +
+                   fmt("%.0f GB/s; ", bw_batched / 1e9) + fmt("each tensor once %.2f GB", b.bytes_once / 1e9) +
+                   fmt("; bytes single/batched %.2f", b.bytes_single / b.bytes_batched) +
+                   fmt(", time single/batched %.2f", b.ms_single / b.ms_batched));
+      add_row("r", k.name, "batched bytes/s / copy bytes/s", bw_batched / copy_bw, 0.70, true, false,
+              fmt("single: %.2f", bw_single / copy_bw));
+    } catch (const std::exception& e) {
+      add_error("r", k.name, e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -769,7 +1016,7 @@ int main(int argc, char** argv) {
           "usage: attnres_gpu_check [--only abcd] [--strict] [--steps 20] [--perf-steps 5] [--perf-warmup 2]\n"
           "                         [--peak-tflops X] [--no-m] [--quick] [--attention auto|cudnn|wmma|simt]\n"
           "                         [--modes NAME,...]\n"
-          "  --only      which checks to run (letters a-d)\n"
+          "  --only      which checks to run (letters a-d; r: the depth-read backward's bandwidth, issue #49)\n"
           "  --strict    performance targets (d) fail the run when missed\n"
           "  --steps     AdamW steps of (c)\n"
           "  --perf-steps, --perf-warmup  timed and untimed steps per arm in (d) (a profiler run: 1 and 0)\n"
@@ -817,6 +1064,7 @@ int main(int argc, char** argv) {
   timed('b', check_bf16);
   timed('c', [&] { check_training(train_steps); });
   timed('d', [&] { check_throughput(perf_warmup, perf_steps, with_m, peak_tflops); });
+  timed('r', [&] { check_read_bench(with_m); });
   int failed = 0, missed = 0;
   for (const Row& r : g_rows) {
     if (r.pass) continue;

@@ -459,7 +459,8 @@ phase_checks_d_cudnn() {
   [ "$with_m" = 1 ] || m=(--no-m)
   for impl in cudnn wmma; do
     echo "---- check (d), --attention $impl"
-    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only d --attention "$impl" "${m[@]}" \
+    # (r): issue #49's depth-read backward bandwidth (attention-independent; twice: two samples).
+    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dr --attention "$impl" "${m[@]}" \
       > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
     headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |

@@ -96,6 +96,32 @@ TEST(Topology, BlockReadsCompletedBlocksAndThePartialSum) {
   EXPECT_EQ(write_bases(small), (std::vector<int>{none, 0, none, 2}));
 }
 
+// Issue #49: the groups of the CUDA backend's batched read backward.
+std::vector<std::vector<int>> groups_of(const Topology& t, int max_reads) {
+  std::vector<std::vector<int>> out;
+  for (const ReadGroup& g : t.read_groups(max_reads)) out.push_back({g.lo, g.hi, g.n_shared});
+  return out;
+}
+
+TEST(Topology, ReadGroupsAreBlocksSharingTheirCompletedBlocks) {
+  // 2 blocks of 4 (sources above): the final read joins the last block; {E, 3} and {E} shared.
+  const Topology t(tiny_config(ResidualMode::block, ValueRoute::decoupled, 4, 2));
+  EXPECT_EQ(groups_of(t, 8), (std::vector<std::vector<int>>{{4, 8, 2}, {0, 3, 1}}));
+  // At most 3 reads a group: a block splits from the top; a group that does not start at the
+  // block's first sublayer still shares only the completed blocks (read 5's partial sum 4 is
+  // not read 6's).
+  EXPECT_EQ(groups_of(t, 3), (std::vector<std::vector<int>>{{6, 8, 2}, {4, 5, 2}, {1, 3, 1}, {0, 0, 1}}));
+  // One read a group: a read shares all its sources written before it (read 4: {E, 3}).
+  EXPECT_EQ(groups_of(t, 1).front(), (std::vector<int>{8, 8, 3}));
+  EXPECT_EQ(groups_of(t, 1)[4], (std::vector<int>{4, 4, 2}));
+  // Full: one sublayer a block; the final read joins the last sublayer's read.
+  const Topology full(tiny_config(ResidualMode::full));
+  EXPECT_EQ(groups_of(full, 8), (std::vector<std::vector<int>>{{3, 4, 4}, {2, 2, 3}, {1, 1, 2}, {0, 0, 1}}));
+  // RD: the same groups as block (its routes do not change the sources); none without reads.
+  EXPECT_EQ(groups_of(Topology(tiny_config(ResidualMode::rd, ValueRoute::decoupled, 4, 2)), 8), groups_of(t, 8));
+  EXPECT_TRUE(Topology(tiny_config(ResidualMode::prenorm)).read_groups(8).empty());
+}
+
 TEST(Topology, BlocksOfOneSublayerAreFull) {
   const ModelConfig c = tiny_config(ResidualMode::block, ValueRoute::decoupled, 2, 4);
   const Topology block(c), full(tiny_config(ResidualMode::full));
