@@ -95,6 +95,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
       delta_src_.push_back(delta_read_sources(config_, j));
       delta_max_src_ = std::max(delta_max_src_, delta_src_.back().size());
     }
+  if (config_.residual == ResidualMode::mudd) mudd_init();  // cuda_model_mudd.cpp
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -255,6 +256,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
                              kern::dwa_scratch_floats(bt, static_cast<int>(dwa_max_sources)),
                              kern::value_residual_scratch_floats(bt)}));
   }
+  if (mudd_) mudd_carve(f32, op);  // MUDDFormer's own buffers (cuda_model_mudd.cpp)
   used = align_up(used);
 }
 

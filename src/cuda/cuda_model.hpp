@@ -209,6 +209,13 @@ class CudaModel {
   const float* delta_stream(int j) const;
   void delta_read_forward(int j, const float* norm_w);
   void delta_read_backward(int j, const float* dh);
+  // MUDDFormer (issue #48; cuda_model_mudd.cpp, which defines MuddState: the DA modules' weights
+  // and buffers, the blocks' Q, K, V inputs): its trunk replaces forward_trunk / backward_trunk.
+  struct MuddState;
+  void mudd_init();
+  void mudd_carve(const std::function<float*(std::int64_t)>& f32, const std::function<void*(std::int64_t)>& op);
+  void mudd_forward_trunk(std::int64_t batch, int seq);
+  void mudd_backward_trunk(std::int64_t batch, int seq);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -236,6 +243,7 @@ class CudaModel {
   bool delta_ = false;
   std::vector<std::vector<int>> delta_src_;
   std::size_t delta_max_src_ = 1;
+  std::shared_ptr<MuddState> mudd_;  // MUDDFormer (model.residual = mudd); null otherwise
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

@@ -13,8 +13,8 @@
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
-// Baseline families on CUDA (issue #48; today DenseFormer, the value residual and Delta AttnRes
-// without a gate, null source or V route): checks (a)-(c)
+// Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
+// without a gate, null source or V route, and MUDDFormer): checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
 // trains, and block+vres, on the same preset as block, and prints its step time and device memory
@@ -342,6 +342,17 @@ void check_parity() {
     parity_case("delta vres_pair", c, 3, 45, 17);
   } catch (const std::exception& e) {
     add_error("a", "delta vres_pair", e.what());
+  }
+  // MUDDFormer with the paper's generator width (K = C*S, no rounding, the last DA not widened:
+  // GEMMs of odd shapes) over 6 blocks.
+  if (selected("mudd")) try {
+    ModelConfig c = variant_config(base, {.name = "mudd", .residual = ResidualMode::mudd});
+    c.n_layers = 6;
+    c.mudd_hidden_round = 0;
+    c.mudd_last_expand = 1;
+    parity_case("mudd paper K L6", c, 2, 45, 18);
+  } catch (const std::exception& e) {
+    add_error("a", "mudd paper K L6", e.what());
   }
 }
 

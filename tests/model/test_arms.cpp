@@ -78,6 +78,36 @@ TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
   }
 }
 
+// MUDDFormer trains on CUDA (issue #48) in its base variant; each option it lacks there is refused by
+// its key.
+TEST(ResidualModes, MuddOnCudaRefusesItsMissingOptionsByName) {
+  const ModelConfig base = testing::tiny_config(ResidualMode::mudd);
+  EXPECT_EQ(cuda_refusal(base), "");
+  ModelConfig c = base;
+  c.mudd_hidden_round = 0;  // the generator's shape: any
+  c.mudd_last_expand = 1;
+  c.mudd_decay_all = false;
+  EXPECT_EQ(cuda_refusal(c), "");
+  c = base;
+  c.mudd_ways = MuddWays::r;
+  EXPECT_EQ(cuda_refusal(c), "model.mudd_ways");
+  c = base;
+  c.mudd_dynamic = false;
+  EXPECT_EQ(cuda_refusal(c), "model.mudd_dynamic");
+  c = base;
+  c.mudd_gelu = kernels::Gelu::tanh;
+  EXPECT_EQ(cuda_refusal(c), "model.mudd_gelu");
+  c = base;
+  c.mudd_prepost_norm = true;
+  EXPECT_EQ(cuda_refusal(c), "model.mudd_prepost_norm");
+  c = base;
+  c.mudd_sep_qkv_norm = false;
+  EXPECT_EQ(cuda_refusal(c), "model.mudd_sep_qkv_norm");
+  c = base;
+  c.value_residual = true;
+  EXPECT_EQ(cuda_refusal(c), "model.value_residual");
+}
+
 TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
   for (const testing::Variant& v : testing::all_variants()) {
     const ModelConfig c = testing::tiny_config(v);
