@@ -303,8 +303,8 @@ budget = 0.5
   EXPECT_FALSE(fs::exists(out));
   // DenseFormer, the value residual, Delta AttnRes and MUDDFormer run on CUDA (issue #48).
   dry = run_cli("experiment --preset tiny --data " + data() +
-                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,mudd --device cuda --out " + out +
-                " --dry-run");
+                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,mudd,mudd-static,mudd-r --device cuda" +
+                " --out " + out + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(runs.str("no-data")));
