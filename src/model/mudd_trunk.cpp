@@ -302,7 +302,7 @@ const ResidualFamily& mudd_family() {
       .trunk_double = make_mudd_trunk<double>,
       // CUDA (src/cuda/cuda_model_mudd.cpp, issue #48): the variants verified in the emulator; the
       // others (the code handles them) are refused until they are.
-      .cuda_lacks = {"mudd_prepost_norm", "mudd_sep_qkv_norm", "value_residual"},
+      .cuda_lacks = {"mudd_sep_qkv_norm"},
       .add_params = add_mudd_params,
       .static_connections = nullptr,  // per token only
       .residual_flops = mudd_residual_flops,
