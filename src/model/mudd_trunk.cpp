@@ -300,9 +300,7 @@ const ResidualFamily& mudd_family() {
       .modes = {{R::mudd, "mudd", true, {.routing = true, .connections = true}}},
       .trunk_float = make_mudd_trunk<float>,
       .trunk_double = make_mudd_trunk<double>,
-      // CUDA (src/cuda/cuda_model_mudd.cpp, issue #48): the variants verified in the emulator; the
-      // others (the code handles them) are refused until they are.
-      .cuda_lacks = {"mudd_sep_qkv_norm"},
+      // CUDA (src/cuda/cuda_model_mudd.cpp, issue #48): every variant.
       .add_params = add_mudd_params,
       .static_connections = nullptr,  // per token only
       .residual_flops = mudd_residual_flops,

@@ -78,34 +78,24 @@ TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
   }
 }
 
-// MUDDFormer trains on CUDA (issue #48) in the variants verified in the emulator; each option it
-// lacks there is refused by its key, each other one runs.
-TEST(ResidualModes, MuddOnCudaRefusesItsMissingOptionsByName) {
-  const ModelConfig base = testing::tiny_config(ResidualMode::mudd);
-  EXPECT_EQ(cuda_refusal(base), "");
-  ModelConfig c = base;
-  c.mudd_hidden_round = 0;  // the generator's shape: any
-  c.mudd_last_expand = 1;
-  c.mudd_decay_all = false;
-  EXPECT_EQ(cuda_refusal(c), "");
-  c = base;
-  c.mudd_ways = MuddWays::r;
-  EXPECT_EQ(cuda_refusal(c), "");
-  c = base;
-  c.mudd_dynamic = false;
-  EXPECT_EQ(cuda_refusal(c), "");
-  c = base;
-  c.mudd_gelu = kernels::Gelu::tanh;
-  EXPECT_EQ(cuda_refusal(c), "");
-  c = base;
-  c.mudd_prepost_norm = true;
-  EXPECT_EQ(cuda_refusal(c), "");
-  c = base;
-  c.mudd_sep_qkv_norm = false;
-  EXPECT_EQ(cuda_refusal(c), "model.mudd_sep_qkv_norm");
-  c = base;
-  c.value_residual = true;
-  EXPECT_EQ(cuda_refusal(c), "");
+// MUDDFormer trains on CUDA (issue #48) in every variant: no option of it is refused.
+TEST(ResidualModes, MuddOnCudaTakesEveryVariant) {
+  for (const MuddWays ways : {MuddWays::qkvr, MuddWays::r})
+    for (const bool dynamic : {true, false})
+      for (const bool prepost : {false, true}) {
+        ModelConfig c = testing::tiny_config(ResidualMode::mudd);
+        c.mudd_ways = ways;
+        c.mudd_dynamic = dynamic;
+        c.mudd_prepost_norm = prepost;
+        c.mudd_gelu = kernels::Gelu::tanh;
+        c.mudd_sep_qkv_norm = !prepost;
+        c.mudd_hidden_round = 0;
+        c.mudd_last_expand = 1;
+        c.mudd_decay_all = dynamic;
+        c.value_residual = prepost;
+        EXPECT_EQ(cuda_refusal(c), "") << to_string(c.mudd_ways) << " dynamic " << dynamic << " prepost " << prepost;
+      }
+  EXPECT_TRUE(residual_family(ResidualMode::mudd).cuda_lacks.empty());
 }
 
 TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
