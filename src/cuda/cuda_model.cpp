@@ -109,6 +109,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
     for (int r = read_groups_[i].lo; r <= read_groups_[i].hi; ++r) value_slots += topo_.read(r).separate_value ? 1 : 0;
     read_group_value_slots_ = std::max(read_group_value_slots_, value_slots);
   }
+  if (config_.uses_mudd()) mudd_init();  // cuda_model_mudd.cpp
   const std::int64_t bt = max_batch_ * max_seq_;
   host_tokens_ = PinnedBuffer(sizeof(std::int32_t) * static_cast<std::size_t>(5 * bt + 1));
   host_loss_ = PinnedBuffer(sizeof(double));
@@ -205,7 +206,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   {  // hc / mhc: the states H_0 .. H_L, the modules' saved values (none for static HC), the readout
     // (h_final) and the modules' scratch; the state gradients come with the other gradients.
     const std::int64_t ns = config_.n_streams(), m = ns * (ns + 2);
-    const bool saved = streams_ && (config_.residual == ResidualMode::mhc || config_.hc_dynamic);
+    const bool saved = config_.uses_dynamic_streams();
     b.stream_state.assign(streams_ ? static_cast<std::size_t>(L + 1) : 0, nullptr);
     for (float*& x : b.stream_state) x = f32(bt * ns * d);
     b.stream_coef.assign(saved ? static_cast<std::size_t>(L) : 0, nullptr);
@@ -300,6 +301,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
                              kern::value_residual_scratch_floats(bt),
                              gr_ ? kern::gr_scratch_floats(bt, config_.gr_n, config_.d_model) : 0}));
   }
+  if (mudd_) mudd_carve(f32, op);  // MUDDFormer's own buffers (cuda_model_mudd.cpp)
   used = align_up(used);
 }
 

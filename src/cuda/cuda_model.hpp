@@ -257,6 +257,13 @@ class CudaModel {
   void stream_exit_backward();
   void stream_write_backward(int j);
   void stream_read_backward(int j, const float* dh);
+  // MUDDFormer (issue #48; cuda_model_mudd.cpp, which defines MuddState: the DA modules' weights
+  // and buffers, the blocks' Q, K, V inputs): its trunk replaces forward_trunk / backward_trunk.
+  struct MuddState;
+  void mudd_init();
+  void mudd_carve(const std::function<float*(std::int64_t)>& f32, const std::function<void*(std::int64_t)>& op);
+  void mudd_forward_trunk(std::int64_t batch, int seq);
+  void mudd_backward_trunk(std::int64_t batch, int seq);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -312,6 +319,7 @@ class CudaModel {
   // hc / mhc (config.uses_streams()): the modules' tensors by sublayer.
   bool streams_ = false;
   std::vector<StreamModule> stream_modules_;
+  std::shared_ptr<MuddState> mudd_;  // MUDDFormer (model.residual = mudd); null otherwise
   Buffers buf_;
 
   PinnedBuffer host_tokens_, host_loss_;

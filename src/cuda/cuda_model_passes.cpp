@@ -205,6 +205,7 @@ void CudaModel::delta_read_backward(int j, const float* dh) {
 // ---------------------------------------------------------------------------------------------
 
 void CudaModel::forward_trunk(std::int64_t batch, int seq) {
+  if (mudd_) return mudd_forward_trunk(batch, seq);  // MUDDFormer: cuda_model_mudd.cpp
   refresh_shadow();
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
@@ -315,6 +316,7 @@ void CudaModel::lm_head_loss(bool with_grad) {
 }
 
 void CudaModel::backward_trunk(std::int64_t batch, int seq) {
+  if (mudd_) return mudd_backward_trunk(batch, seq);  // MUDDFormer: cuda_model_mudd.cpp
   const std::int64_t n = n_tok_;
   const int d = config_.d_model, H = config_.mlp_hidden;
   const int L = topo_.n_sublayers();

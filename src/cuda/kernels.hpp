@@ -13,6 +13,7 @@
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
 #include "kernels/streams.hpp"
+#include "kernels/mudd.hpp"
 #include "kernels/value_residual.hpp"
 
 namespace attnres::cuda::kern {
@@ -325,6 +326,51 @@ void mhc_backward_coef(const Mhc& mh, const float* z, const float* dh_in, const 
 void mhc_backward_state(const Mhc& mh, const float* coef, const float* rms, const float* dh_in, const float* dout,
                         float* dstreams, float* gz, Stream stream);
 std::int64_t mhc_work_floats(std::int64_t n_tok, int n, int iters);
+// ---- MUDDFormer's DA modules (mudd.cu): kernels/mudd's per-token parts ------------------------
+// (CudaModel runs the generator's GEMMs through cuBLASLt: cuda_model_mudd.cpp.)
+
+inline constexpr int kMuddMaxSources = 128;  // X_0..X_{n_layers}: passed by value to the kernels
+
+// One DA's C-way mix over S sources (kernels/mudd's MuddDa without the generator).
+struct MuddMix {
+  const float* sources[kMuddMaxSources] = {};  // X_0..X_{S-1} (PrePostDANorm: the normalised X^_j), [n_tok, d]
+  int n_sources = 0;                           // S
+  int n_ways = kernels::kMaxWays;              // C; the last way is R
+  std::int64_t n_tok = 0;
+  int d = 0;
+  float eps = 0;
+  const float* x = nullptr;          // the block output X_{S-1} [n_tok, d] (PrePostDANorm's residual)
+  const float* a = nullptr;          // [C, S]
+  const float* post_norm = nullptr;  // PrePostDANorm's R-stream norm [d]; null: the base variant
+  float* out[kernels::kMaxWays] = {};  // forward: the streams [n_tok, d] (not aliasing a source or x)
+};
+struct MuddMixGrads {
+  const float* dout[kernels::kMaxWays] = {};     // the streams' gradients
+  float* dsources[kMuddMaxSources] = {};         // += per source
+  float* dx = nullptr;                           // += PrePostDANorm's residual gradient
+  float* da = nullptr;                           // += [C, S]
+  float* dpost_norm = nullptr;                   // += [d]
+};
+// y = x / rms(x) (times w when set; null: RMSNorm without weight), rms [n] = the factors.
+void mudd_normalise(float* y, float* rms, const float* x, const float* w, std::int64_t n, int d, float eps,
+                    Stream stream);
+// act = GELU(hidden); dh *= GELU'(hidden) (n elements).
+void mudd_gelu(float* act, const float* hidden, std::int64_t n, kernels::Gelu kind, Stream stream);
+void mudd_gelu_backward(float* dh, const float* hidden, std::int64_t n, kernels::Gelu kind, Stream stream);
+// out[c] = sum_j w[c, j] X_j (fused multiply-adds in source order) with w = dw per token
+// ([n_tok, C*S], the generator's output, to which a is added in place) or a (dw null: static);
+// PrePostDANorm: out[c] = x + mix_c, R's mix through post_norm first.
+void mudd_mix_forward(const MuddMix& m, float* dw, Stream stream);
+// The mix's backward: dsources, dx, da and dpost_norm (sums over tokens in a fixed order), and
+// delta [n_tok, C*S] = dL/d dw when not null. scratch: mudd_mix_scratch_floats.
+void mudd_mix_backward(const MuddMix& m, const float* dw, const MuddMixGrads& g, float* delta, float* scratch,
+                       Stream stream);
+std::int64_t mudd_mix_scratch_floats(std::int64_t n_tok, int d, int n_ways, int n_sources);
+// RMSNorm's backward given the factors rms: dx += the input gradient; dw += the weight's when w is
+// set (w null: no weight). scratch: mudd_norm_scratch_floats.
+void mudd_norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rms,
+                        std::int64_t n, int d, float* scratch, Stream stream);
+std::int64_t mudd_norm_scratch_floats(std::int64_t n_tok, int d);
 
 // ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
 

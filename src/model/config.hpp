@@ -124,6 +124,10 @@ struct ModelConfig {
   }
   // Delta AttnRes (delta, delta_block): additive reads over the deltas (model/delta_trunk.cpp).
   bool uses_delta_reads() const { return residual == ResidualMode::delta || residual == ResidualMode::delta_block; }
+  // MUDDFormer: its own trunk of dynamic dense connections (model/mudd_trunk.cpp).
+  bool uses_mudd() const { return residual == ResidualMode::mudd; }
+  // The n-stream modes whose modules compute per-token coefficients (dynamic HC, mHC; static HC's are weights).
+  bool uses_dynamic_streams() const { return residual == ResidualMode::mhc || (residual == ResidualMode::hc && hc_dynamic); }
   // hc and mhc carry n residual streams per token (1 in every other mode).
   bool uses_streams() const { return residual == ResidualMode::hc || residual == ResidualMode::mhc; }
   int n_streams() const {

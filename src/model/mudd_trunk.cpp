@@ -297,9 +297,10 @@ const ResidualFamily& mudd_family() {
   static const ResidualFamily family = {
       .name = "MUDD",
       // MUDD's routing: its Q, K and V ways (mudd_ways = qkvr); its connections: the ways' weights.
-      .modes = {{R::mudd, "mudd", false, {.routing = true, .connections = true}}},
+      .modes = {{R::mudd, "mudd", true, {.routing = true, .connections = true}}},
       .trunk_float = make_mudd_trunk<float>,
       .trunk_double = make_mudd_trunk<double>,
+      // CUDA (src/cuda/cuda_model_mudd.cpp, issue #48): every variant.
       .add_params = add_mudd_params,
       .static_connections = nullptr,  // per token only
       .residual_flops = mudd_residual_flops,

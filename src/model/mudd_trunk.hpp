@@ -1,7 +1,7 @@
 // The MUDDFormer trunk class, shared by its two files: model/mudd_trunk.cpp (parameters, buffers,
 // forward and backward) and model/mudd_diagnostics.cpp (the depth view: per-token DA weights, the
-// source norms, the routes and the connections). Only those two include it; everything else sees
-// the trunk through model/trunk.hpp.
+// source norms, the routes and the connections). Only those two include it, and cuda_model_mudd.cpp
+// for the bindings; everything else sees the trunk through model/trunk.hpp.
 #pragma once
 
 #include <array>

@@ -302,11 +302,11 @@ budget = 0.5
             std::string::npos) << dry.output;
   EXPECT_EQ(dry.output.find("arm 'rd+vres' cannot train"), std::string::npos) << dry.output;
   EXPECT_FALSE(fs::exists(out));
-  // DenseFormer, the value residual, Delta AttnRes, the Gated Residual, hyper-connections and mHC run on
-  // CUDA (issue #48).
+  // DenseFormer, the value residual, Delta AttnRes, the Gated Residual, hyper-connections, mHC and
+  // MUDDFormer run on CUDA (issue #48).
   dry = run_cli("experiment --preset tiny --data " + data() +
-                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,gr,hc,hc-static,mhc --device cuda --out " +
-                out + " --dry-run");
+                " --arms block,rd+vres,denseformer-4x5+vres,delta,delta-block,gr,hc,hc-static,mhc,mudd,mudd-static,"
+                "mudd-r --device cuda --out " + out + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(runs.str("no-data")));

@@ -15,7 +15,8 @@
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
 //
 // Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
-// without a gate, null source or V route, the Gated Residual, hyper-connections and mHC): checks (a)-(c)
+// without a gate, null source or V route, the Gated Residual, hyper-connections, mHC and MUDDFormer):
+// checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
 // trains, and block+vres, on the same preset as block, and prints its step time and device memory
@@ -216,9 +217,11 @@ std::vector<std::string> baseline_arms() {
 void parity_case(const std::string& name, const ModelConfig& c, int batch, int seq, std::uint64_t seed) {
   // Unit-gain matrices, and pseudo-queries giving depth logits of std ~1.4 as in the CPU suite's
   // d = 8 models (a std-0.5 query at d = 64 makes the depth softmax so peaky that fp32 itself,
-  // CPU or GPU, loses about 1e-4 to cancellation in the key-norm gradients).
+  // CPU or GPU, loses about 1e-4 to cancellation in the key-norm gradients), and MUDD's W2, a and
+  // post norm within 0.1 of their init (at 0.5 each mixing weight sums K products to a few units,
+  // and Model<float> itself is up to 1.2e-4 off Model<double>).
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d_model));
-  const std::vector<float> w = random_weights(c, seed, {scale, 0.2, 1.4 * scale});
+  const std::vector<float> w = random_weights(c, seed, {scale, 0.2, 1.4 * scale, 0.1});
   const std::vector<std::int32_t> tokens = testing::random_tokens(batch, seq, c.vocab_size, seed + 7);
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(batch) * seq);
   for (int b = 0; b < batch; ++b)
@@ -387,6 +390,17 @@ void check_parity() {
     parity_case("mhc n4 pre_eps zero_bias", c, 2, 45, 19);
   } catch (const std::exception& e) {
     add_error("a", "mhc n4 pre_eps zero_bias", e.what());
+  }
+  // MUDDFormer with the paper's generator width (K = C*S, no rounding, the last DA not widened:
+  // GEMMs of odd shapes) over 6 blocks.
+  if (selected("mudd")) try {
+    ModelConfig c = variant_config(base, {.name = "mudd", .residual = ResidualMode::mudd});
+    c.n_layers = 6;
+    c.mudd_hidden_round = 0;
+    c.mudd_last_expand = 1;
+    parity_case("mudd paper K L6", c, 2, 45, 18);
+  } catch (const std::exception& e) {
+    add_error("a", "mudd paper K L6", e.what());
   }
 }
 

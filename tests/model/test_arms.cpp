@@ -117,6 +117,26 @@ TEST(ResidualModes, GatedResidualRunsOnCudaWithEveryKey) {
   EXPECT_TRUE(residual_family(c).cuda_lacks.empty());
 }
 
+// MUDDFormer trains on CUDA (issue #48) in every variant: no option of it is refused.
+TEST(ResidualModes, MuddOnCudaTakesEveryVariant) {
+  for (const MuddWays ways : {MuddWays::qkvr, MuddWays::r})
+    for (const bool dynamic : {true, false})
+      for (const bool prepost : {false, true}) {
+        ModelConfig c = testing::tiny_config(ResidualMode::mudd);
+        c.mudd_ways = ways;
+        c.mudd_dynamic = dynamic;
+        c.mudd_prepost_norm = prepost;
+        c.mudd_gelu = kernels::Gelu::tanh;
+        c.mudd_sep_qkv_norm = !prepost;
+        c.mudd_hidden_round = 0;
+        c.mudd_last_expand = 1;
+        c.mudd_decay_all = dynamic;
+        c.value_residual = prepost;
+        EXPECT_EQ(cuda_refusal(c), "") << to_string(c.mudd_ways) << " dynamic " << dynamic << " prepost " << prepost;
+      }
+  EXPECT_TRUE(residual_family(ResidualMode::mudd).cuda_lacks.empty());
+}
+
 TEST(ResidualModes, FamiliesAreTheTrunksTheConfigDescribes) {
   for (const testing::Variant& v : testing::all_variants()) {
     const ModelConfig c = testing::tiny_config(v);
