@@ -87,7 +87,7 @@ struct CudaModel::MuddState {
     const int d = c.d_model, K = c.mudd_da_hidden(i), cs = a.n_ways * a.n_sources;
     float* normed = scratch;
     float* act = normed + n * d;
-    kern::mudd_normalise(normed, b.rms, a.x, wi.gen_norm, n, d, a.eps, m.stream_);
+    kern::rmsnorm_forward(normed, DType::f32, b.rms, a.x, wi.gen_norm, n, d, a.eps, m.stream_);
     m.gemm_->linear_forward(b.hidden, DType::f32, normed, wi.w1, DType::f32, n, d, K);
     kern::mudd_gelu(act, b.hidden, n * K, c.mudd_gelu, m.stream_);
     m.gemm_->linear_forward(b.dw, DType::f32, act, wi.w2, DType::f32, n, K, cs);
@@ -127,10 +127,10 @@ struct CudaModel::MuddState {
     m.gemm_->linear_backward_weight(gi.w2, delta, act, DType::f32, n, K, cs);
     m.gemm_->linear_backward_input(act, DType::f32, delta, wi.w2, DType::f32, n, K, cs);
     kern::mudd_gelu_backward(act, b.hidden, n * K, c.mudd_gelu, m.stream_);
-    kern::mudd_normalise(normed, b.rms, a.x, wi.gen_norm, n, d, a.eps, m.stream_);  // as the forward's
+    kern::rmsnorm_forward(normed, DType::f32, b.rms, a.x, wi.gen_norm, n, d, a.eps, m.stream_);  // as the forward's
     m.gemm_->linear_backward_weight(gi.w1, act, normed, DType::f32, n, d, K);
     m.gemm_->linear_backward_input(normed, DType::f32, act, wi.w1, DType::f32, n, d, K);
-    kern::mudd_norm_backward(dx, gi.gen_norm, normed, a.x, wi.gen_norm, b.rms, n, d, reduce, m.stream_);
+    kern::rmsnorm_backward(dx, true, gi.gen_norm, normed, a.x, wi.gen_norm, b.rms, n, d, reduce, m.stream_);
   }
 };
 

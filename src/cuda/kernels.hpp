@@ -35,11 +35,12 @@ void embedding_forward(float* out, const std::int32_t* tokens, const float* tabl
 void embedding_backward(float* dtable, const std::int32_t* ids, const std::int32_t* starts,
                         const std::int32_t* positions, int n_ids, const float* dout, int d, Stream stream);
 
-// kernels/rmsnorm forward: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps).
+// kernels/rmsnorm forward: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) (w null: no weight,
+// as MUDD's generator norm without one).
 void rmsnorm_forward(void* y, DType y_type, float* rstd, const float* x, const float* w, std::int64_t n, int d,
                      float eps, Stream stream);
 // kernels/rmsnorm backward: dx = (or += when accumulate) the input gradient; dw += the weight
-// gradient. scratch: rmsnorm_scratch_floats.
+// gradient (w null: no weight, dw untouched). scratch: rmsnorm_scratch_floats.
 void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, const float* x, const float* w,
                       const float* rstd, std::int64_t n, int d, float* scratch, Stream stream);
 std::int64_t rmsnorm_scratch_floats(std::int64_t n, int d);
@@ -351,9 +352,6 @@ struct MuddMixGrads {
   float* da = nullptr;                           // += [C, S]
   float* dpost_norm = nullptr;                   // += [d]
 };
-// y = x / rms(x) (times w when set; null: RMSNorm without weight), rms [n] = the factors.
-void mudd_normalise(float* y, float* rms, const float* x, const float* w, std::int64_t n, int d, float eps,
-                    Stream stream);
 // act = GELU(hidden); dh *= GELU'(hidden) (n elements).
 void mudd_gelu(float* act, const float* hidden, std::int64_t n, kernels::Gelu kind, Stream stream);
 void mudd_gelu_backward(float* dh, const float* hidden, std::int64_t n, kernels::Gelu kind, Stream stream);
@@ -366,11 +364,6 @@ void mudd_mix_forward(const MuddMix& m, float* dw, Stream stream);
 void mudd_mix_backward(const MuddMix& m, const float* dw, const MuddMixGrads& g, float* delta, float* scratch,
                        Stream stream);
 std::int64_t mudd_mix_scratch_floats(std::int64_t n_tok, int d, int n_ways, int n_sources);
-// RMSNorm's backward given the factors rms: dx += the input gradient; dw += the weight's when w is
-// set (w null: no weight). scratch: mudd_norm_scratch_floats.
-void mudd_norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rms,
-                        std::int64_t n, int d, float* scratch, Stream stream);
-std::int64_t mudd_norm_scratch_floats(std::int64_t n_tok, int d);
 
 // ---- attention (attention.cu): kernels/attention, causal, flash style -----------------------
 

@@ -32,22 +32,6 @@ __device__ __forceinline__ float gelu_value(float h, kernels::Gelu kind, float* 
   return 0.5f * h * (1.0f + th);
 }
 
-// One warp per token: rms[t] = 1 / sqrt(mean(x^2) + eps), y = x rms (times w when set).
-__global__ void mudd_normalise_kernel(float* y, float* rms, const float* x, const float* w, std::int64_t n, int d,
-                                      float eps) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t t = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32;
-  if (t >= n) return;
-  const float* xt = x + t * d;
-  float ss = 0;
-  for (int k = lane; k < d; k += 32) ss += xt[k] * xt[k];
-  ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  if (lane == 0) rms[t] = r;
-  float* yt = y + t * d;
-  for (int k = lane; k < d; k += 32) yt[k] = w != nullptr ? xt[k] * r * w[k] : xt[k] * r;
-}
-
 __global__ void mudd_gelu_kernel(float* act, const float* hidden, std::int64_t n, kernels::Gelu kind) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x)
@@ -177,42 +161,9 @@ __global__ void mudd_mix_backward_kernel(MuddMix m, const float* dw, MuddMixGrad
   }
 }
 
-// RMSNorm's backward with an optional weight, dx += (kernels/row_ops rmsnorm_row_backward_add);
-// part[slot] (d) receives the warp's weight-gradient partial when w is set.
-__global__ void mudd_norm_backward_kernel(float* dx, const float* dy, const float* x, const float* w,
-                                          const float* rms, std::int64_t n, int d, float* part) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float* acc = w != nullptr ? part + (blockIdx.x * std::int64_t(kWarps) + warp) * d : nullptr;
-  if (acc != nullptr)
-    for (int k = lane; k < d; k += 32) acc[k] = 0;
-  for (int i = 0; i < kTokensPerWarp; ++i) {
-    const std::int64_t t = blockIdx.x * kChunkTokens + warp * kTokensPerWarp + i;
-    if (t >= n) break;
-    const float* xt = x + t * d;
-    const float* gt = dy + t * d;
-    float* dxt = dx + t * d;
-    const float r = rms[t];
-    float dot = 0;
-    for (int k = lane; k < d; k += 32) dot += xt[k] * (w != nullptr ? w[k] : 1.0f) * gt[k];
-    dot = warp_sum(dot);
-    const float coef = r * r * r * dot / static_cast<float>(d);
-    for (int k = lane; k < d; k += 32) {
-      dxt[k] += r * (w != nullptr ? w[k] : 1.0f) * gt[k] - xt[k] * coef;
-      if (acc != nullptr) acc[k] += gt[k] * xt[k] * r;
-    }
-  }
-}
-
 unsigned warp_grid(std::int64_t n_tok) { return static_cast<unsigned>((n_tok + kWarps - 1) / kWarps); }
 
 }  // namespace
-
-void mudd_normalise(float* y, float* rms, const float* x, const float* w, std::int64_t n, int d, float eps,
-                    Stream stream) {
-  if (n == 0) return;
-  mudd_normalise_kernel<<<warp_grid(n), kThreads, 0, stream>>>(y, rms, x, w, n, d, eps);
-  ATTNRES_CUDA_CHECK_LAUNCH();
-}
 
 void mudd_gelu(float* act, const float* hidden, std::int64_t n, kernels::Gelu kind, Stream stream) {
   if (n == 0) return;
@@ -252,18 +203,6 @@ void mudd_mix_backward(const MuddMix& m, const float* dw, const MuddMixGrads& g,
   ATTNRES_CUDA_CHECK_LAUNCH();
   if (g.da != nullptr) sum_chunks(g.da, part_a, slots, cs, cs, stream);
   if (m.post_norm != nullptr && g.dpost_norm != nullptr) sum_chunks(g.dpost_norm, part_post, slots, m.d, m.d, stream);
-}
-
-std::int64_t mudd_norm_scratch_floats(std::int64_t n_tok, int d) { return num_chunks(n_tok) * kWarps * d; }
-
-void mudd_norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rms,
-                        std::int64_t n, int d, float* scratch, Stream stream) {
-  const std::int64_t chunks = num_chunks(n);
-  if (chunks == 0) return;
-  mudd_norm_backward_kernel<<<static_cast<unsigned>(chunks), 32 * kWarps, 0, stream>>>(dx, dy, x, w, rms, n, d,
-                                                                                       scratch);
-  ATTNRES_CUDA_CHECK_LAUNCH();
-  if (w != nullptr && dw != nullptr) sum_chunks(dw, scratch, chunks * kWarps, d, d, stream);
 }
 
 }  // namespace attnres::cuda::kern

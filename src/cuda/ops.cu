@@ -55,7 +55,7 @@ __global__ void rmsnorm_forward_kernel(T* y, float* rstd, const float* x, const 
   const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   if (lane == 0) rstd[t] = r;
   T* yt = y + t * d;
-  for (int k = lane; k < d; k += 32) yt[k] = from_float<T>(xt[k] * r * w[k]);
+  for (int k = lane; k < d; k += 32) yt[k] = from_float<T>(w != nullptr ? xt[k] * r * w[k] : xt[k] * r);
 }
 
 // Block = 8 warps = one chunk of 64 tokens, 8 per warp. Per-warp weight-gradient partials live in
@@ -74,11 +74,11 @@ __global__ void rmsnorm_backward_kernel(float* dx, bool accumulate, const float*
     float* dxt = dx + t * d;
     const float r = rstd[t];
     float dot = 0;
-    for (int k = lane; k < d; k += 32) dot += xt[k] * w[k] * gt[k];
+    for (int k = lane; k < d; k += 32) dot += xt[k] * (w != nullptr ? w[k] : 1.0f) * gt[k];
     dot = warp_sum(dot);
     const float coef = r * r * r * dot / static_cast<float>(d);
     for (int k = lane; k < d; k += 32) {
-      const float g = r * w[k] * gt[k] - xt[k] * coef;
+      const float g = r * (w != nullptr ? w[k] : 1.0f) * gt[k] - xt[k] * coef;
       dxt[k] = accumulate ? dxt[k] + g : g;
       acc[k] += gt[k] * xt[k] * r;
     }
@@ -364,7 +364,7 @@ void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, co
   rmsnorm_backward_kernel<<<static_cast<unsigned>(chunks), 32 * kWarpsPerBlock, smem, stream>>>(
       dx, accumulate, dy, x, w, rstd, n, d, scratch);
   ATTNRES_CUDA_CHECK_LAUNCH();
-  sum_chunks(dw, scratch, chunks, d, d, stream);
+  if (w != nullptr && dw != nullptr) sum_chunks(dw, scratch, chunks, d, d, stream);
 }
 
 void sum_chunks(float* out, const float* partial, std::int64_t chunks, std::int64_t stride, int width,
