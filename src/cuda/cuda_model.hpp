@@ -225,6 +225,12 @@ class CudaModel {
   const float* delta_stream(int j) const;
   void delta_read_forward(int j, const float* norm_w);
   void delta_read_backward(int j, const float* dh);
+  // The SwiGLU MLP body of a sublayer s (shared by every trunk): out = W_down (SiLU(W_gate x) * W_up x)
+  // + base (null: none) from s.x, keeping s.gate, s.up and s.act; its backward given dy (the GEMM
+  // operand type) adds the weight gradients into lg and overwrites b.dx with dL/dx.
+  void mlp_forward(const LayerWeights<float>& lw, const Sublayer& s, float* out, const float* base, std::int64_t n);
+  void mlp_backward(const LayerWeights<float>& lw, LayerWeights<float>& lg, const Sublayer& s, const void* dy,
+                    std::int64_t n);
   // The Gated Residual (gr, cuda_model_gated_residual.cpp; model/gated_residual_trunk.cpp step for
   // step): binds the modules' weights, carves their buffers; module j's read into sub[j].x (j = L:
   // the final mixer, into x_final; module 0 first fills the branches with the embedding), its write

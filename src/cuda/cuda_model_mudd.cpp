@@ -205,7 +205,7 @@ void CudaModel::mudd_forward_trunk(std::int64_t batch, int seq) {
   refresh_shadow();
   MuddState& M = *mudd_;
   const std::int64_t n = n_tok_;
-  const int d = config_.d_model, H = config_.mlp_hidden, L = config_.n_layers;
+  const int d = config_.d_model, L = config_.n_layers;
   const float eps = static_cast<float>(config_.norm_eps);
   const bool multiway = config_.mudd_multiway(), prepost = config_.mudd_prepost_norm;
   const DType ot = op_type();
@@ -243,10 +243,7 @@ void CudaModel::mudd_forward_trunk(std::int64_t batch, int seq) {
     const float* x_r = i == 0 || !multiway ? in_q : att.out;
     gemm_->linear_forward(att.out, DType::f32, att.att, op_weight(lw.wo), ot, n, d, d, x_r);
     kern::rmsnorm_forward(mlp.x, ot, mlp.rstd, att.out, lw.mlp_norm, n, d, eps, stream_);
-    gemm_->linear_forward(mlp.gate, ot, mlp.x, op_weight(lw.w_gate), ot, n, d, H);
-    gemm_->linear_forward(mlp.up, ot, mlp.x, op_weight(lw.w_up), ot, n, d, H);
-    kern::swiglu_forward(mlp.act, mlp.gate, mlp.up, ot, n * H, stream_);
-    gemm_->linear_forward(mlp.out, DType::f32, mlp.act, op_weight(lw.w_down), ot, n, H, d, att.out);
+    mlp_forward(lw, mlp, mlp.out, att.out, n);
     if (prepost)
       kern::rmsnorm_forward(M.src[static_cast<std::size_t>(i + 1)], DType::f32,
                             M.src_rstd[static_cast<std::size_t>(i + 1)], mlp.out,
@@ -267,7 +264,7 @@ void CudaModel::mudd_forward_trunk(std::int64_t batch, int seq) {
 void CudaModel::mudd_backward_trunk(std::int64_t batch, int seq) {
   MuddState& M = *mudd_;
   const std::int64_t n = n_tok_;
-  const int d = config_.d_model, H = config_.mlp_hidden, L = config_.n_layers;
+  const int d = config_.d_model, L = config_.n_layers;
   const bool multiway = config_.mudd_multiway(), prepost = config_.mudd_prepost_norm;
   const int n_in = multiway ? 3 : 1;
   const DType ot = op_type();
@@ -305,13 +302,7 @@ void CudaModel::mudd_backward_trunk(std::int64_t batch, int seq) {
     } else {
       kern::add_into(att.dout, mlp.dout, n * d, stream_);
     }
-    gemm_->linear_backward_weight(lg.w_down, dy, mlp.act, ot, n, H, d);
-    gemm_->linear_backward_input(b.dact, ot, dy, op_weight(lw.w_down), ot, n, H, d);
-    kern::swiglu_backward(b.dgate, b.dup, b.dact, mlp.gate, mlp.up, ot, n * H, stream_);
-    gemm_->linear_backward_weight(lg.w_gate, b.dgate, mlp.x, ot, n, d, H);
-    gemm_->linear_backward_weight(lg.w_up, b.dup, mlp.x, ot, n, d, H);
-    gemm_->linear_backward_input(b.dx, DType::f32, b.dgate, op_weight(lw.w_gate), ot, n, d, H);
-    gemm_->linear_backward_input(b.dx, DType::f32, b.dup, op_weight(lw.w_up), ot, n, d, H, true);
+    mlp_backward(lw, lg, mlp, dy, n);
     kern::rmsnorm_backward(att.dout, true, lg.mlp_norm, b.dx, att.out, lw.mlp_norm, mlp.rstd, n, d, b.reduce, stream_);
     // Attention: att.dout is dL/dh, also x_R's gradient (read by DA_{i-1} there).
     dy = att.dout;

@@ -208,7 +208,7 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
   if (mudd_) return mudd_forward_trunk(batch, seq);  // MUDDFormer: cuda_model_mudd.cpp
   refresh_shadow();
   const std::int64_t n = n_tok_;
-  const int d = config_.d_model, H = config_.mlp_hidden;
+  const int d = config_.d_model;
   const float eps = static_cast<float>(config_.norm_eps);
   const int L = topo_.n_sublayers();
   const bool reads = topo_.has_reads();
@@ -251,10 +251,7 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       attention_->forward(s.att, s.lse, s.q, s.k, v, ot, shape);
       gemm_->linear_forward(f, DType::f32, s.att, op_weight(lw.wo), ot, n, d, d, base);
     } else {
-      gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
-      gemm_->linear_forward(s.up, ot, s.x, op_weight(lw.w_up), ot, n, d, H);
-      kern::swiglu_forward(s.act, s.gate, s.up, ot, n * H, stream_);
-      gemm_->linear_forward(f, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
+      mlp_forward(lw, s, f, base, n);
       if (const DwaPlan* plan = topo_.dwa_ending_at(j))
         kern::dwa_forward(dwa(*plan), buf_.dwa_out[static_cast<std::size_t>(plan->block)], stream_);
     }
@@ -318,7 +315,7 @@ void CudaModel::lm_head_loss(bool with_grad) {
 void CudaModel::backward_trunk(std::int64_t batch, int seq) {
   if (mudd_) return mudd_backward_trunk(batch, seq);  // MUDDFormer: cuda_model_mudd.cpp
   const std::int64_t n = n_tok_;
-  const int d = config_.d_model, H = config_.mlp_hidden;
+  const int d = config_.d_model;
   const int L = topo_.n_sublayers();
   const bool reads = topo_.has_reads();
   const DType ot = op_type();
@@ -399,13 +396,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       if (separate) gemm_->linear_backward_input(b.dxv, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d);
       else gemm_->linear_backward_input(b.dx, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d, true);
     } else {
-      gemm_->linear_backward_weight(lg.w_down, dy, s.act, ot, n, H, d);
-      gemm_->linear_backward_input(b.dact, ot, dy, op_weight(lw.w_down), ot, n, H, d);
-      kern::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, ot, n * H, stream_);
-      gemm_->linear_backward_weight(lg.w_gate, b.dgate, s.x, ot, n, d, H);
-      gemm_->linear_backward_weight(lg.w_up, b.dup, s.x, ot, n, d, H);
-      gemm_->linear_backward_input(b.dx, DType::f32, b.dgate, op_weight(lw.w_gate), ot, n, d, H);
-      gemm_->linear_backward_input(b.dx, DType::f32, b.dup, op_weight(lw.w_up), ot, n, d, H, true);
+      mlp_backward(lw, lg, s, dy, n);
     }
     if (reads) {
       float *dh = read_dout(j, false), *dhv = separate ? read_dout(j, true) : nullptr;
@@ -474,6 +465,30 @@ void CudaModel::logits(std::span<const std::int32_t> inputs, std::int64_t batch,
                                        stream_));
     synchronize();  // ce_logits is reused by the next chunk
   }
+}
+
+void CudaModel::mlp_forward(const LayerWeights<float>& lw, const Sublayer& s, float* out, const float* base,
+                            std::int64_t n) {
+  const DType ot = op_type();
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  gemm_->linear_forward(s.gate, ot, s.x, op_weight(lw.w_gate), ot, n, d, H);
+  gemm_->linear_forward(s.up, ot, s.x, op_weight(lw.w_up), ot, n, d, H);
+  kern::swiglu_forward(s.act, s.gate, s.up, ot, n * H, stream_);
+  gemm_->linear_forward(out, DType::f32, s.act, op_weight(lw.w_down), ot, n, H, d, base);
+}
+
+void CudaModel::mlp_backward(const LayerWeights<float>& lw, LayerWeights<float>& lg, const Sublayer& s, const void* dy,
+                             std::int64_t n) {
+  Buffers& b = buf_;
+  const DType ot = op_type();
+  const int d = config_.d_model, H = config_.mlp_hidden;
+  gemm_->linear_backward_weight(lg.w_down, dy, s.act, ot, n, H, d);
+  gemm_->linear_backward_input(b.dact, ot, dy, op_weight(lw.w_down), ot, n, H, d);
+  kern::swiglu_backward(b.dgate, b.dup, b.dact, s.gate, s.up, ot, n * H, stream_);
+  gemm_->linear_backward_weight(lg.w_gate, b.dgate, s.x, ot, n, d, H);
+  gemm_->linear_backward_weight(lg.w_up, b.dup, s.x, ot, n, d, H);
+  gemm_->linear_backward_input(b.dx, DType::f32, b.dgate, op_weight(lw.w_gate), ot, n, d, H);
+  gemm_->linear_backward_input(b.dx, DType::f32, b.dup, op_weight(lw.w_up), ot, n, d, H, true);
 }
 
 }  // namespace attnres::cuda
