@@ -460,8 +460,12 @@ phase_checks_d_cudnn() {
   for impl in cudnn wmma; do
     echo "---- check (d), --attention $impl"
     # (r): issue #49's depth-read backward bandwidth (attention-independent; twice: two samples).
+    # The baseline families' arms (#48) are timed once, with cuDNN; the WMMA pass times block and
+    # rd only, the attention kernels' comparison.
+    local only=()
+    [ "$impl" = wmma ] && only=(--modes block,rd)
     limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dr --attention "$impl" "${m[@]}" \
-      > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
+      "${only[@]}" > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
     headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
       sed -E 's/^  d  ([SM] [a-z0-9+-]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
