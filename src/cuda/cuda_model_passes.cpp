@@ -241,8 +241,8 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
       gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
-      kern::rope(s.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
-      kern::rope(s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
+      kern::rope(s.q, s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false,
+                 stream_);
       const void* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
       if (const auto vr = value_residual(layer_of(j))) {
         kern::value_residual_forward(*vr, buf_.vmix, stream_);
@@ -386,8 +386,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       } else if (j == 0 && b.dv1 != nullptr) {
         kern::add_fp32(b.dv, ot, b.dv1, n * d, stream_);
       }
-      kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
-      kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
+      kern::rope(b.dq, b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);
       gemm_->linear_backward_weight(lg.wk, b.dk, s.x, ot, n, d, d);
       gemm_->linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, ot, n, d, d);

@@ -45,15 +45,20 @@ void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, co
                       const float* rstd, std::int64_t n, int d, float* scratch, Stream stream);
 std::int64_t rmsnorm_scratch_floats(std::int64_t n, int d);
 
-// kernels/rope (rotate-half), in place on x [rows, n_heads*head_dim]; row r has position r % seq.
-// inverse: the transposed rotation (backward).
-void rope(void* x, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
-          const float* sin, bool inverse, Stream stream);
+// kernels/rope (rotate-half), in place on q and, when not null, k [rows, n_heads*head_dim]; row r
+// has position r % seq. inverse: the transposed rotation (backward). Issue #49: q and k in one
+// launch, 16-byte loads and stores where head_dim and the pointers allow; scalar: one element a
+// thread and one launch per tensor, the kernel before (bit-identical results; check (e) times both).
+void rope(void* q, void* k, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+          const float* sin, bool inverse, Stream stream, bool scalar = false);
 
-// kernels/swiglu: act = silu(gate) * up; backward overwrites dgate, dup.
-void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream);
+// kernels/swiglu: act = silu(gate) * up; backward overwrites dgate, dup. Issue #49: 16-byte loads
+// and stores when the pointers are 16-byte aligned (a scalar tail); scalar: one element a thread,
+// the kernels before (bit-identical results; check (e)).
+void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream,
+                    bool scalar = false);
 void swiglu_backward(void* dgate, void* dup, const void* dact, const void* gate, const void* up, DType type,
-                     std::int64_t n, Stream stream);
+                     std::int64_t n, Stream stream, bool scalar = false);
 
 // dst += src (fp32).
 void add_into(float* dst, const float* src, std::int64_t n, Stream stream);

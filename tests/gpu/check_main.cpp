@@ -13,6 +13,11 @@
 //   (d) throughput of presets S and M in bf16 (block and rd): tokens/s, MFU against the bf16 GEMM
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
+//   (r), (e) (only when --only names them): issue #49's bandwidth checks. (r) the depth-read
+//       backward of one block, batched vs one read at a time; (e) RoPE of q and k, SwiGLU forward /
+//       backward and the cross-entropy, the kernels before vs the new ones on the same inputs (RoPE
+//       and SwiGLU bit-identical; the cross-entropy against a float64 reference), each way's time,
+//       bytes and rate against a device-to-device copy. --quick: small shapes (the emulator).
 //
 // Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
 // without a gate, null source or V route, the Gated Residual, hyper-connections, mHC and MUDDFormer):
@@ -991,6 +996,213 @@ void check_read_bench(bool with_m) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// (e) issue #49's bandwidth-bound rest: RoPE of q and k, SwiGLU forward and backward and the
+// cross-entropy, the kernels before against the new ones, side by side
+// ---------------------------------------------------------------------------------------------
+
+// The sizes of one training step's calls: n_tok = batch x seq tokens, the attention's d = n_heads
+// x head_dim, the MLP's hidden width; the cross-entropy runs on chunks of ce_rows rows.
+struct BwCase {
+  std::string name;
+  std::int64_t n_tok = 0;
+  int seq = 0, d = 0, n_heads = 0, hidden = 0, vocab = 0;
+  std::int64_t ce_rows = 0;
+};
+
+// Device data from a seeded generator: a block of at most 2^20 values (rounded to the type),
+// repeated over the buffer (the kernels' speed does not depend on the values).
+cuda::DeviceBuffer bw_fill(std::int64_t n, DType type, std::uint64_t seed, float lo, float hi) {
+  const std::size_t es = cuda::dtype_size(type), block = static_cast<std::size_t>(std::min<std::int64_t>(n, 1 << 20));
+  Rng rng(seed);
+  std::vector<float> f(block);
+  std::vector<std::uint16_t> h(block);
+  for (std::size_t i = 0; i < block; ++i) {
+    f[i] = static_cast<float>(lo + (hi - lo) * rng.uniform());
+    h[i] = bf16_bits(f[i]);
+  }
+  const void* src = type == DType::f32 ? static_cast<const void*>(f.data()) : static_cast<const void*>(h.data());
+  cuda::DeviceBuffer b(static_cast<std::size_t>(n) * es);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); i += block) {
+    const std::size_t count = std::min(block, static_cast<std::size_t>(n) - i);
+    ATTNRES_CUDA_CHECK(
+        cudaMemcpy(static_cast<unsigned char*>(b.data()) + i * es, src, count * es, cudaMemcpyHostToDevice));
+  }
+  return b;
+}
+
+cuda::DeviceBuffer bw_copy(const cuda::DeviceBuffer& from) {
+  cuda::DeviceBuffer b(from.bytes());
+  ATTNRES_CUDA_CHECK(cudaMemcpy(b.data(), from.data(), from.bytes(), cudaMemcpyDeviceToDevice));
+  return b;
+}
+
+// Elements (of es bytes) that differ between two device buffers of the same size.
+std::int64_t bw_mismatches(const cuda::DeviceBuffer& a, const cuda::DeviceBuffer& b, std::size_t es) {
+  std::vector<unsigned char> x(a.bytes()), y(b.bytes());
+  ATTNRES_CUDA_CHECK(cudaMemcpy(x.data(), a.data(), x.size(), cudaMemcpyDeviceToHost));
+  ATTNRES_CUDA_CHECK(cudaMemcpy(y.data(), b.data(), y.size(), cudaMemcpyDeviceToHost));
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < x.size(); i += es) n += std::memcmp(x.data() + i, y.data() + i, es) != 0 ? 1 : 0;
+  return n;
+}
+
+// Times on one stream: the best of reps runs of f (after one untimed run).
+class BwTimer {
+ public:
+  explicit BwTimer(int reps) : reps_(reps) {
+    ATTNRES_CUDA_CHECK(cudaStreamCreate(&stream_));
+    ATTNRES_CUDA_CHECK(cudaEventCreate(&e0_));
+    ATTNRES_CUDA_CHECK(cudaEventCreate(&e1_));
+  }
+  ~BwTimer() {
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cudaStreamDestroy(stream_);
+  }
+  BwTimer(const BwTimer&) = delete;
+  BwTimer& operator=(const BwTimer&) = delete;
+  cudaStream_t stream() const { return stream_; }
+  double best_ms(const std::function<void()>& f) {
+    f();
+    float best = 0;
+    for (int rep = 0; rep < reps_; ++rep) {
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e0_, stream_));
+      f();
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e1_, stream_));
+      ATTNRES_CUDA_CHECK(cudaEventSynchronize(e1_));
+      float ms = 0;
+      ATTNRES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
+      best = rep == 0 ? ms : std::min(best, ms);
+    }
+    return static_cast<double>(best);
+  }
+
+ private:
+  int reps_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+// One kernel's line: the time, bytes and rate of the old and the new way, the rates as a
+// fraction of the device-to-device copy's; with timings that mean something (not --quick) the
+// new way's fraction against the 70% target of (r) (reported, fatal only with --strict).
+void bw_report(const std::string& name, const std::string& kernel, double ms_old, double bytes_old, double ms_new,
+               double bytes_new, double copy_bw) {
+  const double bw_old = bytes_old / (ms_old * 1e-3), bw_new = bytes_new / (ms_new * 1e-3);
+  add_info("e", name + " " + kernel,
+           fmt("old %.3f ms, ", ms_old) + fmt("%.3f GB, ", bytes_old / 1e9) + fmt("%.0f GB/s", bw_old / 1e9) +
+               fmt(" (%.0f%% of copy); ", 100 * bw_old / copy_bw) + fmt("new %.3f ms, ", ms_new) +
+               fmt("%.3f GB, ", bytes_new / 1e9) + fmt("%.0f GB/s", bw_new / 1e9) +
+               fmt(" (%.0f%% of copy); ", 100 * bw_new / copy_bw) + fmt("time old/new %.2f", ms_old / ms_new));
+  if (!g_quick)
+    add_row("e", name + " " + kernel, "new bytes/s / copy bytes/s", bw_new / copy_bw, 0.70, true, false,
+            fmt("old: %.2f", bw_old / copy_bw));
+}
+
+void bw_rope_swiglu(const BwCase& k, DType type, BwTimer& timer, double copy_bw) {
+  namespace kern = cuda::kern;
+  const std::string name = k.name + " " + cuda::to_string(type);
+  const std::size_t es = cuda::dtype_size(type);
+  const cudaStream_t st = timer.stream();
+  // RoPE of q and k: the old way (two launches, one element a thread) and the new from the same
+  // inputs, forward then inverse (the backward's), compared bit for bit after each.
+  {
+    const int half = k.d / k.n_heads / 2;
+    const cuda::DeviceBuffer q = bw_fill(k.n_tok * k.d, type, 11, -2, 2), kk = bw_fill(k.n_tok * k.d, type, 12, -2, 2);
+    const cuda::DeviceBuffer cos = bw_fill(std::int64_t(k.seq) * half, DType::f32, 13, -1, 1),
+                             sin = bw_fill(std::int64_t(k.seq) * half, DType::f32, 14, -1, 1);
+    cuda::DeviceBuffer qo = bw_copy(q), ko = bw_copy(kk), qn = bw_copy(q), kn = bw_copy(kk);
+    auto rope = [&](cuda::DeviceBuffer& a, cuda::DeviceBuffer& b, bool inverse, bool scalar) {
+      kern::rope(a.data(), b.data(), type, k.n_tok, k.seq, k.n_heads, k.d / k.n_heads, cos.as<float>(),
+                 sin.as<float>(), inverse, st, scalar);
+    };
+    for (const bool inverse : {false, true}) {
+      rope(qo, ko, inverse, true);
+      rope(qn, kn, inverse, false);
+      ATTNRES_CUDA_CHECK(cudaStreamSynchronize(st));
+      add_row("e", name + " rope", std::string(inverse ? "inverse" : "forward") + " q,k elements new != old",
+              static_cast<double>(bw_mismatches(qo, qn, es) + bw_mismatches(ko, kn, es)), 0.0, false, true,
+              "head_dim " + std::to_string(k.d / k.n_heads));
+    }
+    const double tensors = 4.0 * static_cast<double>(k.n_tok) * k.d * es, table = 2.0 * k.seq * half * 4;
+    const double ms_old = timer.best_ms([&] { rope(qo, ko, false, true); });
+    const double ms_new = timer.best_ms([&] { rope(qn, kn, false, false); });
+    bw_report(name, "rope q+k", ms_old, tensors + 2 * table, ms_new, tensors + table, copy_bw);
+  }
+  // SwiGLU forward and backward.
+  {
+    const std::int64_t n = k.n_tok * k.hidden;
+    const cuda::DeviceBuffer gate = bw_fill(n, type, 21, -4, 4), up = bw_fill(n, type, 22, -2, 2),
+                             dact = bw_fill(n, type, 23, -1, 1);
+    cuda::DeviceBuffer out[2][3];  // [old, new][act, dgate, dup]
+    for (auto& way : out)
+      for (auto& b : way) b = cuda::DeviceBuffer(static_cast<std::size_t>(n) * es);
+    auto forward = [&](int way) {
+      kern::swiglu_forward(out[way][0].data(), gate.data(), up.data(), type, n, st, way == 0);
+    };
+    auto backward = [&](int way) {
+      kern::swiglu_backward(out[way][1].data(), out[way][2].data(), dact.data(), gate.data(), up.data(), type, n, st,
+                            way == 0);
+    };
+    for (int way = 0; way < 2; ++way) {
+      forward(way);
+      backward(way);
+    }
+    ATTNRES_CUDA_CHECK(cudaStreamSynchronize(st));
+    add_row("e", name + " swiglu", "forward act elements new != old",
+            static_cast<double>(bw_mismatches(out[0][0], out[1][0], es)), 0.0, false, true,
+            std::to_string(n) + " elements");
+    add_row("e", name + " swiglu", "backward dgate,dup elements new != old",
+            static_cast<double>(bw_mismatches(out[0][1], out[1][1], es) + bw_mismatches(out[0][2], out[1][2], es)),
+            0.0);
+    const double bytes = static_cast<double>(n) * es;
+    bw_report(name, "swiglu fwd", timer.best_ms([&] { forward(0); }), 3 * bytes, timer.best_ms([&] { forward(1); }),
+              3 * bytes, copy_bw);
+    bw_report(name, "swiglu bwd", timer.best_ms([&] { backward(0); }), 5 * bytes,
+              timer.best_ms([&] { backward(1); }), 5 * bytes, copy_bw);
+  }
+}
+
+// With --quick small shapes for the emulator (tails and the scalar fallbacks: head_dim 12, a
+// vocabulary not a multiple of 8); else presets S and M (unless --no-m) at their batch.
+void check_bandwidth_rest(bool with_m) {
+  std::printf("(e) RoPE q+k, SwiGLU and cross-entropy: the kernels before vs the new ones (issue #49)\n");
+  std::vector<BwCase> cases;
+  if (g_quick) {
+    cases = {{"small", 201, 67, 64, 2, 323, 1000, 67}, {"odd", 30, 10, 36, 3, 50, 1003, 30}};
+  } else {
+    for (const std::string name : {"S", "M"}) {
+      if (name == "M" && !with_m) continue;
+      const TrainConfig tc = preset(name);
+      const ModelConfig& c = tc.model;
+      cases.push_back({name, std::int64_t(tc.batch_size) * tc.seq_len, tc.seq_len, c.d_model, c.n_heads,
+                       c.mlp_hidden, c.vocab_size, 4096});
+    }
+  }
+  BwTimer timer(g_quick ? 1 : 10);
+  for (const BwCase& k : cases) {
+    try {
+      // The device-to-device copy rate (read + written) of a buffer the size of the SwiGLU tensors.
+      double copy_bw = 0;
+      {
+        const std::size_t bytes = static_cast<std::size_t>(k.n_tok) * k.hidden * 2;
+        cuda::DeviceBuffer a(bytes), b(bytes);
+        ATTNRES_CUDA_CHECK(cudaMemset(a.data(), 0, bytes));
+        const double ms = timer.best_ms([&] {
+          ATTNRES_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, timer.stream()));
+        });
+        copy_bw = 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+        add_info("e", k.name, fmt("copy %.0f GB/s", copy_bw / 1e9) + fmt(" (%.3f GB)", 2.0 * bytes / 1e9) +
+                                  (g_quick ? "; timings meaningless here (--quick)" : ""));
+      }
+      for (const DType type : {DType::f32, DType::bf16}) bw_rope_swiglu(k, type, timer, copy_bw);
+    } catch (const std::exception& e) {
+      add_error("e", k.name, e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1030,7 +1242,8 @@ int main(int argc, char** argv) {
           "usage: attnres_gpu_check [--only abcd] [--strict] [--steps 20] [--perf-steps 5] [--perf-warmup 2]\n"
           "                         [--peak-tflops X] [--no-m] [--quick] [--attention auto|cudnn|wmma|simt]\n"
           "                         [--modes NAME,...]\n"
-          "  --only      which checks to run (letters a-d; r: the depth-read backward's bandwidth, issue #49)\n"
+          "  --only      which checks to run (letters a-d; r: the depth-read backward's bandwidth, e: RoPE,\n"
+          "              SwiGLU and cross-entropy before / after issue #49, side by side)\n"
           "  --strict    performance targets (d) fail the run when missed\n"
           "  --steps     AdamW steps of (c)\n"
           "  --perf-steps, --perf-warmup  timed and untimed steps per arm in (d) (a profiler run: 1 and 0)\n"
@@ -1079,6 +1292,7 @@ int main(int argc, char** argv) {
   timed('c', [&] { check_training(train_steps); });
   timed('d', [&] { check_throughput(perf_warmup, perf_steps, with_m, peak_tflops); });
   timed('r', [&] { check_read_bench(with_m); });
+  timed('e', [&] { check_bandwidth_rest(with_m); });
   int failed = 0, missed = 0;
   for (const Row& r : g_rows) {
     if (r.pass) continue;
