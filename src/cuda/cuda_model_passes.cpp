@@ -298,13 +298,14 @@ void CudaModel::lm_head_loss(bool with_grad) {
   for (std::int64_t r0 = 0; r0 < n; r0 += ce_rows_) {
     const std::int64_t rows = std::min(ce_rows_, n - r0);
     const void* x = static_cast<const unsigned char*>(buf_.x_final) + static_cast<std::size_t>(r0 * d) * es;
-    gemm_->linear_forward(buf_.ce_logits, DType::f32, x, W, ot, rows, d, V);
-    void* dl = with_grad ? buf_.ce_dlogits : nullptr;
-    const DType dl_type = dl == static_cast<void*>(buf_.ce_logits) ? DType::f32 : ot;
-    kern::cross_entropy(buf_.ce_logits, targets + r0, rows, V, buf_.row_loss + r0, dl, dl_type, scale, stream_);
+    // Issue #49: the logits in the operand type (bf16 mode: bf16, as torch.autocast's LM head
+    // writes them), read with fp32 math; their gradient overwrites them, the backward GEMMs' input.
+    gemm_->linear_forward(buf_.ce_logits, ot, x, W, ot, rows, d, V);
+    void* dl = with_grad ? buf_.ce_logits : nullptr;
+    kern::cross_entropy(buf_.ce_logits, ot, targets + r0, rows, V, buf_.row_loss + r0, dl, ot, scale, stream_);
     if (with_grad) {
-      gemm_->linear_backward_input(buf_.dx_final + r0 * d, DType::f32, dl, W, dl_type, rows, d, V);
-      gemm_->linear_backward_weight(g_.lm_head, dl, x, dl_type, rows, d, V);
+      gemm_->linear_backward_input(buf_.dx_final + r0 * d, DType::f32, dl, W, ot, rows, d, V);
+      gemm_->linear_backward_weight(g_.lm_head, dl, x, ot, rows, d, V);
     }
   }
   kern::sum_doubles(buf_.row_loss, n, buf_.loss, stream_);

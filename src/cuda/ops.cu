@@ -1,6 +1,7 @@
 // Elementwise, normalisation, loss and optimizer kernels of the CUDA backend (kernels.hpp).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.hpp"
@@ -310,23 +311,42 @@ __global__ void divide_kernel(float* x, float divisor, std::int64_t n) {
 
 constexpr int kCeThreads = 256;
 
-// One block per row: an online (max, sum of exp) per thread, combined across the block, then
-// the gradient in a second pass.
-template <class T>
-__global__ void cross_entropy_kernel(const float* logits, const std::int32_t* targets, int vocab, double* row_loss,
-                                     T* dlogits, float grad_scale) {
+// One block per row: an online (max, sum of exp) per thread, combined across the block in a fixed
+// order, then the gradient in a second pass. V = 1: one logit a thread (fp32 logits: the kernel
+// before issue #49, unchanged); V > 1 (issue #49, bf16 logits): V consecutive logits a thread
+// through 16-byte loads, their max first, one rescale, then their exps in order (vocab % V == 0).
+// dlogits may alias logits (each thread reads its logits before it writes their gradients).
+template <class TL, class TD, int V>
+__global__ void cross_entropy_kernel(const TL* logits, const std::int32_t* targets, int vocab, double* row_loss,
+                                     TD* dlogits, float grad_scale) {
   __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
   __shared__ float lse_shared;
   const std::int64_t r = blockIdx.x;
-  const float* row = logits + r * vocab;
+  const TL* row = logits + r * vocab;
   float m = -INFINITY, s = 0;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = row[j];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;  // m = -inf: s = 0 * 0 + 1
-      m = x;
-    } else {
-      s += expf(x - m);
+  if constexpr (V == 1) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+      const float x = to_float(row[j]);
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;  // m = -inf: s = 0 * 0 + 1
+        m = x;
+      } else {
+        s += expf(x - m);
+      }
+    }
+  } else {
+    for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+      float x[V];
+      load_vec<TL, V>(x, row + j);
+      float mx = x[0];
+#pragma unroll
+      for (int e = 1; e < V; ++e) mx = fmaxf(mx, x[e]);
+      if (mx > m) {
+        s = s * expf(m - mx);  // m = -inf: s = 0 * 0
+        m = mx;
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += expf(x[e] - m);
     }
   }
   // Combine (m, s) pairs: warp, then block.
@@ -352,17 +372,30 @@ __global__ void cross_entropy_kernel(const float* logits, const std::int32_t* ta
     const float lse = mt + logf(st);
     lse_shared = lse;
     const std::int32_t target = targets[r];
-    row_loss[r] = static_cast<double>(lse) - static_cast<double>(row[target]);
+    row_loss[r] = static_cast<double>(lse) - static_cast<double>(to_float(row[target]));
   }
   __syncthreads();
   if (dlogits == nullptr) return;
   const float lse = lse_shared;
   const std::int32_t target = targets[r];
-  T* drow = dlogits + r * vocab;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float g = expf(row[j] - lse) * grad_scale;
-    if (j == target) g -= grad_scale;
-    drow[j] = from_float<T>(g);
+  TD* drow = dlogits + r * vocab;
+  if constexpr (V == 1) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+      float g = expf(to_float(row[j]) - lse) * grad_scale;
+      if (j == target) g -= grad_scale;
+      drow[j] = from_float<TD>(g);
+    }
+  } else {
+    for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+      float x[V];
+      load_vec<TL, V>(x, row + j);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        x[e] = expf(x[e] - lse) * grad_scale;
+        if (j + e == target) x[e] -= grad_scale;
+      }
+      store_vec<TD, V>(drow + j, x);
+    }
   }
 }
 
@@ -608,17 +641,49 @@ void cast_to_bf16(void* dst, const float* src, std::int64_t n, Stream stream) {
   add_and_cast(nullptr, src, dst, n, stream);
 }
 
-void cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows, int vocab, double* row_loss,
-                   void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
+namespace {
+
+template <class TL, class TD>
+void cross_entropy_launch(const TL* logits, const std::int32_t* targets, std::int64_t rows, int vocab,
+                          double* row_loss, TD* dlogits, float grad_scale, Stream stream) {
+  const auto blocks = static_cast<unsigned>(rows);
+  constexpr int V = kVec16<TL>;
+  if constexpr (std::is_same_v<TL, bf16>) {
+    if (vocab % V == 0 && aligned16(logits) && (dlogits == nullptr || aligned16(dlogits))) {
+      cross_entropy_kernel<TL, TD, V><<<blocks, kCeThreads, 0, stream>>>(logits, targets, vocab, row_loss, dlogits,
+                                                                         grad_scale);
+      ATTNRES_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  cross_entropy_kernel<TL, TD, 1><<<blocks, kCeThreads, 0, stream>>>(logits, targets, vocab, row_loss, dlogits,
+                                                                     grad_scale);
+  ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+template <class TL>
+void cross_entropy_dispatch(const TL* logits, const std::int32_t* targets, std::int64_t rows, int vocab,
+                            double* row_loss, void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
+  if (dlogits_type == DType::f32)
+    cross_entropy_launch(logits, targets, rows, vocab, row_loss, static_cast<float*>(dlogits), grad_scale, stream);
+  else
+    cross_entropy_launch(logits, targets, rows, vocab, row_loss, static_cast<bf16*>(dlogits), grad_scale, stream);
+}
+
+}  // namespace
+
+void cross_entropy(const void* logits, DType logits_type, const std::int32_t* targets, std::int64_t rows, int vocab,
+                   double* row_loss, void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
   if (rows == 0) return;
   require(rows <= 0x7fffffff, "cross_entropy: too many rows");
-  if (dlogits_type == DType::f32)
-    cross_entropy_kernel<float><<<static_cast<unsigned>(rows), kCeThreads, 0, stream>>>(
-        logits, targets, vocab, row_loss, static_cast<float*>(dlogits), grad_scale);
+  require(dlogits == nullptr || dlogits != logits || dlogits_type == logits_type,
+          "cross_entropy: dlogits aliases logits of another type");
+  if (logits_type == DType::f32)
+    cross_entropy_dispatch(static_cast<const float*>(logits), targets, rows, vocab, row_loss, dlogits, dlogits_type,
+                           grad_scale, stream);
   else
-    cross_entropy_kernel<bf16><<<static_cast<unsigned>(rows), kCeThreads, 0, stream>>>(
-        logits, targets, vocab, row_loss, static_cast<bf16*>(dlogits), grad_scale);
-  ATTNRES_CUDA_CHECK_LAUNCH();
+    cross_entropy_dispatch(static_cast<const bf16*>(logits), targets, rows, vocab, row_loss, dlogits, dlogits_type,
+                           grad_scale, stream);
 }
 
 void sum_doubles(const double* x, std::int64_t n, double* out, Stream stream) {

@@ -459,12 +459,16 @@ phase_checks_d_cudnn() {
   [ "$with_m" = 1 ] || m=(--no-m)
   for impl in cudnn wmma; do
     echo "---- check (d), --attention $impl"
-    # (r): issue #49's depth-read backward bandwidth (attention-independent; twice: two samples).
-    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dr --attention "$impl" "${m[@]}" \
+    # (r), (e): issue #49's depth-read backward bandwidth and RoPE / SwiGLU / cross-entropy before
+    # and after (attention-independent; twice: two samples).
+    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dre --attention "$impl" "${m[@]}" \
       > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
     headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
       sed -E 's/^  d  ([SM] [a-z0-9+-]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
+    headline "checks_d_cudnn (e) --attention $impl: $(grep -E '^  e  [SM] (bf16 |cross-entropy)' "$out/checks_d_cudnn/$impl.txt" |
+      sed -E 's/^  e  (.*[^ ]) +old ([0-9.]+) ms, [^(]*\(([0-9]+)% of copy\); new ([0-9.]+) ms, [^(]*\(([0-9]+)% of copy\).*/\1 \2 -> \4 ms (\3% -> \5% of copy)/' |
+      paste -sd ';' -)"
   done
   return "$rc"
 }
