@@ -100,7 +100,7 @@ phase_limit() {
   local s
   case "$1" in
     build) s=240 ;; checks) s=60 ;; bench) s=110 ;; peer) s=150 ;;
-    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; checks_d_cudnn) s=170 ;; ncu) s=100 ;; *) s=60 ;;
+    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; checks_d_cudnn) s=190 ;; ncu) s=100 ;; *) s=60 ;;
   esac
   echo $(( s * ${DEVICE_RUN_LIMIT_SCALE:-1} ))
 }
