@@ -249,7 +249,6 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
   b.rope_cos = f32(std::int64_t(config_.max_seq_len) * half);
   b.rope_sin = f32(std::int64_t(config_.max_seq_len) * half);
   b.ce_logits = f32(ce_rows_ * V);
-  b.ce_dlogits = op_type() == DType::bf16 && with_grad_ ? op(ce_rows_ * V) : static_cast<void*>(b.ce_logits);
   b.row_loss = static_cast<double*>(take(8 * bt));
   b.loss = static_cast<double*>(take(8));
   b.tokens = static_cast<std::int32_t*>(take(4 * (5 * bt + 1)));

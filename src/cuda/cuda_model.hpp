@@ -151,8 +151,9 @@ class CudaModel {
     void *dgate = nullptr, *dup = nullptr, *dact = nullptr;
     float* delta = nullptr;   // attention backward scratch [B, H, T]
     float* reduce = nullptr;  // chunked parameter-gradient partials
-    float* ce_logits = nullptr;
-    void* ce_dlogits = nullptr;
+    // [ce_rows, V], fp32-sized: the loss's logits and, in place, their gradient in the operand
+    // type (issue #49); logits()'s in fp32.
+    void* ce_logits = nullptr;
     double* row_loss = nullptr;
     double* loss = nullptr;
     float *rope_cos = nullptr, *rope_sin = nullptr;

@@ -232,8 +232,8 @@ void CudaModel::mudd_forward_trunk(std::int64_t batch, int seq) {
     gemm_->linear_forward(att.q, ot, att.x, op_weight(lw.wq), ot, n, d, d);
     gemm_->linear_forward(att.k, ot, xk, op_weight(lw.wk), ot, n, d, d);
     gemm_->linear_forward(att.v, ot, xv, op_weight(lw.wv), ot, n, d, d);
-    kern::rope(att.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
-    kern::rope(att.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
+    kern::rope(att.q, att.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false,
+               stream_);
     const void* v = att.v;
     if (const auto vr = value_residual(i)) {
       kern::value_residual_forward(*vr, buf_.vmix, stream_);
@@ -321,8 +321,7 @@ void CudaModel::mudd_backward_trunk(std::int64_t batch, int seq) {
     } else if (i == 0 && b.dv1 != nullptr) {
       kern::add_fp32(b.dv, ot, b.dv1, n * d, stream_);
     }
-    kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
-    kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
+    kern::rope(b.dq, b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
     const void* xk = multiway ? m.xk : att.x;
     const void* xv = multiway ? m.xv : att.x;
     gemm_->linear_backward_weight(lg.wq, b.dq, att.x, ot, n, d, d);

@@ -241,8 +241,8 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
       gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
-      kern::rope(s.q, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
-      kern::rope(s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false, stream_);
+      kern::rope(s.q, s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false,
+                 stream_);
       const void* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
       if (const auto vr = value_residual(layer_of(j))) {
         kern::value_residual_forward(*vr, buf_.vmix, stream_);
@@ -298,13 +298,14 @@ void CudaModel::lm_head_loss(bool with_grad) {
   for (std::int64_t r0 = 0; r0 < n; r0 += ce_rows_) {
     const std::int64_t rows = std::min(ce_rows_, n - r0);
     const void* x = static_cast<const unsigned char*>(buf_.x_final) + static_cast<std::size_t>(r0 * d) * es;
-    gemm_->linear_forward(buf_.ce_logits, DType::f32, x, W, ot, rows, d, V);
-    void* dl = with_grad ? buf_.ce_dlogits : nullptr;
-    const DType dl_type = dl == static_cast<void*>(buf_.ce_logits) ? DType::f32 : ot;
-    kern::cross_entropy(buf_.ce_logits, targets + r0, rows, V, buf_.row_loss + r0, dl, dl_type, scale, stream_);
+    // Issue #49: the logits in the operand type (bf16 mode: bf16, as torch.autocast's LM head
+    // writes them), read with fp32 math; their gradient overwrites them, the backward GEMMs' input.
+    gemm_->linear_forward(buf_.ce_logits, ot, x, W, ot, rows, d, V);
+    void* dl = with_grad ? buf_.ce_logits : nullptr;
+    kern::cross_entropy(buf_.ce_logits, ot, targets + r0, rows, V, buf_.row_loss + r0, dl, ot, scale, stream_);
     if (with_grad) {
-      gemm_->linear_backward_input(buf_.dx_final + r0 * d, DType::f32, dl, W, dl_type, rows, d, V);
-      gemm_->linear_backward_weight(g_.lm_head, dl, x, dl_type, rows, d, V);
+      gemm_->linear_backward_input(buf_.dx_final + r0 * d, DType::f32, dl, W, ot, rows, d, V);
+      gemm_->linear_backward_weight(g_.lm_head, dl, x, ot, rows, d, V);
     }
   }
   kern::sum_doubles(buf_.row_loss, n, buf_.loss, stream_);
@@ -386,8 +387,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       } else if (j == 0 && b.dv1 != nullptr) {
         kern::add_fp32(b.dv, ot, b.dv1, n * d, stream_);
       }
-      kern::rope(b.dq, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
-      kern::rope(b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
+      kern::rope(b.dq, b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);
       gemm_->linear_backward_weight(lg.wk, b.dk, s.x, ot, n, d, d);
       gemm_->linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, ot, n, d, d);

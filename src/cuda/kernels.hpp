@@ -45,15 +45,20 @@ void rmsnorm_backward(float* dx, bool accumulate, float* dw, const float* dy, co
                       const float* rstd, std::int64_t n, int d, float* scratch, Stream stream);
 std::int64_t rmsnorm_scratch_floats(std::int64_t n, int d);
 
-// kernels/rope (rotate-half), in place on x [rows, n_heads*head_dim]; row r has position r % seq.
-// inverse: the transposed rotation (backward).
-void rope(void* x, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
-          const float* sin, bool inverse, Stream stream);
+// kernels/rope (rotate-half), in place on q and, when not null, k [rows, n_heads*head_dim]; row r
+// has position r % seq. inverse: the transposed rotation (backward). Issue #49: q and k in one
+// launch, 16-byte loads and stores where head_dim and the pointers allow; scalar: one element a
+// thread and one launch per tensor, the kernel before (bit-identical results; check (e) times both).
+void rope(void* q, void* k, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+          const float* sin, bool inverse, Stream stream, bool scalar = false);
 
-// kernels/swiglu: act = silu(gate) * up; backward overwrites dgate, dup.
-void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream);
+// kernels/swiglu: act = silu(gate) * up; backward overwrites dgate, dup. Issue #49: 16-byte loads
+// and stores when the pointers are 16-byte aligned (a scalar tail); scalar: one element a thread,
+// the kernels before (bit-identical results; check (e)).
+void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream,
+                    bool scalar = false);
 void swiglu_backward(void* dgate, void* dup, const void* dact, const void* gate, const void* up, DType type,
-                     std::int64_t n, Stream stream);
+                     std::int64_t n, Stream stream, bool scalar = false);
 
 // dst += src (fp32).
 void add_into(float* dst, const float* src, std::int64_t n, Stream stream);
@@ -68,11 +73,14 @@ void cast_to_bf16(void* dst, const float* src, std::int64_t n, Stream stream);
 void sum_chunks(float* out, const float* partial, std::int64_t chunks, std::int64_t stride, int width,
                 Stream stream);
 
-// kernels/cross_entropy, one chunk of rows: logits fp32 [rows, vocab]. row_loss[r] =
-// logsumexp(row) - row[target] (double). When dlogits is not null it receives
-// grad_scale * (softmax(row) - onehot(target)) in dlogits_type (may alias logits when fp32).
-void cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows, int vocab, double* row_loss,
-                   void* dlogits, DType dlogits_type, float grad_scale, Stream stream);
+// kernels/cross_entropy, one chunk of rows: logits [rows, vocab] of logits_type, read with fp32
+// math (issue #49: bf16 in bf16 mode, as torch.autocast's LM head writes them; fp32 in fp32 mode,
+// the kernel before). row_loss[r] = logsumexp(row) - row[target] (double). When dlogits is not
+// null it receives grad_scale * (softmax(row) - onehot(target)) in dlogits_type; it may alias
+// logits when the types are the same. bf16 logits move 8 a thread (16-byte loads and stores)
+// when vocab % 8 == 0 and the pointers are 16-byte aligned. Every sum has a fixed order.
+void cross_entropy(const void* logits, DType logits_type, const std::int32_t* targets, std::int64_t rows, int vocab,
+                   double* row_loss, void* dlogits, DType dlogits_type, float grad_scale, Stream stream);
 // out[0] = sum of x[0..n) in double, in a fixed order (one block).
 void sum_doubles(const double* x, std::int64_t n, double* out, Stream stream);
 

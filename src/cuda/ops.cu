@@ -1,6 +1,7 @@
 // Elementwise, normalisation, loss and optimizer kernels of the CUDA backend (kernels.hpp).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.hpp"
@@ -110,6 +111,8 @@ __global__ void sum_chunks_kernel(float* out, const float* partial, std::int64_t
 
 // ---- RoPE, SwiGLU, adds and casts -----------------------------------------------------------
 
+// The kernels before issue #49's vectorisation: one element a thread, one tensor a RoPE launch.
+// Kept as the fallback where 16-byte accesses do not fit and as check (e)'s reference.
 template <class T>
 __global__ void rope_kernel(T* x, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
                             const float* sin, float sign) {
@@ -153,6 +156,142 @@ __global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dact, const T*
   }
 }
 
+// Issue #49 (the bandwidth-bound rest): the same kernels moving kVec16<T> elements a thread through
+// 16-byte loads and stores, RoPE of q and k in one launch. The per-element arithmetic is the
+// kernels' above with the fused multiply-adds written out (the contraction nvcc and GCC choose for
+// them: FMA into the first product), so that it cannot depend on how a compiler contracts
+// vectorised code: bit-identical results (check (e) compares them on the same inputs).
+template <class T>
+inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+
+// V elements of p (16-byte aligned) as floats, V * sizeof(T) a multiple of 16.
+template <class T, int V>
+__device__ __forceinline__ void load_vec(float (&out)[V], const T* p) {
+  constexpr int per = kVec16<T>;
+  static_assert(V % per == 0);
+#pragma unroll
+  for (int c = 0; c < V / per; ++c) {
+    const uint4 u = reinterpret_cast<const uint4*>(p)[c];
+    T v[per];
+    memcpy(static_cast<void*>(v), &u, 16);
+#pragma unroll
+    for (int e = 0; e < per; ++e) out[c * per + e] = to_float(v[e]);
+  }
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
+  constexpr int per = kVec16<T>;
+  static_assert(V % per == 0);
+#pragma unroll
+  for (int c = 0; c < V / per; ++c) {
+    T v[per];
+#pragma unroll
+    for (int e = 0; e < per; ++e) v[e] = from_float<T>(in[c * per + e]);
+    uint4 u;
+    memcpy(&u, v, 16);
+    reinterpret_cast<uint4*>(p)[c] = u;
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The rotation of V pairs (x[e], x[half + e]) by (c, s): a c - b s and b c + a s.
+template <class T, int V>
+__device__ __forceinline__ void rope_rotate(T* x, int half, const float (&c)[V], const float (&s)[V]) {
+  float a[V], b[V], o1[V], o2[V];
+  load_vec<T, V>(a, x);
+  load_vec<T, V>(b, x + half);
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    o1[e] = fmaf(a[e], c[e], -(b[e] * s[e]));
+    o2[e] = fmaf(b[e], c[e], a[e] * s[e]);
+  }
+  store_vec<T, V>(x, o1);
+  store_vec<T, V>(x + half, o2);
+}
+
+// One thread per (row, head, kVec16<T> pairs) of q and k (k may be null); cos / sin loaded once
+// for both. head_dim / 2 a multiple of kVec16<T>.
+template <class T>
+__global__ void rope_qk_kernel(T* q, T* k, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+                               const float* sin, float sign) {
+  constexpr int V = kVec16<T>;
+  const int half = head_dim / 2, groups = half / V;
+  const std::int64_t total = rows * n_heads * groups;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int j = static_cast<int>(i % groups) * V;
+    const std::int64_t rh = i / groups;
+    const int h = static_cast<int>(rh % n_heads);
+    const std::int64_t r = rh / n_heads;
+    const std::int64_t pos = r % seq;
+    float c[V], s[V];
+    load_vec<float, V>(c, cos + pos * half + j);
+    load_vec<float, V>(s, sin + pos * half + j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] = sign * s[e];
+    const std::int64_t at = r * (std::int64_t(n_heads) * head_dim) + h * head_dim + j;
+    rope_rotate<T, V>(q + at, half, c, s);
+    if (k != nullptr) rope_rotate<T, V>(k + at, half, c, s);
+  }
+}
+
+// One element's SwiGLU and its gradients.
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  return g * sig * u;
+}
+__device__ __forceinline__ void swiglu_grads(float g, float u, float da, float& dg, float& du) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  const float silu = g * sig;
+  dg = da * u * sig * fmaf(g, 1.0f - sig, 1.0f);
+  du = da * silu;
+}
+
+// Elements [0, n / V * V) V a thread, the n % V left one each by the grid's first threads.
+template <class T>
+__global__ void swiglu_forward_vec_kernel(T* act, const T* gate, const T* up, std::int64_t n) {
+  constexpr int V = kVec16<T>;
+  const std::int64_t nv = n / V;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < nv;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float g[V], u[V], a[V];
+    load_vec<T, V>(g, gate + i * V);
+    load_vec<T, V>(u, up + i * V);
+#pragma unroll
+    for (int e = 0; e < V; ++e) a[e] = swiglu_value(g[e], u[e]);
+    store_vec<T, V>(act + i * V, a);
+  }
+  const std::int64_t t = nv * V + blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (t < n) act[t] = from_float<T>(swiglu_value(to_float(gate[t]), to_float(up[t])));
+}
+
+template <class T>
+__global__ void swiglu_backward_vec_kernel(T* dgate, T* dup, const T* dact, const T* gate, const T* up,
+                                           std::int64_t n) {
+  constexpr int V = kVec16<T>;
+  const std::int64_t nv = n / V;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < nv;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float g[V], u[V], da[V], dg[V], du[V];
+    load_vec<T, V>(g, gate + i * V);
+    load_vec<T, V>(u, up + i * V);
+    load_vec<T, V>(da, dact + i * V);
+#pragma unroll
+    for (int e = 0; e < V; ++e) swiglu_grads(g[e], u[e], da[e], dg[e], du[e]);
+    store_vec<T, V>(dgate + i * V, dg);
+    store_vec<T, V>(dup + i * V, du);
+  }
+  const std::int64_t t = nv * V + blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (t < n) {
+    float dg = 0, du = 0;
+    swiglu_grads(to_float(gate[t]), to_float(up[t]), to_float(dact[t]), dg, du);
+    dgate[t] = from_float<T>(dg);
+    dup[t] = from_float<T>(du);
+  }
+}
+
 __global__ void add_and_cast_kernel(float* dst, const float* src, bf16* cast, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
@@ -172,23 +311,42 @@ __global__ void divide_kernel(float* x, float divisor, std::int64_t n) {
 
 constexpr int kCeThreads = 256;
 
-// One block per row: an online (max, sum of exp) per thread, combined across the block, then
-// the gradient in a second pass.
-template <class T>
-__global__ void cross_entropy_kernel(const float* logits, const std::int32_t* targets, int vocab, double* row_loss,
-                                     T* dlogits, float grad_scale) {
+// One block per row: an online (max, sum of exp) per thread, combined across the block in a fixed
+// order, then the gradient in a second pass. V = 1: one logit a thread (fp32 logits: the kernel
+// before issue #49, unchanged); V > 1 (issue #49, bf16 logits): V consecutive logits a thread
+// through 16-byte loads, their max first, one rescale, then their exps in order (vocab % V == 0).
+// dlogits may alias logits (each thread reads its logits before it writes their gradients).
+template <class TL, class TD, int V>
+__global__ void cross_entropy_kernel(const TL* logits, const std::int32_t* targets, int vocab, double* row_loss,
+                                     TD* dlogits, float grad_scale) {
   __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
   __shared__ float lse_shared;
   const std::int64_t r = blockIdx.x;
-  const float* row = logits + r * vocab;
+  const TL* row = logits + r * vocab;
   float m = -INFINITY, s = 0;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = row[j];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;  // m = -inf: s = 0 * 0 + 1
-      m = x;
-    } else {
-      s += expf(x - m);
+  if constexpr (V == 1) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+      const float x = to_float(row[j]);
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;  // m = -inf: s = 0 * 0 + 1
+        m = x;
+      } else {
+        s += expf(x - m);
+      }
+    }
+  } else {
+    for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+      float x[V];
+      load_vec<TL, V>(x, row + j);
+      float mx = x[0];
+#pragma unroll
+      for (int e = 1; e < V; ++e) mx = fmaxf(mx, x[e]);
+      if (mx > m) {
+        s = s * expf(m - mx);  // m = -inf: s = 0 * 0
+        m = mx;
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += expf(x[e] - m);
     }
   }
   // Combine (m, s) pairs: warp, then block.
@@ -214,17 +372,30 @@ __global__ void cross_entropy_kernel(const float* logits, const std::int32_t* ta
     const float lse = mt + logf(st);
     lse_shared = lse;
     const std::int32_t target = targets[r];
-    row_loss[r] = static_cast<double>(lse) - static_cast<double>(row[target]);
+    row_loss[r] = static_cast<double>(lse) - static_cast<double>(to_float(row[target]));
   }
   __syncthreads();
   if (dlogits == nullptr) return;
   const float lse = lse_shared;
   const std::int32_t target = targets[r];
-  T* drow = dlogits + r * vocab;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float g = expf(row[j] - lse) * grad_scale;
-    if (j == target) g -= grad_scale;
-    drow[j] = from_float<T>(g);
+  TD* drow = dlogits + r * vocab;
+  if constexpr (V == 1) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+      float g = expf(to_float(row[j]) - lse) * grad_scale;
+      if (j == target) g -= grad_scale;
+      drow[j] = from_float<TD>(g);
+    }
+  } else {
+    for (int j = threadIdx.x * V; j < vocab; j += blockDim.x * V) {
+      float x[V];
+      load_vec<TL, V>(x, row + j);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        x[e] = expf(x[e] - lse) * grad_scale;
+        if (j + e == target) x[e] -= grad_scale;
+      }
+      store_vec<TD, V>(drow + j, x);
+    }
   }
 }
 
@@ -375,40 +546,79 @@ void sum_chunks(float* out, const float* partial, std::int64_t chunks, std::int6
   ATTNRES_CUDA_CHECK_LAUNCH();
 }
 
-void rope(void* x, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
-          const float* sin, bool inverse, Stream stream) {
-  const std::int64_t total = rows * n_heads * (head_dim / 2);
-  const float sign = inverse ? -1.0f : 1.0f;
-  if (type == DType::f32)
-    rope_kernel<float><<<grid_for(total, 256), 256, 0, stream>>>(static_cast<float*>(x), rows, seq, n_heads, head_dim,
-                                                                 cos, sin, sign);
+// Issue #49: the widest width the pointers and shape allow (scalar: one element a thread, the
+// kernels before; check (e) times both).
+namespace {
+
+template <class T>
+void rope_launch(T* q, T* k, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+                 const float* sin, float sign, bool scalar, Stream stream) {
+  const int half = head_dim / 2;
+  if (!scalar && half % kVec16<T> == 0 && aligned16(q) && (k == nullptr || aligned16(k)) && aligned16(cos) &&
+      aligned16(sin)) {
+    const std::int64_t total = rows * n_heads * (half / kVec16<T>);
+    rope_qk_kernel<T><<<grid_for(total, 256), 256, 0, stream>>>(q, k, rows, seq, n_heads, head_dim, cos, sin, sign);
+    ATTNRES_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const std::int64_t total = rows * n_heads * half;
+  for (T* x : {q, k}) {
+    if (x == nullptr) continue;
+    rope_kernel<T><<<grid_for(total, 256), 256, 0, stream>>>(x, rows, seq, n_heads, head_dim, cos, sin, sign);
+    ATTNRES_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class T>
+void swiglu_forward_launch(T* act, const T* gate, const T* up, std::int64_t n, bool scalar, Stream stream) {
+  if (!scalar && aligned16(act) && aligned16(gate) && aligned16(up))
+    swiglu_forward_vec_kernel<T><<<grid_for(n / kVec16<T>, 256), 256, 0, stream>>>(act, gate, up, n);
   else
-    rope_kernel<bf16><<<grid_for(total, 256), 256, 0, stream>>>(static_cast<bf16*>(x), rows, seq, n_heads, head_dim,
-                                                                cos, sin, sign);
+    swiglu_forward_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(act, gate, up, n);
   ATTNRES_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream) {
-  if (type == DType::f32)
-    swiglu_forward_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<float*>(act), static_cast<const float*>(gate), static_cast<const float*>(up), n);
+template <class T>
+void swiglu_backward_launch(T* dgate, T* dup, const T* dact, const T* gate, const T* up, std::int64_t n, bool scalar,
+                            Stream stream) {
+  if (!scalar && aligned16(dgate) && aligned16(dup) && aligned16(dact) && aligned16(gate) && aligned16(up))
+    swiglu_backward_vec_kernel<T><<<grid_for(n / kVec16<T>, 256), 256, 0, stream>>>(dgate, dup, dact, gate, up, n);
   else
-    swiglu_forward_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<bf16*>(act), static_cast<const bf16*>(gate), static_cast<const bf16*>(up), n);
+    swiglu_backward_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(dgate, dup, dact, gate, up, n);
   ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rope(void* q, void* k, DType type, std::int64_t rows, int seq, int n_heads, int head_dim, const float* cos,
+          const float* sin, bool inverse, Stream stream, bool scalar) {
+  const float sign = inverse ? -1.0f : 1.0f;
+  if (type == DType::f32)
+    rope_launch(static_cast<float*>(q), static_cast<float*>(k), rows, seq, n_heads, head_dim, cos, sin, sign, scalar,
+                stream);
+  else
+    rope_launch(static_cast<bf16*>(q), static_cast<bf16*>(k), rows, seq, n_heads, head_dim, cos, sin, sign, scalar,
+                stream);
+}
+
+void swiglu_forward(void* act, const void* gate, const void* up, DType type, std::int64_t n, Stream stream,
+                    bool scalar) {
+  if (type == DType::f32)
+    swiglu_forward_launch(static_cast<float*>(act), static_cast<const float*>(gate), static_cast<const float*>(up), n,
+                          scalar, stream);
+  else
+    swiglu_forward_launch(static_cast<bf16*>(act), static_cast<const bf16*>(gate), static_cast<const bf16*>(up), n,
+                          scalar, stream);
 }
 
 void swiglu_backward(void* dgate, void* dup, const void* dact, const void* gate, const void* up, DType type,
-                     std::int64_t n, Stream stream) {
+                     std::int64_t n, Stream stream, bool scalar) {
   if (type == DType::f32)
-    swiglu_backward_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<float*>(dgate), static_cast<float*>(dup), static_cast<const float*>(dact),
-        static_cast<const float*>(gate), static_cast<const float*>(up), n);
+    swiglu_backward_launch(static_cast<float*>(dgate), static_cast<float*>(dup), static_cast<const float*>(dact),
+                           static_cast<const float*>(gate), static_cast<const float*>(up), n, scalar, stream);
   else
-    swiglu_backward_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(
-        static_cast<bf16*>(dgate), static_cast<bf16*>(dup), static_cast<const bf16*>(dact),
-        static_cast<const bf16*>(gate), static_cast<const bf16*>(up), n);
-  ATTNRES_CUDA_CHECK_LAUNCH();
+    swiglu_backward_launch(static_cast<bf16*>(dgate), static_cast<bf16*>(dup), static_cast<const bf16*>(dact),
+                           static_cast<const bf16*>(gate), static_cast<const bf16*>(up), n, scalar, stream);
 }
 
 void add_into(float* dst, const float* src, std::int64_t n, Stream stream) {
@@ -431,17 +641,49 @@ void cast_to_bf16(void* dst, const float* src, std::int64_t n, Stream stream) {
   add_and_cast(nullptr, src, dst, n, stream);
 }
 
-void cross_entropy(const float* logits, const std::int32_t* targets, std::int64_t rows, int vocab, double* row_loss,
-                   void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
+namespace {
+
+template <class TL, class TD>
+void cross_entropy_launch(const TL* logits, const std::int32_t* targets, std::int64_t rows, int vocab,
+                          double* row_loss, TD* dlogits, float grad_scale, Stream stream) {
+  const auto blocks = static_cast<unsigned>(rows);
+  constexpr int V = kVec16<TL>;
+  if constexpr (std::is_same_v<TL, bf16>) {
+    if (vocab % V == 0 && aligned16(logits) && (dlogits == nullptr || aligned16(dlogits))) {
+      cross_entropy_kernel<TL, TD, V><<<blocks, kCeThreads, 0, stream>>>(logits, targets, vocab, row_loss, dlogits,
+                                                                         grad_scale);
+      ATTNRES_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  cross_entropy_kernel<TL, TD, 1><<<blocks, kCeThreads, 0, stream>>>(logits, targets, vocab, row_loss, dlogits,
+                                                                     grad_scale);
+  ATTNRES_CUDA_CHECK_LAUNCH();
+}
+
+template <class TL>
+void cross_entropy_dispatch(const TL* logits, const std::int32_t* targets, std::int64_t rows, int vocab,
+                            double* row_loss, void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
+  if (dlogits_type == DType::f32)
+    cross_entropy_launch(logits, targets, rows, vocab, row_loss, static_cast<float*>(dlogits), grad_scale, stream);
+  else
+    cross_entropy_launch(logits, targets, rows, vocab, row_loss, static_cast<bf16*>(dlogits), grad_scale, stream);
+}
+
+}  // namespace
+
+void cross_entropy(const void* logits, DType logits_type, const std::int32_t* targets, std::int64_t rows, int vocab,
+                   double* row_loss, void* dlogits, DType dlogits_type, float grad_scale, Stream stream) {
   if (rows == 0) return;
   require(rows <= 0x7fffffff, "cross_entropy: too many rows");
-  if (dlogits_type == DType::f32)
-    cross_entropy_kernel<float><<<static_cast<unsigned>(rows), kCeThreads, 0, stream>>>(
-        logits, targets, vocab, row_loss, static_cast<float*>(dlogits), grad_scale);
+  require(dlogits == nullptr || dlogits != logits || dlogits_type == logits_type,
+          "cross_entropy: dlogits aliases logits of another type");
+  if (logits_type == DType::f32)
+    cross_entropy_dispatch(static_cast<const float*>(logits), targets, rows, vocab, row_loss, dlogits, dlogits_type,
+                           grad_scale, stream);
   else
-    cross_entropy_kernel<bf16><<<static_cast<unsigned>(rows), kCeThreads, 0, stream>>>(
-        logits, targets, vocab, row_loss, static_cast<bf16*>(dlogits), grad_scale);
-  ATTNRES_CUDA_CHECK_LAUNCH();
+    cross_entropy_dispatch(static_cast<const bf16*>(logits), targets, rows, vocab, row_loss, dlogits, dlogits_type,
+                           grad_scale, stream);
 }
 
 void sum_doubles(const double* x, std::int64_t n, double* out, Stream stream) {

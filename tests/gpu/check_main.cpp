@@ -13,6 +13,11 @@
 //   (d) throughput of presets S and M in bf16 (block and rd): tokens/s, MFU against the bf16 GEMM
 //       rate measured here (cuBLASLt, 8192^3), RD/Block step-time and device-memory ratios.
 //       Targets (S MFU >= 40%, RD/Block <= 1.02) are reported; they fail the run only with --strict.
+//   (r), (e) (only when --only names them): issue #49's bandwidth checks. (r) the depth-read
+//       backward of one block, batched vs one read at a time; (e) RoPE of q and k, SwiGLU forward /
+//       backward and the cross-entropy, the kernels before vs the new ones on the same inputs (RoPE
+//       and SwiGLU bit-identical; the cross-entropy against a float64 reference), each way's time,
+//       bytes and rate against a device-to-device copy. --quick: small shapes (the emulator).
 //
 // Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
 // without a gate, null source or V route, the Gated Residual, hyper-connections, mHC and MUDDFormer):
@@ -755,6 +760,48 @@ void check_throughput(int warmup, int steps, bool with_m, double given_peak) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Timing on the device
+// ---------------------------------------------------------------------------------------------
+
+// Times work on its own stream: the best of `reps` runs of f, after `warmups` untimed ones (the
+// bandwidth checks (r) and (e)).
+class EventTimer {
+ public:
+  EventTimer(int reps, int warmups) : reps_(reps), warmups_(warmups) {
+    ATTNRES_CUDA_CHECK(cudaStreamCreate(&stream_));
+    ATTNRES_CUDA_CHECK(cudaEventCreate(&e0_));
+    ATTNRES_CUDA_CHECK(cudaEventCreate(&e1_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cudaStreamDestroy(stream_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  cudaStream_t stream() const { return stream_; }
+  double best_ms(const std::function<void()>& f) {
+    for (int w = 0; w < warmups_; ++w) f();
+    float best = 0;
+    for (int rep = 0; rep < reps_; ++rep) {
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e0_, stream_));
+      f();
+      ATTNRES_CUDA_CHECK(cudaEventRecord(e1_, stream_));
+      ATTNRES_CUDA_CHECK(cudaEventSynchronize(e1_));
+      float ms = 0;
+      ATTNRES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
+      best = rep == 0 ? ms : std::min(best, ms);
+    }
+    return static_cast<double>(best);
+  }
+
+ private:
+  int reps_, warmups_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
 // (r) the depth-read backward of one block, batched against one read at a time (issue #49)
 // ---------------------------------------------------------------------------------------------
 
@@ -866,11 +913,8 @@ ReadBench read_group_bench(std::int64_t n_tok, int d, int n_c, int S, bool rd, i
   out.bytes_batched = batched * bytes_row;
   out.bytes_once = once * bytes_row;
 
-  cudaStream_t stream = nullptr;
-  ATTNRES_CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaEvent_t e0, e1;
-  ATTNRES_CUDA_CHECK(cudaEventCreate(&e0));
-  ATTNRES_CUDA_CHECK(cudaEventCreate(&e1));
+  EventTimer timer(reps, 0);
+  const cudaStream_t stream = timer.stream();
   auto run = [&](bool batch) {
     kern::DepthReadGroup g;
     for (Read& r : reads) {
@@ -879,19 +923,6 @@ ReadBench read_group_bench(std::int64_t n_tok, int d, int n_c, int S, bool rd, i
       g.reads[g.n_reads++] = r.a;
     }
     if (batch) kern::depth_read_group_backward(g, stream);
-  };
-  auto timed_ms = [&](const std::function<void()>& f) {
-    float best = 0;
-    for (int rep = 0; rep < reps; ++rep) {
-      ATTNRES_CUDA_CHECK(cudaEventRecord(e0, stream));
-      f();
-      ATTNRES_CUDA_CHECK(cudaEventRecord(e1, stream));
-      ATTNRES_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      ATTNRES_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      best = rep == 0 ? ms : std::min(best, ms);
-    }
-    return static_cast<double>(best);
   };
   // Each way once from zeroed gradients, to compare them; then timed (the gradients grow).
   std::vector<std::vector<float>> grads[2];
@@ -925,8 +956,8 @@ ReadBench read_group_bench(std::int64_t n_tok, int d, int n_c, int S, bool rd, i
     }
   }
   for (int w = 0; w < 2; ++w) run(w == 1);  // warm-up
-  out.ms_single = timed_ms([&] { run(false); });
-  out.ms_batched = timed_ms([&] { run(true); });
+  out.ms_single = timer.best_ms([&] { run(false); });
+  out.ms_batched = timer.best_ms([&] { run(true); });
   // Device-to-device copy of the same size as the sources (read + write counted).
   {
     DeviceBuffer a(row * sizeof(float) * 4), b(a.bytes());
@@ -935,12 +966,9 @@ ReadBench read_group_bench(std::int64_t n_tok, int d, int n_c, int S, bool rd, i
       ATTNRES_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice, stream));
     };
     copy();
-    out.ms_copy = timed_ms(copy);
+    out.ms_copy = timer.best_ms(copy);
     out.bytes_copy = 2.0 * static_cast<double>(a.bytes());
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(stream);
   return out;
 }
 
@@ -991,6 +1019,307 @@ void check_read_bench(bool with_m) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// (e) issue #49's bandwidth-bound rest: RoPE of q and k, SwiGLU forward and backward and the
+// cross-entropy, the kernels before against the new ones, side by side
+// ---------------------------------------------------------------------------------------------
+
+// The sizes of one training step's calls: n_tok = batch x seq tokens, the attention's d = n_heads
+// x head_dim, the MLP's hidden width; the cross-entropy runs on chunks of ce_rows rows. fp32:
+// RoPE and SwiGLU in fp32 as well as bf16 (M: bf16 only, to spare the device's time).
+struct BwCase {
+  std::string name;
+  std::int64_t n_tok = 0;
+  int seq = 0, d = 0, n_heads = 0, hidden = 0, vocab = 0;
+  std::int64_t ce_rows = 0;
+  bool fp32 = true;
+};
+
+// Device data from a seeded generator: a block of at most 2^20 values (rounded to the type),
+// repeated over the buffer (the kernels' speed does not depend on the values).
+cuda::DeviceBuffer bw_fill(std::int64_t n, DType type, std::uint64_t seed, float lo, float hi) {
+  const std::size_t es = cuda::dtype_size(type), block = static_cast<std::size_t>(std::min<std::int64_t>(n, 1 << 20));
+  Rng rng(seed);
+  std::vector<float> f(block);
+  std::vector<std::uint16_t> h(block);
+  for (std::size_t i = 0; i < block; ++i) {
+    f[i] = static_cast<float>(lo + (hi - lo) * rng.uniform());
+    h[i] = bf16_bits(f[i]);
+  }
+  const void* src = type == DType::f32 ? static_cast<const void*>(f.data()) : static_cast<const void*>(h.data());
+  cuda::DeviceBuffer b(static_cast<std::size_t>(n) * es);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); i += block) {
+    const std::size_t count = std::min(block, static_cast<std::size_t>(n) - i);
+    ATTNRES_CUDA_CHECK(
+        cudaMemcpy(static_cast<unsigned char*>(b.data()) + i * es, src, count * es, cudaMemcpyHostToDevice));
+  }
+  return b;
+}
+
+cuda::DeviceBuffer bw_copy(const cuda::DeviceBuffer& from) {
+  cuda::DeviceBuffer b(from.bytes());
+  ATTNRES_CUDA_CHECK(cudaMemcpy(b.data(), from.data(), from.bytes(), cudaMemcpyDeviceToDevice));
+  return b;
+}
+
+// Elements (of es bytes) that differ between two device buffers of the same size.
+std::int64_t bw_mismatches(const cuda::DeviceBuffer& a, const cuda::DeviceBuffer& b, std::size_t es) {
+  std::vector<unsigned char> x(a.bytes()), y(b.bytes());
+  ATTNRES_CUDA_CHECK(cudaMemcpy(x.data(), a.data(), x.size(), cudaMemcpyDeviceToHost));
+  ATTNRES_CUDA_CHECK(cudaMemcpy(y.data(), b.data(), y.size(), cudaMemcpyDeviceToHost));
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < x.size(); i += es) n += std::memcmp(x.data() + i, y.data() + i, es) != 0 ? 1 : 0;
+  return n;
+}
+
+// One kernel's line: the time, bytes and rate of the old and the new way, the rates as a
+// fraction of the device-to-device copy's; with timings that mean something (not --quick) the
+// new way's fraction against the 70% target of (r) (reported, fatal only with --strict).
+void bw_report(const std::string& name, const std::string& kernel, double ms_old, double bytes_old, double ms_new,
+               double bytes_new, double copy_bw) {
+  const double bw_old = bytes_old / (ms_old * 1e-3), bw_new = bytes_new / (ms_new * 1e-3);
+  add_info("e", name + " " + kernel,
+           fmt("old %.3f ms, ", ms_old) + fmt("%.3f GB, ", bytes_old / 1e9) + fmt("%.0f GB/s", bw_old / 1e9) +
+               fmt(" (%.0f%% of copy); ", 100 * bw_old / copy_bw) + fmt("new %.3f ms, ", ms_new) +
+               fmt("%.3f GB, ", bytes_new / 1e9) + fmt("%.0f GB/s", bw_new / 1e9) +
+               fmt(" (%.0f%% of copy); ", 100 * bw_new / copy_bw) + fmt("time old/new %.2f", ms_old / ms_new));
+  if (!g_quick)
+    add_row("e", name + " " + kernel, "new bytes/s / copy bytes/s", bw_new / copy_bw, 0.70, true, false,
+            fmt("old: %.2f", bw_old / copy_bw));
+}
+
+void bw_rope_swiglu(const BwCase& k, DType type, EventTimer& timer, double copy_bw) {
+  namespace kern = cuda::kern;
+  const std::string name = k.name + " " + cuda::to_string(type);
+  const std::size_t es = cuda::dtype_size(type);
+  const cudaStream_t st = timer.stream();
+  // RoPE of q and k: the old way (two launches, one element a thread) and the new from the same
+  // inputs, forward then inverse (the backward's), compared bit for bit after each.
+  {
+    const int half = k.d / k.n_heads / 2;
+    const cuda::DeviceBuffer q = bw_fill(k.n_tok * k.d, type, 11, -2, 2), kk = bw_fill(k.n_tok * k.d, type, 12, -2, 2);
+    const cuda::DeviceBuffer cos = bw_fill(std::int64_t(k.seq) * half, DType::f32, 13, -1, 1),
+                             sin = bw_fill(std::int64_t(k.seq) * half, DType::f32, 14, -1, 1);
+    cuda::DeviceBuffer qo = bw_copy(q), ko = bw_copy(kk), qn = bw_copy(q), kn = bw_copy(kk);
+    auto rope = [&](cuda::DeviceBuffer& a, cuda::DeviceBuffer& b, bool inverse, bool scalar) {
+      kern::rope(a.data(), b.data(), type, k.n_tok, k.seq, k.n_heads, k.d / k.n_heads, cos.as<float>(),
+                 sin.as<float>(), inverse, st, scalar);
+    };
+    for (const bool inverse : {false, true}) {
+      rope(qo, ko, inverse, true);
+      rope(qn, kn, inverse, false);
+      ATTNRES_CUDA_CHECK(cudaStreamSynchronize(st));
+      add_row("e", name + " rope", std::string(inverse ? "inverse" : "forward") + " q,k elements new != old",
+              static_cast<double>(bw_mismatches(qo, qn, es) + bw_mismatches(ko, kn, es)), 0.0, false, true,
+              "head_dim " + std::to_string(k.d / k.n_heads));
+    }
+    const double tensors = 4.0 * static_cast<double>(k.n_tok) * k.d * es, table = 2.0 * k.seq * half * 4;
+    const double ms_old = timer.best_ms([&] { rope(qo, ko, false, true); });
+    const double ms_new = timer.best_ms([&] { rope(qn, kn, false, false); });
+    bw_report(name, "rope q+k", ms_old, tensors + 2 * table, ms_new, tensors + table, copy_bw);
+  }
+  // SwiGLU forward and backward.
+  {
+    const std::int64_t n = k.n_tok * k.hidden;
+    const cuda::DeviceBuffer gate = bw_fill(n, type, 21, -4, 4), up = bw_fill(n, type, 22, -2, 2),
+                             dact = bw_fill(n, type, 23, -1, 1);
+    cuda::DeviceBuffer out[2][3];  // [old, new][act, dgate, dup]
+    for (auto& way : out)
+      for (auto& b : way) b = cuda::DeviceBuffer(static_cast<std::size_t>(n) * es);
+    auto forward = [&](int way) {
+      kern::swiglu_forward(out[way][0].data(), gate.data(), up.data(), type, n, st, way == 0);
+    };
+    auto backward = [&](int way) {
+      kern::swiglu_backward(out[way][1].data(), out[way][2].data(), dact.data(), gate.data(), up.data(), type, n, st,
+                            way == 0);
+    };
+    for (int way = 0; way < 2; ++way) {
+      forward(way);
+      backward(way);
+    }
+    ATTNRES_CUDA_CHECK(cudaStreamSynchronize(st));
+    add_row("e", name + " swiglu", "forward act elements new != old",
+            static_cast<double>(bw_mismatches(out[0][0], out[1][0], es)), 0.0, false, true,
+            std::to_string(n) + " elements");
+    add_row("e", name + " swiglu", "backward dgate,dup elements new != old",
+            static_cast<double>(bw_mismatches(out[0][1], out[1][1], es) + bw_mismatches(out[0][2], out[1][2], es)),
+            0.0);
+    const double bytes = static_cast<double>(n) * es;
+    bw_report(name, "swiglu fwd", timer.best_ms([&] { forward(0); }), 3 * bytes, timer.best_ms([&] { forward(1); }),
+              3 * bytes, copy_bw);
+    bw_report(name, "swiglu bwd", timer.best_ms([&] { backward(0); }), 5 * bytes,
+              timer.best_ms([&] { backward(1); }), 5 * bytes, copy_bw);
+  }
+}
+
+// Row losses and logit gradients of the first `rows` rows in float64 from the logits as stored
+// (fp32, or bf16 bits), for the cross-entropy rows of (e).
+void bw_ce_reference(const cuda::DeviceBuffer& logits, DType type, const std::vector<std::int32_t>& targets,
+                     std::int64_t rows, int vocab, double scale, std::vector<double>& loss, std::vector<double>& grad) {
+  const std::size_t n = static_cast<std::size_t>(rows) * vocab;
+  std::vector<float> x(n);
+  if (type == DType::f32) {
+    ATTNRES_CUDA_CHECK(cudaMemcpy(x.data(), logits.data(), n * 4, cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<std::uint16_t> bits(n);
+    ATTNRES_CUDA_CHECK(cudaMemcpy(bits.data(), logits.data(), n * 2, cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+      std::memcpy(&x[i], &u, 4);
+    }
+  }
+  loss.assign(static_cast<std::size_t>(rows), 0);
+  grad.assign(n, 0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * vocab;
+    double m = -INFINITY, sum = 0;
+    for (int j = 0; j < vocab; ++j) m = std::max(m, static_cast<double>(row[j]));
+    for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - m);
+    const double lse = m + std::log(sum);
+    const std::int32_t t = targets[static_cast<std::size_t>(r)];
+    loss[static_cast<std::size_t>(r)] = lse - row[t];
+    for (int j = 0; j < vocab; ++j)
+      grad[static_cast<std::size_t>(r * vocab + j)] = scale * (std::exp(row[j] - lse) - (j == t ? 1.0 : 0.0));
+  }
+}
+
+// The device's row losses (first `rows`) and bf16 gradients (first rows x vocab) as doubles.
+void bw_ce_fetch(const cuda::DeviceBuffer& loss, const cuda::DeviceBuffer& dlogits, std::int64_t rows, int vocab,
+                 std::vector<double>& loss_out, std::vector<double>& grad_out) {
+  loss_out.assign(static_cast<std::size_t>(rows), 0);
+  ATTNRES_CUDA_CHECK(cudaMemcpy(loss_out.data(), loss.data(), loss_out.size() * 8, cudaMemcpyDeviceToHost));
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(rows) * vocab);
+  ATTNRES_CUDA_CHECK(cudaMemcpy(bits.data(), dlogits.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  grad_out.resize(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+    float f = 0;
+    std::memcpy(&f, &u, 4);
+    grad_out[i] = f;
+  }
+}
+
+// The cross-entropy of one chunk of ce_rows rows in bf16 mode. Before issue #49: the LM head wrote
+// fp32 logits, the kernel read them (twice) and wrote bf16 gradients; now the LM head writes bf16
+// logits (the same values rounded) and the kernel reads them (twice) and writes the bf16 gradients
+// over them. Each way against float64 on its own logits (the first rows); the mean change of the
+// row loss that the rounding of the logits makes; the times of the kernel and of the LM head's
+// forward GEMM writing fp32 or bf16.
+void bw_cross_entropy(const BwCase& k, EventTimer& timer, double copy_bw) {
+  namespace kern = cuda::kern;
+  using cuda::DeviceBuffer;
+  const std::int64_t rows = k.ce_rows, n = rows * k.vocab;
+  const int V = k.vocab;
+  const cudaStream_t st = timer.stream();
+  const float scale = 1.0f / static_cast<float>(k.n_tok);
+  DeviceBuffer l32 = bw_fill(n, DType::f32, 31, -8, 8), l16 = bw_fill(n, DType::bf16, 31, -8, 8);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
+  Rng rng(32);
+  for (auto& t : targets) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(V)));
+  DeviceBuffer tgt(targets.size() * 4), loss_old(static_cast<std::size_t>(rows) * 8), loss_new(loss_old.bytes()),
+      dl_old(static_cast<std::size_t>(n) * 2);
+  ATTNRES_CUDA_CHECK(cudaMemcpy(tgt.data(), targets.data(), tgt.bytes(), cudaMemcpyHostToDevice));
+  const auto* t = tgt.as<std::int32_t>();
+  auto old_way = [&] {
+    kern::cross_entropy(l32.data(), DType::f32, t, rows, V, loss_old.as<double>(), dl_old.data(), DType::bf16, scale,
+                        st);
+  };
+  auto new_way = [&] {
+    kern::cross_entropy(l16.data(), DType::bf16, t, rows, V, loss_new.as<double>(), l16.data(), DType::bf16, scale,
+                        st);
+  };
+  const std::int64_t ref_rows = std::min<std::int64_t>(rows, 16);
+  std::vector<double> ref_loss[2], ref_grad[2];
+  bw_ce_reference(l32, DType::f32, targets, ref_rows, V, scale, ref_loss[0], ref_grad[0]);
+  bw_ce_reference(l16, DType::bf16, targets, ref_rows, V, scale, ref_loss[1], ref_grad[1]);
+  old_way();
+  new_way();
+  ATTNRES_CUDA_CHECK(cudaStreamSynchronize(st));
+  const char* what[2] = {"old (fp32 logits)", "new (bf16 logits)"};
+  std::vector<double> loss[2], grad[2];
+  bw_ce_fetch(loss_old, dl_old, ref_rows, V, loss[0], grad[0]);
+  bw_ce_fetch(loss_new, l16, ref_rows, V, loss[1], grad[1]);
+  for (int w = 0; w < 2; ++w) {
+    double err = 0;
+    for (std::size_t r = 0; r < loss[w].size(); ++r) err = std::max(err, std::abs(loss[w][r] - ref_loss[w][r]));
+    add_row("e", k.name + " ce", std::string(what[w]) + " loss max abs err", err, 1e-4, false, true,
+            "vs f64, " + std::to_string(ref_rows) + " rows of " + std::to_string(V));
+    add_row("e", k.name + " ce", std::string(what[w]) + " dlogits max rel err",
+            max_rel(grad[w].data(), ref_grad[w].data(), grad[w].size()), 1e-2, false, true, "bf16 gradients");
+  }
+  {
+    std::vector<double> all[2];
+    for (int w = 0; w < 2; ++w) {
+      all[w].resize(static_cast<std::size_t>(rows));
+      ATTNRES_CUDA_CHECK(cudaMemcpy(all[w].data(), (w == 0 ? loss_old : loss_new).data(), all[w].size() * 8,
+                                    cudaMemcpyDeviceToHost));
+    }
+    double diff = 0, mean = 0;
+    for (std::size_t r = 0; r < all[0].size(); ++r) {
+      diff += all[1][r] - all[0][r];
+      mean += all[0][r];
+    }
+    add_info("e", k.name + " ce", fmt("mean row loss %.6f (fp32 logits); ", mean / rows) +
+                                      fmt("bf16 logits change it by %.2e on average", diff / rows));
+  }
+  const double elems = static_cast<double>(n);
+  const double ms_old = timer.best_ms(old_way), ms_new = timer.best_ms(new_way);
+  bw_report(k.name, "cross-entropy", ms_old, elems * (4 + 4 + 2), ms_new, elems * (2 + 2 + 2), copy_bw);
+  // The LM head's forward GEMM [rows, d] x [V, d]^T, bf16 operands, writing fp32 (before) or bf16.
+  const DeviceBuffer x = bw_fill(rows * k.d, DType::bf16, 33, -1, 1),
+                     w = bw_fill(std::int64_t(V) * k.d, DType::bf16, 34, -0.1f, 0.1f);
+  cuda::Gemm gemm(st);
+  auto head = [&](DeviceBuffer& y, DType type) {
+    return timer.best_ms([&] { gemm.linear_forward(y.data(), type, x.data(), w.data(), DType::bf16, rows, k.d, V); });
+  };
+  const double gemm_old = head(l32, DType::f32), gemm_new = head(l16, DType::bf16);
+  add_info("e", k.name + " lm-head GEMM",
+           fmt("forward writing fp32 logits %.3f ms, ", gemm_old) + fmt("bf16 %.3f ms", gemm_new) +
+               fmt("; with the cross-entropy: old %.3f ms", gemm_old + ms_old) +
+               fmt(", new %.3f ms", gemm_new + ms_new) + " (" + std::to_string(rows) + " rows)");
+}
+
+// With --quick small shapes for the emulator (tails and the scalar fallbacks: head_dim 12, a
+// vocabulary not a multiple of 8); else presets S and M (unless --no-m) at their batch.
+void check_bandwidth_rest(bool with_m) {
+  std::printf("(e) RoPE q+k, SwiGLU and cross-entropy: the kernels before vs the new ones (issue #49)\n");
+  std::vector<BwCase> cases;
+  if (g_quick) {
+    cases = {{"small", 201, 67, 64, 2, 323, 1000, 67, true}, {"odd", 30, 10, 36, 3, 50, 1003, 30, true}};
+  } else {
+    for (const std::string name : {"S", "M"}) {
+      if (name == "M" && !with_m) continue;
+      const TrainConfig tc = preset(name);
+      const ModelConfig& c = tc.model;
+      cases.push_back({name, std::int64_t(tc.batch_size) * tc.seq_len, tc.seq_len, c.d_model, c.n_heads,
+                       c.mlp_hidden, c.vocab_size, 4096, name == "S"});
+    }
+  }
+  EventTimer timer(g_quick ? 1 : 10, 1);
+  for (const BwCase& k : cases) {
+    try {
+      // The device-to-device copy rate (read + written) of a buffer the size of the SwiGLU tensors.
+      double copy_bw = 0;
+      {
+        const std::size_t bytes = static_cast<std::size_t>(k.n_tok) * k.hidden * 2;
+        cuda::DeviceBuffer a(bytes), b(bytes);
+        ATTNRES_CUDA_CHECK(cudaMemset(a.data(), 0, bytes));
+        const double ms = timer.best_ms([&] {
+          ATTNRES_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, timer.stream()));
+        });
+        copy_bw = 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+        add_info("e", k.name, fmt("copy %.0f GB/s", copy_bw / 1e9) + fmt(" (%.3f GB)", 2.0 * bytes / 1e9) +
+                                  (g_quick ? "; timings meaningless here (--quick)" : ""));
+      }
+      if (k.fp32) bw_rope_swiglu(k, DType::f32, timer, copy_bw);
+      bw_rope_swiglu(k, DType::bf16, timer, copy_bw);
+      bw_cross_entropy(k, timer, copy_bw);
+    } catch (const std::exception& e) {
+      add_error("e", k.name, e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1030,7 +1359,8 @@ int main(int argc, char** argv) {
           "usage: attnres_gpu_check [--only abcd] [--strict] [--steps 20] [--perf-steps 5] [--perf-warmup 2]\n"
           "                         [--peak-tflops X] [--no-m] [--quick] [--attention auto|cudnn|wmma|simt]\n"
           "                         [--modes NAME,...]\n"
-          "  --only      which checks to run (letters a-d; r: the depth-read backward's bandwidth, issue #49)\n"
+          "  --only      which checks to run (letters a-d; r: the depth-read backward's bandwidth, e: RoPE,\n"
+          "              SwiGLU and cross-entropy before / after issue #49, side by side)\n"
           "  --strict    performance targets (d) fail the run when missed\n"
           "  --steps     AdamW steps of (c)\n"
           "  --perf-steps, --perf-warmup  timed and untimed steps per arm in (d) (a profiler run: 1 and 0)\n"
@@ -1079,6 +1409,7 @@ int main(int argc, char** argv) {
   timed('c', [&] { check_training(train_steps); });
   timed('d', [&] { check_throughput(perf_warmup, perf_steps, with_m, peak_tflops); });
   timed('r', [&] { check_read_bench(with_m); });
+  timed('e', [&] { check_bandwidth_rest(with_m); });
   int failed = 0, missed = 0;
   for (const Row& r : g_rows) {
     if (r.pass) continue;

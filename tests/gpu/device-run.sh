@@ -100,7 +100,7 @@ phase_limit() {
   local s
   case "$1" in
     build) s=240 ;; checks) s=60 ;; bench) s=110 ;; peer) s=150 ;;
-    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; checks_d_cudnn) s=170 ;; ncu) s=100 ;; *) s=60 ;;
+    study) s=150 ;; resume) s=80 ;; eval) s=90 ;; checks_d_cudnn) s=190 ;; ncu) s=100 ;; *) s=60 ;;
   esac
   echo $(( s * ${DEVICE_RUN_LIMIT_SCALE:-1} ))
 }
@@ -459,16 +459,19 @@ phase_checks_d_cudnn() {
   [ "$with_m" = 1 ] || m=(--no-m)
   for impl in cudnn wmma; do
     echo "---- check (d), --attention $impl"
-    # (r): issue #49's depth-read backward bandwidth (attention-independent; twice: two samples).
-    # The baseline families' arms (#48) are timed once, with cuDNN; the WMMA pass times block and
-    # rd only, the attention kernels' comparison.
+    # (r), (e): issue #49's depth-read backward bandwidth and RoPE / SwiGLU / cross-entropy before
+    # and after (attention-independent; twice: two samples). The baseline families' arms (#48) are
+    # timed once, with cuDNN; the WMMA pass times block and rd only, the attention kernels' comparison.
     local only=()
     [ "$impl" = wmma ] && only=(--modes block,rd)
-    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dr --attention "$impl" "${m[@]}" \
+    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dre --attention "$impl" "${m[@]}" \
       "${only[@]}" > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
     headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
       sed -E 's/^  d  ([SM] [a-z0-9+-]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
+    headline "checks_d_cudnn (e) --attention $impl: $(grep -E '^  e  [SM] (bf16 |cross-entropy)' "$out/checks_d_cudnn/$impl.txt" |
+      sed -E 's/^  e  (.*[^ ]) +old ([0-9.]+) ms, [^(]*\(([0-9]+)% of copy\); new ([0-9.]+) ms, [^(]*\(([0-9]+)% of copy\).*/\1 \2 -> \4 ms (\3% -> \5% of copy)/' |
+      paste -sd ';' -)"
   done
   return "$rc"
 }
