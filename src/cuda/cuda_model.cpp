@@ -89,12 +89,7 @@ CudaModel::CudaModel(const ModelConfig& config, std::int64_t max_batch, int max_
     dwa_table_.push_back(table);
     table += plan.sources.size();
   }
-  delta_ = config_.uses_delta_reads();
-  if (delta_)
-    for (int j = 0; j < config_.n_sublayers(); ++j) {
-      delta_src_.push_back(delta_read_sources(config_, j));
-      delta_max_src_ = std::max(delta_max_src_, delta_src_.back().size());
-    }
+  delta_bind();  // Delta AttnRes's reads (cuda_model_delta.cpp)
   gr_bind();  // the Gated Residual's modules (none in other modes)
   streams_ = config_.uses_streams();
   if (streams_) bind_streams();  // hc / mhc (cuda_model_streams.cpp)
@@ -176,7 +171,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
       const auto n_src = static_cast<std::int64_t>(delta_src_[static_cast<std::size_t>(j)].size());
       s.h = f32(bt * d);
       s.rms = f32(bt * n_src);
-      s.read_logits = f32(bt * n_src);
+      s.read_logits = f32((delta_opt_[static_cast<std::size_t>(j)].value_route ? 2 : 1) * bt * n_src);
     } else if (streams_) {
       s.h = f32(bt * d);  // the stream module's read
     }
@@ -301,6 +296,7 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
                              gr_ ? kern::gr_scratch_floats(bt, config_.gr_n, config_.d_model) : 0}));
   }
   if (mudd_) mudd_carve(f32, op);  // MUDDFormer's own buffers (cuda_model_mudd.cpp)
+  if (delta_) delta_carve(f32, op);  // Delta AttnRes's options' buffers (cuda_model_delta.cpp)
   used = align_up(used);
 }
 
@@ -346,8 +342,8 @@ void CudaModel::build_arena() {
     std::vector<float*> dsrc(src.size(), nullptr);
     for (std::size_t j = 0; j < delta_src_.size(); ++j)
       for (std::size_t k = 0; k < delta_src_[j].size(); ++k) {
-        src[j * delta_max_src_ + k] = residual(delta_src_[j][k]);
-        dsrc[j * delta_max_src_ + k] = with_grad_ ? dresidual(delta_src_[j][k]) : nullptr;
+        src[j * delta_max_src_ + k] = delta_source(delta_src_[j][k]);
+        dsrc[j * delta_max_src_ + k] = with_grad_ ? delta_dsource(delta_src_[j][k]) : nullptr;
       }
     ATTNRES_CUDA_CHECK(cudaMemcpyAsync(buf_.delta_sources, src.data(), src.size() * sizeof(const float*),
                                        cudaMemcpyHostToDevice, stream_));

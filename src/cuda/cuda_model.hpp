@@ -221,11 +221,22 @@ class CudaModel {
   kern::Dwa dwa(const DwaPlan& plan) const;
   void dwa_backward(const DwaPlan& plan);
   // Delta AttnRes: the stream x_j entering sublayer j (j = L: the final norm's input), and sublayer
-  // j's read (kernels/delta_read with the gate none: a depth read whose output adds to x_j), fused
-  // with the following norm, and its backward given dL/dh.
+  // j's read (kernels/delta_read: a depth read whose gated output adds to x_j), fused with the
+  // following norm (and the V route's), and its backward given dL/dh (adding the stream's share
+  // into dstream; cuda_model_delta.cpp).
   const float* delta_stream(int j) const;
   void delta_read_forward(int j, const float* norm_w);
   void delta_read_backward(int j, const float* dh);
+  // Delta AttnRes's options (cuda_model_delta.cpp): binds each read's tensors, carves their
+  // buffers (only for the options that are on); a read source's buffer and its gradient (the
+  // topology's indices, or kDeltaNullSource); the input of sublayer j's V projection when its read
+  // has a V route (null: none, V reads s.x).
+  static constexpr int kDeltaNullSource = -100;
+  void delta_bind();
+  void delta_carve(const std::function<float*(std::int64_t)>& f32, const std::function<void*(std::int64_t)>& op);
+  const float* delta_source(int index) const;
+  float* delta_dsource(int index);
+  void* delta_value_input(int j) const;
   // The SwiGLU MLP body of a sublayer s (shared by every trunk): out = W_down (SiLU(W_gate x) * W_up x)
   // + base (null: none) from s.x, keeping s.gate, s.up and s.act; its backward given dy (the GEMM
   // operand type) adds the weight gradients into lg and overwrites b.dx with dL/dx.
@@ -302,10 +313,27 @@ class CudaModel {
   std::vector<float*> dwa_dalpha_;
   std::vector<std::size_t> dwa_table_;
   // Delta AttnRes (config.uses_delta_reads()): each sublayer's read sources (model/topology.hpp's
-  // delta_read_sources; empty: no read) and the most any read has.
+  // delta_read_sources after kDeltaNullSource with delta_null_source; empty: no read) and the most
+  // any read has.
   bool delta_ = false;
   std::vector<std::vector<int>> delta_src_;
   std::size_t delta_max_src_ = 1;
+  // Delta AttnRes's options, per sublayer: the read's V route, null source and gate tensors and
+  // their gradients (null where absent), and what the backward needs: the mixes before the gate
+  // (c, cv), the vector gate's values g, the V route's h_V, normalised input xv and its RMS
+  // factors. Shared by the reads: the null source's broadcast and its gradient, the reads' output
+  // gradients through the gate (gdh), the vector gate's pre-activation gradient (dp).
+  struct DeltaOptions {
+    const float *value_query = nullptr, *value_key_norm = nullptr, *null_source = nullptr, *gate = nullptr,
+                *gate_bias = nullptr;
+    float *dvalue_query = nullptr, *dvalue_key_norm = nullptr, *dnull_source = nullptr, *dgate = nullptr,
+          *dgate_bias = nullptr;
+    bool value_route = false;
+    float *c = nullptr, *cv = nullptr, *g = nullptr, *hv = nullptr, *rstdv = nullptr;
+    void* xv = nullptr;
+  };
+  std::vector<DeltaOptions> delta_opt_;
+  float *delta_null_ = nullptr, *delta_dnull_ = nullptr, *delta_gdh_[2] = {nullptr, nullptr}, *delta_dp_ = nullptr;
   // The Gated Residual (the family without model norms): per module j = 0..L (L: the final mixer,
   // without W_inject) its weights, their gradients, the branches entering it [bt, n, d] and what
   // its backward keeps (the branch RMS factors [bt, n], W_down's output p [bt, r], the write gates

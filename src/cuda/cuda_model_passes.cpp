@@ -144,63 +144,6 @@ void CudaModel::dwa_backward(const DwaPlan& plan) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Delta AttnRes's reads (model/delta_trunk.cpp with the gate none, no null source, no V route)
-// ---------------------------------------------------------------------------------------------
-
-// x = RMSNorm(h) with h = x_j + sum_s alpha_s v_s over the sublayer's sources (h = x_j without any).
-void CudaModel::delta_read_forward(int j, const float* norm_w) {
-  Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
-  const std::vector<int>& src = delta_src_[static_cast<std::size_t>(j)];
-  if (src.empty()) {
-    kern::rmsnorm_forward(s.x, op_type(), s.rstd, delta_stream(j), norm_w, n_tok_, config_.d_model,
-                          static_cast<float>(config_.norm_eps), stream_);
-    return;
-  }
-  const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
-  kern::DepthReadForward a;
-  a.sources = buf_.delta_sources + static_cast<std::size_t>(j) * delta_max_src_;
-  a.n_sources = static_cast<int>(src.size());
-  a.n_tok = n_tok_;
-  a.d = config_.d_model;
-  a.eps = static_cast<float>(config_.norm_eps);
-  a.gamma = is_attention(j) ? lw.attn_key_norm : lw.mlp_key_norm;
-  a.queries[0] = is_attention(j) ? lw.attn_query : lw.mlp_query;
-  a.rms = s.rms;
-  a.logits = s.read_logits;
-  a.residual = delta_stream(j);
-  a.h = s.h;
-  a.norm_w = norm_w;
-  a.x = s.x;
-  a.x_type = op_type();
-  a.rstd = s.rstd;
-  kern::depth_read_forward(a, stream_);
-}
-
-// Given dh = dL/dh of sublayer j's read: the sources' gradients and the query's and key norm's
-// (the stream's share, dh itself, the caller adds).
-void CudaModel::delta_read_backward(int j, const float* dh) {
-  const Sublayer& s = buf_.sub[static_cast<std::size_t>(j)];
-  const LayerWeights<float>& lw = w_.layers[static_cast<std::size_t>(layer_of(j))];
-  LayerWeights<float>& lg = g_.layers[static_cast<std::size_t>(layer_of(j))];
-  const std::size_t table = static_cast<std::size_t>(j) * delta_max_src_;
-  kern::DepthReadBackward a;
-  a.sources = buf_.delta_sources + table;
-  a.dsources = buf_.delta_dsources + table;
-  a.n_sources = static_cast<int>(delta_src_[static_cast<std::size_t>(j)].size());
-  a.n_tok = n_tok_;
-  a.d = config_.d_model;
-  a.gamma = is_attention(j) ? lw.attn_key_norm : lw.mlp_key_norm;
-  a.queries[0] = is_attention(j) ? lw.attn_query : lw.mlp_query;
-  a.rms = s.rms;
-  a.logits = s.read_logits;
-  a.dout[0] = dh;
-  a.dqueries[0] = is_attention(j) ? lg.attn_query : lg.mlp_query;
-  a.dgamma = is_attention(j) ? lg.attn_key_norm : lg.mlp_key_norm;
-  a.scratch = buf_.reduce;
-  kern::depth_read_backward(a, stream_);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Forward and backward (model/model.cpp, step for step)
 // ---------------------------------------------------------------------------------------------
 
@@ -240,7 +183,8 @@ void CudaModel::forward_trunk(std::int64_t batch, int seq) {
     if (attn) {
       gemm_->linear_forward(s.q, ot, s.x, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_forward(s.k, ot, s.x, op_weight(lw.wk), ot, n, d, d);
-      gemm_->linear_forward(s.v, ot, separate ? buf_.xv : s.x, op_weight(lw.wv), ot, n, d, d);
+      const void* xv = separate ? buf_.xv : delta_value_input(j);  // V's own input (null: none)
+      gemm_->linear_forward(s.v, ot, xv != nullptr ? xv : s.x, op_weight(lw.wv), ot, n, d, d);
       kern::rope(s.q, s.k, ot, n, seq, config_.n_heads, config_.head_dim(), buf_.rope_cos, buf_.rope_sin, false,
                  stream_);
       const void* v = s.v;  // the values attention uses: the raw ones, or the value residual's mix
@@ -390,10 +334,11 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       kern::rope(b.dq, b.dk, ot, n, seq, config_.n_heads, config_.head_dim(), b.rope_cos, b.rope_sin, true, stream_);
       gemm_->linear_backward_weight(lg.wq, b.dq, s.x, ot, n, d, d);
       gemm_->linear_backward_weight(lg.wk, b.dk, s.x, ot, n, d, d);
-      gemm_->linear_backward_weight(lg.wv, b.dv, separate ? b.xv : s.x, ot, n, d, d);
+      const void* xv = separate ? b.xv : delta_value_input(j);  // V's own input (null: none)
+      gemm_->linear_backward_weight(lg.wv, b.dv, xv != nullptr ? xv : s.x, ot, n, d, d);
       gemm_->linear_backward_input(b.dx, DType::f32, b.dq, op_weight(lw.wq), ot, n, d, d);
       gemm_->linear_backward_input(b.dx, DType::f32, b.dk, op_weight(lw.wk), ot, n, d, d, true);
-      if (separate) gemm_->linear_backward_input(b.dxv, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d);
+      if (xv != nullptr) gemm_->linear_backward_input(b.dxv, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d);
       else gemm_->linear_backward_input(b.dx, DType::f32, b.dv, op_weight(lw.wv), ot, n, d, d, true);
     } else {
       mlp_backward(lw, lg, s, dy, n);
@@ -405,8 +350,7 @@ void CudaModel::backward_trunk(std::int64_t batch, int seq) {
       read_backward(j, read_params(w_, topo_, j), read_params(g_, topo_, j), dh, dhv, s.rms, s.read_logits);
     } else if (delta_ && !delta_src_[static_cast<std::size_t>(j)].empty()) {
       kern::rmsnorm_backward(b.dh, false, dnorm_w, b.dx, s.h, norm_w, s.rstd, n, d, b.reduce, stream_);
-      kern::add_into(b.dstream, b.dh, n * d, stream_);  // h = x_j + c: the stream path
-      delta_read_backward(j, b.dh);
+      delta_read_backward(j, b.dh);  // with the stream's share
     } else if (delta_) {
       kern::rmsnorm_backward(b.dstream, true, dnorm_w, b.dx, delta_stream(j), norm_w, s.rstd, n, d, b.reduce,
                              stream_);

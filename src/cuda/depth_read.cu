@@ -6,7 +6,9 @@
 // dot with every route's query*gamma are warp-reduced, giving r_s and the logits z_rs, and the
 // mix is accumulated with an online softmax (running max and sum, as in flash attention), so
 // no second pass over the sources is needed. The following RMSNorm is fused (h stays in
-// registers). RD's two routes share the pass, the RMS factors and gamma.
+// registers). RD's two routes share the pass, the RMS factors and gamma (Delta AttnRes's V route
+// the pass and the RMS factors; its key norm is its own, gamma1). Delta's reads also add the gated
+// mix to the stream before the norm (residual, gate).
 //
 // Backward (spec §6): two passes per token, as on the CPU: c_rs = g_r . v_s, then
 // dv_s += sum_r (alpha_rs g_r + delta_rs r_s u_r) - r_s^2 (sum_r delta_rs z_rs)/d v_s; in the
@@ -113,6 +115,33 @@ __device__ __forceinline__ void store_slice(const float (&h)[VPL], float* p, int
   }
 }
 
+// Delta AttnRes: the stream's slice xr and the gate's gv (1 without a gate; kernels/delta_read's
+// scalar_gate, or the vector gate's row).
+template <int VPL>
+__device__ __forceinline__ void delta_stream_gate(float (&xr)[VPL], float (&gv)[VPL], const DepthReadForward& a,
+                                                  std::int64_t t, int lane) {
+  load_slice(xr, a.residual + t * a.d, a.d, lane);
+  if (a.gate == kernels::DeltaGate::sigmoid_vector) {
+    load_slice(gv, a.gate_param + t * a.d, a.d, lane);
+    return;
+  }
+  float g = 1.0f;
+  if (a.gate == kernels::DeltaGate::sigmoid_scalar) g = 1.0f / (1.0f + expf(-a.gate_param[0]));
+  else if (a.gate == kernels::DeltaGate::learnable_alpha) g = a.gate_param[0];
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) gv[i] = g;
+}
+
+// h = x + g c in place (c = h on entry, kept in mix when not null). Without a gate g is 1 and
+// x + 1 * c is x + c exactly.
+template <int VPL>
+__device__ __forceinline__ void delta_add(float (&h)[VPL], const float (&xr)[VPL], const float (&gv)[VPL], float* mix,
+                                          std::int64_t t, int d, int lane) {
+  if (mix != nullptr) store_slice(h, mix + t * d, d, lane);
+#pragma unroll
+  for (int i = 0; i < VPL; ++i) h[i] = fmaf(gv[i], h[i], xr[i]);
+}
+
 // Shared memory: u_r = q_r * gamma [2][d] (0 beyond d and for uniform routes).
 template <int VPL, class T>
 __global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthReadForward a) {
@@ -124,7 +153,7 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthRe
   const float* q1 = two ? a.queries[1] : nullptr;
   for (int k = threadIdx.x; k < 32 * VPL; k += blockDim.x) {
     su[k] = (k < d && q0 != nullptr) ? q0[k] * a.gamma[k] : 0.0f;
-    su[32 * VPL + k] = (k < d && q1 != nullptr) ? q1[k] * a.gamma[k] : 0.0f;
+    su[32 * VPL + k] = (k < d && q1 != nullptr) ? q1[k] * (a.gamma1 != nullptr ? a.gamma1 : a.gamma)[k] : 0.0f;
   }
   __syncthreads();
   const std::int64_t t = blockIdx.x * std::int64_t(kWarps) + warp;
@@ -166,6 +195,9 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthRe
   }
   float h[VPL];
   mix0.finish(q0 == nullptr, n, h);
+  // Delta AttnRes (kernels/delta_read_forward): the stream and the gate, applied to each route.
+  float xr[VPL], gv[VPL];
+  if (a.residual != nullptr) delta_stream_gate(xr, gv, a, t, lane);
   if (two) {
     float hv[VPL];
     mix1.finish(q1 == nullptr, n, hv);
@@ -173,16 +205,12 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_forward_kernel(DepthRe
 #pragma unroll
       for (int i = 0; i < VPL; ++i) h[i] = (h[i] + hv[i]) * 0.5f;
     } else {
+      if (a.residual != nullptr) delta_add(hv, xr, gv, a.mixv, t, d, lane);
       if (a.hv != nullptr) store_slice(hv, a.hv + t * d, d, lane);
       norm_store(hv, a.norm_w, static_cast<T*>(a.xv) + t * d, a.rstdv + t, d, a.eps, lane);
     }
   }
-  if (a.residual != nullptr) {  // Delta AttnRes: h = x + c (kernels/delta_read_forward, gate none)
-    float xr[VPL];
-    load_slice(xr, a.residual + t * d, d, lane);
-#pragma unroll
-    for (int i = 0; i < VPL; ++i) h[i] = xr[i] + h[i];
-  }
+  if (a.residual != nullptr) delta_add(h, xr, gv, a.mix, t, d, lane);
   store_slice(h, a.h + t * d, d, lane);
   norm_store(h, a.norm_w, static_cast<T*>(a.x) + t * d, a.rstd + t, d, a.eps, lane);
 }
@@ -264,7 +292,7 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthR
   float* sd1 = ws + 6 * n; // same, route 1
   for (int k = threadIdx.x; k < d; k += blockDim.x) {
     su[k] = has0 ? a.queries[0][k] * a.gamma[k] : 0.0f;
-    su[d + k] = has1 ? a.queries[1][k] * a.gamma[k] : 0.0f;
+    su[d + k] = has1 ? a.queries[1][k] * (a.gamma1 != nullptr ? a.gamma1 : a.gamma)[k] : 0.0f;
   }
   __syncthreads();
   // With averaged routes each route sees half of the output's gradient.
@@ -399,7 +427,8 @@ __global__ void __launch_bounds__(32 * kWarps) depth_read_backward_kernel(DepthR
   for (int k = threadIdx.x; k < 2 * d; k += blockDim.x) out[k] = sacc[k];
 }
 
-// dq_r += A_r * gamma, dgamma += A_r * q_r (routes in order), A_r = sum over chunks of the
+// dq_r += A_r * gamma, dgamma += A_r * q_r (routes in order; route 1 with gamma1 and dgamma1 when
+// gamma1 is set), A_r = sum over chunks of the
 // partials: 32 columns per block, 8 warps over fixed chunk ranges, then warp 0 in order.
 __global__ void depth_read_finalize_kernel(DepthReadBackward a, std::int64_t chunks) {
   __shared__ float part[kWarps][2][32];
@@ -425,8 +454,9 @@ __global__ void depth_read_finalize_kernel(DepthReadBackward a, std::int64_t chu
   }
   for (int r = 0; r < a.n_routes; ++r) {
     if (a.queries[r] == nullptr) continue;
-    if (a.dqueries[r] != nullptr) a.dqueries[r][k] += A[r] * a.gamma[k];
-    a.dgamma[k] += A[r] * a.queries[r][k];
+    const bool own = r == 1 && a.gamma1 != nullptr;  // Delta's V route: its own key norm
+    if (a.dqueries[r] != nullptr) a.dqueries[r][k] += A[r] * (own ? a.gamma1 : a.gamma)[k];
+    (own ? a.dgamma1 : a.dgamma)[k] += A[r] * a.queries[r][k];
   }
 }
 
@@ -456,7 +486,9 @@ __global__ void depth_read_group_kernel(DepthReadGroup g, int cols_per_thread) {
       const DepthReadBackward& r = g.reads[j];
       const bool live = j < G;
       u0[j] = live && r.queries[0] != nullptr ? r.queries[0][k] * r.gamma[k] : 0.0f;
-      u1[j] = TWO && live && r.n_routes > 1 && r.queries[1] != nullptr ? r.queries[1][k] * r.gamma[k] : 0.0f;
+      u1[j] = TWO && live && r.n_routes > 1 && r.queries[1] != nullptr
+                  ? r.queries[1][k] * (r.gamma1 != nullptr ? r.gamma1 : r.gamma)[k]
+                  : 0.0f;
       acc0[j] = acc1[j] = 0.0f;
     }
     // Summed over each run of kTokensPerWarp tokens first (part), then the runs in order: the

@@ -12,6 +12,7 @@
 
 #include "cuda/buffer.hpp"
 #include "cuda/gemm.hpp"
+#include "kernels/delta_read.hpp"
 #include "kernels/streams.hpp"
 #include "kernels/mudd.hpp"
 #include "kernels/value_residual.hpp"
@@ -121,16 +122,27 @@ struct DepthReadForward {
   bool average = false;          // one output, the mean of the routes' mixes
   float* rms = nullptr;          // [n_tok, n_sources]
   float* logits = nullptr;       // [n_routes, n_tok, n_sources] (uniform routes' rows untouched)
-  // Delta AttnRes (kernels/delta_read, gate none; one route): h = residual + mix, the stream plus
-  // the read, before the norm (null: h = the mix).
+  // Delta AttnRes (kernels/delta_read): h = residual + mix, the stream plus the read, before the
+  // norm (null: h = the mix).
   const float* residual = nullptr;
+  // Delta AttnRes's options (with residual): the gate, h = residual + g mix on every route, with
+  // g = sigmoid(gate_param[0]) (sigmoid_scalar), gate_param[0] (learnable_alpha) or the row
+  // gate_param[t] (sigmoid_vector: the gate values [n_tok, d]); mix / mixv (optional) keep route
+  // 0's / 1's mix before the gate. gamma1: route 1's own key-norm weight (the V route; null:
+  // gamma, which RD's routes share).
+  kernels::DeltaGate gate = kernels::DeltaGate::none;
+  const float* gate_param = nullptr;
+  float* mix = nullptr;
+  float* mixv = nullptr;
+  const float* gamma1 = nullptr;
   // Route 0 (or the average): the mix h (fp32, kept for the backward) and, fused, its RMSNorm.
   float* h = nullptr;
   const float* norm_w = nullptr;
   void* x = nullptr;
   DType x_type = DType::f32;
   float* rstd = nullptr;
-  // Route 1 when it feeds V on its own (rd decoupled / frozen): only its normalised input.
+  // Route 1 when it feeds V on its own (rd decoupled / frozen; Delta's V route, whose h_V =
+  // residual + g mixv): only its normalised input.
   float* hv = nullptr;  // optional
   void* xv = nullptr;
   float* rstdv = nullptr;
@@ -157,6 +169,9 @@ struct DepthReadBackward {
   float* dqueries[2] = {};       // += (skipped where null)
   float* dgamma = nullptr;       // +=
   float* scratch = nullptr;      // depth_read_scratch_floats
+  // Delta AttnRes's V route: route 1's own key-norm weight and its gradient (null: gamma, dgamma).
+  const float* gamma1 = nullptr;
+  float* dgamma1 = nullptr;
   // Issue #49: sources [0, n_deferred) (the completed blocks every read of a group shares) get
   // their gradients later, from depth_read_group_backward, in one pass for the whole group; this
   // read leaves their coefficients in coef [n_tok][n_deferred][kDepthReadCoefs] and its chunk
@@ -182,6 +197,38 @@ struct DepthReadGroup {
   DepthReadBackward reads[kMaxReadGroup];
 };
 void depth_read_group_backward(const DepthReadGroup& g, Stream stream);
+
+// ---- Delta AttnRes's options (delta.cu): kernels/delta_read's null source and gate -----------
+// (The reads themselves are depth_read_forward / depth_read_backward with residual, gate and
+// gamma1; the vector gate's two [d, d] products are cuBLASLt GEMMs: cuda_model_delta.cpp.)
+
+// out[t] = v for every token t (the null source: one learned vector per read) [n_tok, d].
+void delta_broadcast(float* out, const float* v, std::int64_t n_tok, int d, Stream stream);
+// out[k] += sum over tokens t of x[t, k]: per 64-token chunk in token order, then the chunks in
+// order (sum_chunks). The null source's and the vector gate's bias gradients. scratch:
+// delta_scratch_floats.
+void delta_column_sum(float* out, const float* x, std::int64_t n_tok, int d, float* scratch, Stream stream);
+std::int64_t delta_scratch_floats(std::int64_t n_tok, int d);
+// sigmoid_vector's gate values, in place: g = sigmoid(g + bias) (g holds the GEMM's x W^T).
+void delta_gate_vector_forward(float* g, const float* bias, std::int64_t n_tok, int d, Stream stream);
+struct DeltaGateBackward {
+  kernels::DeltaGate gate = kernels::DeltaGate::none;
+  const float* param = nullptr;  // the logit or alpha [1] (the scalar gates)
+  const float* g = nullptr;      // sigmoid_vector: the gate values [n_tok, d]
+  int n_routes = 1;
+  const float* dh[2] = {};  // per route: dL/dh [n_tok, d]
+  const float* c[2] = {};   // per route: the mix before the gate [n_tok, d]
+  std::int64_t n_tok = 0;
+  int d = 0;
+};
+// The gate's own gradient, from dg = sum_r dh_r c_r (routes in order per element). Scalar gates:
+// dparam[0] += its sum over tokens and channels (per 64-token chunk, then the chunks in order),
+// times g (1 - g) for sigmoid_scalar. sigmoid_vector: dp (overwritten) = dg g (1 - g), the
+// pre-activation's gradient (its bias's, W's and the stream's are the caller's). scratch:
+// delta_scratch_floats.
+void delta_gate_backward(const DeltaGateBackward& a, float* dparam, float* dp, float* scratch, Stream stream);
+// out = g dh, the read's output gradient through the gate (out may not alias dh).
+void delta_gate_scale(float* out, const float* dh, const DeltaGateBackward& a, Stream stream);
 
 // ---- DenseFormer (dwa.cu): kernels/dwa --------------------------------------------------------
 

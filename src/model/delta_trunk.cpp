@@ -394,9 +394,9 @@ const ResidualFamily& delta_family() {
       .modes = {{R::delta, "delta", true, {.routing = true}}, {R::delta_block, "delta_block", true, {.routing = true}}},
       .trunk_float = make_delta_trunk<float>,
       .trunk_double = make_delta_trunk<double>,
-      // CUDA (src/cuda, issue #48): the reads without a gate, a null source or a V route; both
+      // CUDA (src/cuda, issue #48): every option (each gate, the null source, the V route), both
       // delta_block schedules, either decay policy.
-      .cuda_lacks = {"delta_null_source", "delta_gate", "delta_value_route"},
+      .cuda_lacks = {},
       .add_params = add_delta_params,
       .static_connections = nullptr,  // per token only
       .residual_flops = delta_residual_flops,

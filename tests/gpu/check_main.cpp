@@ -20,7 +20,7 @@
 //       bytes and rate against a device-to-device copy. --quick: small shapes (the emulator).
 //
 // Baseline families on CUDA (issue #48; today DenseFormer, the value residual, Delta AttnRes
-// without a gate, null source or V route, the Gated Residual, hyper-connections, mHC and MUDDFormer):
+// with every option, the Gated Residual, hyper-connections, mHC and MUDDFormer):
 // checks (a)-(c)
 // take every variant of testing::cuda_variants(), so a family's modes join them when its record
 // sets `cuda`; (d) times every arm (model/arms.hpp) of a non-AttnRes mode that the CUDA backend
@@ -354,7 +354,8 @@ void check_parity() {
     add_error("a", "block_vres_constant", e.what());
   }
   // Delta AttnRes's other delta_block schedule (the released code's: completed blocks only) and
-  // delta with the value residual (the variants with both also set a V route, which CUDA lacks).
+  // delta with the value residual (without a V route; the variants cover each option, the cases
+  // after these every option at once).
   if (selected("delta_block")) try {
     ModelConfig c = variant_config(base, {.name = "delta_block", .residual = ResidualMode::delta_block});
     c.delta_block_partial = false;
@@ -369,6 +370,24 @@ void check_parity() {
     parity_case("delta vres_pair", c, 3, 45, 17);
   } catch (const std::exception& e) {
     add_error("a", "delta vres_pair", e.what());
+  }
+  // Every option of Delta AttnRes at once: the vector gate (its GEMMs), the null source (sublayer
+  // 0 reads it alone) and the V route; delta_block with the value residual too.
+  for (const ResidualMode mode : {ResidualMode::delta, ResidualMode::delta_block}) {
+    const bool delta = mode == ResidualMode::delta;
+    const std::string name = delta ? "delta all options" : "delta_block all+vres";
+    if (!selected(delta ? "delta_vector_vroute" : "delta_block_vroute_null")) continue;
+    try {
+      ModelConfig c = variant_config(base, {.name = name, .residual = mode});
+      c.delta_gate = kernels::DeltaGate::sigmoid_vector;
+      c.delta_null_source = true;
+      c.delta_value_route = DeltaValueRoute::decoupled;
+      c.value_residual = !delta;
+      c.vres_mode = kernels::VresMode::learned_pair;
+      parity_case(name, c, 3, 45, 20);
+    } catch (const std::exception& e) {
+      add_error("a", name, e.what());
+    }
   }
   // The Gated Residual with the most branches (gr_n = 8) and an untied LM head (the final mixer
   // feeds it directly: no final norm).

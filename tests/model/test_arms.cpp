@@ -83,25 +83,22 @@ TEST(ResidualModes, HyperConnectionsAndMhcTrainOnCudaWithEveryOption) {
   for (const char* arm : {"hc", "hc-static", "mhc"}) EXPECT_EQ(cuda_refusal(apply_arm(ModelConfig{}, arm)), "") << arm;
 }
 
-// Delta AttnRes trains on CUDA without a gate, a null source or a V route (issue #48): each of
-// them is refused by its key; both delta_block schedules and either decay policy run.
-TEST(ResidualModes, DeltaOnCudaRefusesItsMissingOptionsByName) {
-  for (const ResidualMode mode : {ResidualMode::delta, ResidualMode::delta_block}) {
-    ModelConfig c = testing::tiny_config(mode);
-    EXPECT_EQ(cuda_refusal(c), "") << to_string(mode);
-    c.delta_decay_all = false;
-    if (mode == ResidualMode::delta_block) c.delta_block_partial = false;
-    EXPECT_EQ(cuda_refusal(c), "") << to_string(mode);
-    ModelConfig g = c;
-    g.delta_gate = kernels::DeltaGate::sigmoid_scalar;
-    EXPECT_EQ(cuda_refusal(g), "model.delta_gate");
-    ModelConfig z = c;
-    z.delta_null_source = true;
-    EXPECT_EQ(cuda_refusal(z), "model.delta_null_source");
-    ModelConfig v = c;
-    v.delta_value_route = DeltaValueRoute::decoupled;
-    EXPECT_EQ(cuda_refusal(v), "model.delta_value_route");
-  }
+// Delta AttnRes trains on CUDA with every option (issue #48): each gate, the null source, the V
+// route, both delta_block schedules and either decay policy; the family lacks nothing.
+TEST(ResidualModes, DeltaOnCudaTakesEveryOption) {
+  for (const ResidualMode mode : {ResidualMode::delta, ResidualMode::delta_block})
+    for (const kernels::DeltaGate gate : kernels::kDeltaGates)
+      for (const bool null : {false, true})
+        for (const DeltaValueRoute route : {DeltaValueRoute::none, DeltaValueRoute::decoupled}) {
+          ModelConfig c = testing::tiny_config(mode);
+          c.delta_gate = gate;
+          c.delta_null_source = null;
+          c.delta_value_route = route;
+          c.delta_decay_all = !null;
+          if (mode == ResidualMode::delta_block) c.delta_block_partial = route == DeltaValueRoute::none;
+          EXPECT_EQ(cuda_refusal(c), "") << to_string(mode) << " " << kernels::to_string(gate) << " null " << null;
+        }
+  EXPECT_TRUE(residual_family(ResidualMode::delta).cuda_lacks.empty());
 }
 
 // The Gated Residual trains on CUDA with every key of its own (issue #48): any branch count and
