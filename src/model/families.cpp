@@ -85,9 +85,11 @@ const ConnectionKind* connection_kind(const std::string& name) {
   return nullptr;
 }
 
-std::string cuda_refusal(const ModelConfig& config) {
-  const ResidualFamily& f = residual_family(config);
-  if (!residual_mode_info(config.residual).cuda) return concat("residual mode '", to_string(config.residual), "'");
+std::string cuda_refusal(const ResidualFamily& f, const ModelConfig& config) {
+  const auto mode = std::ranges::find_if(f.modes, [&](const ResidualModeInfo& m) { return m.mode == config.residual; });
+  if (mode == f.modes.end())
+    ATTNRES_UNREACHABLE("the ", f.name, " family has no mode '", to_string(config.residual), "'");
+  if (!mode->cuda) return concat("residual mode '", to_string(config.residual), "'");
   const ModelConfig defaults;
   for (const char* name : f.cuda_lacks) {
     const auto key = std::ranges::find_if(model_config_keys(), [&](const auto& k) { return k.name == name; });
@@ -97,5 +99,7 @@ std::string cuda_refusal(const ModelConfig& config) {
   }
   return "";
 }
+
+std::string cuda_refusal(const ModelConfig& config) { return cuda_refusal(residual_family(config), config); }
 
 }  // namespace attnres

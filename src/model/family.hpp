@@ -122,7 +122,9 @@ bool has_model_norms(const ModelConfig& config);
 // The connection table named `name` (null: no family emits it).
 const ConnectionKind* connection_kind(const std::string& name);
 // What of `config` the CUDA backend cannot train ("residual mode 'hc'", "model.value_residual"),
-// or "" when it can.
+// or "" when it can. Every mode of every family trains on CUDA today (issue #48); the rule stays for
+// a family that lands on the CPU first. The second form applies it to a given record (tests).
 std::string cuda_refusal(const ModelConfig& config);
+std::string cuda_refusal(const ResidualFamily& family, const ModelConfig& config);
 
 }  // namespace attnres

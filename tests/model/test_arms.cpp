@@ -46,15 +46,33 @@ TEST(ResidualModes, EveryRecordIsComplete) {
   }
 }
 
-TEST(ResidualModes, TheRecordSaysWhereAModeRuns) {
+// Every mode of every family trains on CUDA (issue #48): each test variant, the value residual's
+// included, is accepted. A record that sets a mode's `cuda` false, or lists a key in cuda_lacks,
+// fails this.
+TEST(ResidualModes, EveryModeTrainsOnCuda) {
   for (const testing::Variant& v : testing::all_variants()) {
-    const std::string refusal = cuda_refusal(testing::tiny_config(v));
-    EXPECT_EQ(refusal.empty(), v.on_cuda()) << v.name;
-    // Refused by name: the mode.
-    if (!residual_mode_info(v.residual).cuda) {
-      EXPECT_EQ(refusal, "residual mode '" + to_string(v.residual) + "'");
-    }
+    EXPECT_EQ(cuda_refusal(testing::tiny_config(v)), "") << v.name;
+    EXPECT_TRUE(residual_mode_info(v.residual).cuda) << v.name;
   }
+  for (const ResidualFamily* f : residual_families()) EXPECT_TRUE(f->cuda_lacks.empty()) << f->name;
+}
+
+// The rule for a family that lands on the CPU first: a mode without `cuda` is refused by its name,
+// a key in cuda_lacks only when the config moves it off its default, naming the key.
+TEST(ResidualModes, ARecordRefusesWhatItLacksByName) {
+  ResidualFamily f = residual_family(ResidualMode::delta);
+  f.cuda_lacks = {"delta_gate", "delta_null_source"};
+  ModelConfig c = testing::tiny_config(ResidualMode::delta);
+  EXPECT_EQ(cuda_refusal(f, c), "");
+  c.delta_null_source = true;
+  EXPECT_EQ(cuda_refusal(f, c), "model.delta_null_source");
+  c.delta_gate = kernels::DeltaGate::learnable_alpha;
+  EXPECT_EQ(cuda_refusal(f, c), "model.delta_gate");  // the list's order
+  EXPECT_EQ(cuda_refusal(c), "");                      // the real record lacks neither
+  f.modes[0].cuda = false;
+  EXPECT_EQ(cuda_refusal(f, c), "residual mode 'delta'");
+  c.residual = ResidualMode::delta_block;
+  EXPECT_EQ(cuda_refusal(f, c), "model.delta_gate");  // delta_block keeps its `cuda`
 }
 
 // Hyper-connections (static and dynamic, with or without tanh, either readout) and mHC (either
