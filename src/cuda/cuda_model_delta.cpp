@@ -34,25 +34,23 @@ void CudaModel::delta_bind() {
     std::vector<int> src = delta_read_sources(config_, j);
     if (config_.delta_null_source) src.insert(src.begin(), kDeltaNullSource);
     delta_max_src_ = std::max(delta_max_src_, src.size());
-    const std::string p = "layers." + std::to_string(layer_of(j)) + (is_attention(j) ? ".attn_res." : ".mlp_res.");
+    const std::string p = delta_read_prefix(j);
     auto view = [&](const std::string& name, const DeviceBuffer& flat) -> float* {
       const ParamInfo* info = layout_.find(p + name);
       return info == nullptr || flat.data() == nullptr ? nullptr : flat.as<float>() + info->offset;
     };
-    const char* gate = config_.delta_gate == DeltaGate::sigmoid_scalar    ? "gate_logit"
-                       : config_.delta_gate == DeltaGate::learnable_alpha ? "gate_alpha"
-                                                                          : "gate.weight";
+    const char* gate = delta_gate_tensor(config_.delta_gate);
     DeltaOptions o;
     o.value_route = is_attention(j) && config_.delta_value_route == DeltaValueRoute::decoupled && !src.empty();
     o.value_query = view("value_query", params_);
     o.value_key_norm = view("value_key_norm.weight", params_);
     o.null_source = view("null_source", params_);
-    o.gate = view(gate, params_);
+    o.gate = gate != nullptr ? view(gate, params_) : nullptr;
     o.gate_bias = view("gate.bias", params_);
     o.dvalue_query = view("value_query", grads_);
     o.dvalue_key_norm = view("value_key_norm.weight", grads_);
     o.dnull_source = view("null_source", grads_);
-    o.dgate = view(gate, grads_);
+    o.dgate = gate != nullptr ? view(gate, grads_) : nullptr;
     o.dgate_bias = view("gate.bias", grads_);
     require((!o.value_route || (o.value_query != nullptr && o.value_key_norm != nullptr)) &&
                 (!config_.delta_null_source || o.null_source != nullptr) &&

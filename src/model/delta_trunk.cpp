@@ -68,21 +68,21 @@ void add_delta_params(ParamLayout& layout, const ModelConfig& c, ParamPlace plac
   if (place != ParamPlace::layer_end) return;
   const std::int64_t d = c.d_model;
   const bool decay = c.delta_decay_all;
-  for (const char* read : {"attn_res", "mlp_res"}) {
-    const std::string p = "layers." + std::to_string(layer) + "." + read + ".";
+  for (const int j : {2 * layer, 2 * layer + 1}) {
+    const std::string p = delta_read_prefix(j);
     layout.add(p + "query", {d}, ParamKind::query).decay = decay;
     layout.add(p + "key_norm.weight", {d}, ParamKind::norm_weight).decay = decay;
-    if (std::string(read) == "attn_res" && c.delta_value_route == DeltaValueRoute::decoupled) {
+    if (is_attention(j) && c.delta_value_route == DeltaValueRoute::decoupled) {
       layout.add(p + "value_query", {d}, ParamKind::query).decay = decay;
       layout.add(p + "value_key_norm.weight", {d}, ParamKind::norm_weight).decay = decay;
     }
     if (c.delta_null_source) layout.add(p + "null_source", {d}, ParamKind::query).decay = decay;
     switch (c.delta_gate) {
       case k::DeltaGate::none: break;
-      case k::DeltaGate::sigmoid_scalar: layout.add_fixed(p + "gate_logit", {-2.0}, decay); break;
-      case k::DeltaGate::learnable_alpha: layout.add_fixed(p + "gate_alpha", {0.0}, decay); break;
+      case k::DeltaGate::sigmoid_scalar: layout.add_fixed(p + delta_gate_tensor(c.delta_gate), {-2.0}, decay); break;
+      case k::DeltaGate::learnable_alpha: layout.add_fixed(p + delta_gate_tensor(c.delta_gate), {0.0}, decay); break;
       case k::DeltaGate::sigmoid_vector:
-        layout.add(p + "gate.weight", {d, d}, ParamKind::matrix, 0.0);  // zeros, no draws; always decayed
+        layout.add(p + delta_gate_tensor(c.delta_gate), {d, d}, ParamKind::matrix, 0.0);  // zeros, no draws; always decayed
         layout.add_fixed(p + "gate.bias", std::vector<double>(static_cast<std::size_t>(d), -2.0), decay);
         break;
     }
@@ -109,7 +109,7 @@ class DeltaTrunk final : public Trunk<Real> {
       s.sources = delta_read_sources(c_, j);
       s.n_src = delta_sources(c_, j);
       s.value_route = delta_value_route(c_, j) && s.n_src > 0;
-      const std::string p = "layers." + std::to_string(layer_of(j)) + (is_attention(j) ? ".attn_res." : ".mlp_res.");
+      const std::string p = delta_read_prefix(j);
       s.w = bind(p, p_.params);
       s.gw = bind(p, p_.grads);
     }
@@ -206,9 +206,7 @@ class DeltaTrunk final : public Trunk<Real> {
     return {param_view(l, flat, p + "query"),       param_view(l, flat, p + "key_norm.weight"),
             param_view(l, flat, p + "value_query"), param_view(l, flat, p + "value_key_norm.weight"),
             param_view(l, flat, p + "null_source"),
-            param_view(l, flat, p + (c_.delta_gate == k::DeltaGate::sigmoid_scalar    ? "gate_logit"
-                                     : c_.delta_gate == k::DeltaGate::learnable_alpha ? "gate_alpha"
-                                                                                      : "gate.weight")),
+            c_.delta_gate == k::DeltaGate::none ? nullptr : param_view(l, flat, p + delta_gate_tensor(c_.delta_gate)),
             param_view(l, flat, p + "gate.bias")};
   }
   const Sublayer* routed(int index) const {

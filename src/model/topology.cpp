@@ -40,6 +40,20 @@ std::vector<ReadPlan> make_read_plans(const ModelConfig& c) {
   return plans;
 }
 
+std::string delta_read_prefix(int j) {
+  return "layers." + std::to_string(layer_of(j)) + (is_attention(j) ? ".attn_res." : ".mlp_res.");
+}
+
+const char* delta_gate_tensor(kernels::DeltaGate gate) {
+  switch (gate) {
+    case kernels::DeltaGate::none: return nullptr;
+    case kernels::DeltaGate::sigmoid_scalar: return "gate_logit";
+    case kernels::DeltaGate::learnable_alpha: return "gate_alpha";
+    case kernels::DeltaGate::sigmoid_vector: return "gate.weight";
+  }
+  return nullptr;
+}
+
 std::vector<int> delta_read_sources(const ModelConfig& c, int j) {
   std::vector<int> sources;
   if (j == 0) return sources;

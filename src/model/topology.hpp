@@ -61,6 +61,11 @@ struct DwaPlan {
 // sublayer after the next block's first on. Sublayer 0 has none. The learned null source, when
 // configured, precedes these (it is not a stream).
 std::vector<int> delta_read_sources(const ModelConfig& config, int j);
+// The parameters of sublayer j's Delta read are named "<delta_read_prefix(j)><tensor>"
+// ("layers.{l}.attn_res." / "mlp_res."); its gate's first tensor is delta_gate_tensor(gate) (the
+// logit, the factor or the matrix; nullptr: no gate), the vector gate's bias "gate.bias".
+std::string delta_read_prefix(int j);
+const char* delta_gate_tensor(kernels::DeltaGate gate);
 
 class Topology {
  public:
