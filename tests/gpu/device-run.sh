@@ -459,13 +459,13 @@ phase_checks_d_cudnn() {
   [ "$with_m" = 1 ] || m=(--no-m)
   for impl in cudnn wmma; do
     echo "---- check (d), --attention $impl"
-    # (r), (e): issue #49's depth-read backward bandwidth and RoPE / SwiGLU / cross-entropy before
-    # and after (attention-independent; twice: two samples). The baseline families' arms (#48) are
-    # timed once, with cuDNN; the WMMA pass times block and rd only, the attention kernels' comparison.
-    local only=()
-    [ "$impl" = wmma ] && only=(--modes block,rd)
-    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --only dre --attention "$impl" "${m[@]}" \
-      "${only[@]}" > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
+    # cuDNN: (d) for S and M with every baseline family's arm (#48) at S, (r) and (e) (#49: the
+    # depth-read backward's bandwidth, RoPE / SwiGLU / cross-entropy before and after). WMMA: the
+    # attention kernels' comparison only, (d) for block and rd at S (the budget: about 25 s of 190).
+    local args=(--only dre "${m[@]}")
+    [ "$impl" = wmma ] && args=(--only d --no-m --modes block,rd)
+    limited "$(phase_left 3)" "$build/tests/gpu/attnres_gpu_check" --attention "$impl" "${args[@]}" \
+      > "$out/checks_d_cudnn/$impl.txt" 2>&1 || rc=1
     cat "$out/checks_d_cudnn/$impl.txt"
     headline "checks_d_cudnn --attention $impl: $(grep -E '^  d  (S|M) [a-z0-9+-]+ +[0-9]' "$out/checks_d_cudnn/$impl.txt" |
       sed -E 's/^  d  ([SM] [a-z0-9+-]+) +([0-9]+ tokens\/s), step ([0-9.]+ ms), (MFU [0-9.]+%).*/\1: \2, \3, \4/' | paste -sd ';' -)"
