@@ -17,7 +17,10 @@
 #            (scripts/compare_runs.py)
 #   eval     eval --device cuda vs CPU eval of the same checkpoint; greedy sample --device cuda vs
 #            the CPU's; a CPU run continued on the GPU and a GPU run continued on the CPU
-#   (the cuDNN helper's phases plug in at "PLUG-IN" below: check (d) with the cuDNN path, ncu)
+#   checks_d_cudnn  check (d) with the cuDNN attention (every family's arm at S), (r), (e); then
+#            (d) for block and rd with the WMMA attention
+#   ncu      an ncu profile of one S step (tests/gpu/profile.sh)
+# (in the order of all_phases below: peer runs after checks_d_cudnn)
 #
 #   tests/gpu/device-run.sh OUT_DIR [BUDGET_S] [--phases LIST] [--archive FILE] [--no-m] [-- CHECK_ARGS...]
 #
@@ -53,11 +56,14 @@ shift
 budget=540
 if [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]]; then budget="$1"; shift; fi
 
-# In order of what each GPU issue needs first: the build and the correctness checks (#45, #48, #49),
-# check (d) with cuDNN's attention against the WMMA kernels (#49), bench beside torch.compile (#45),
-# the CLI on the GPU (#45), and last an ncu profile (#49). A phase is a function phase_NAME below
-# (it writes into "$out/NAME/" and returns non-zero on failure) with a limit in phase_limit.
-all_phases=(build checks checks_d_cudnn bench peer study resume eval ncu)
+# The quick phases that each answer a whole question first, the long ones last, so that a call
+# past its budget loses the fewest answers: the build and the correctness checks (#45, #48, #49),
+# bench (#45), the CLI on the GPU at preset small (study, resume, eval: #45; about 100 s together),
+# then check (d) with cuDNN's attention and every family's arm, (r), (e) (#48, #49; about 150 s),
+# the torch.compile peer (#45, #49; its compiles take the longest) and an ncu profile (#49). A phase
+# is a function phase_NAME below (it writes into "$out/NAME/" and returns non-zero on failure)
+# with a limit in phase_limit.
+all_phases=(build checks bench study resume eval checks_d_cudnn peer ncu)
 phases_arg=""
 archive=""
 with_m=1
