@@ -293,7 +293,8 @@ void CudaModel::carve(unsigned char* base, std::size_t& used) {
                              kern::depth_read_scratch_floats(bt, config_.d_model),
                              kern::dwa_scratch_floats(bt, static_cast<int>(dwa_max_sources)),
                              kern::value_residual_scratch_floats(bt),
-                             gr_ ? kern::gr_scratch_floats(bt, config_.gr_n, config_.d_model) : 0}));
+                             gr_ ? kern::gr_scratch_floats(bt, config_.gr_n, config_.d_model) : 0,
+                             delta_ ? kern::delta_scratch_floats(bt, config_.d_model) : 0}));
   }
   if (mudd_) mudd_carve(f32, op);  // MUDDFormer's own buffers (cuda_model_mudd.cpp)
   if (delta_) delta_carve(f32, op);  // Delta AttnRes's options' buffers (cuda_model_delta.cpp)
